@@ -1,0 +1,95 @@
+"""Lighthouse hyper-parameters and the rules that make a (config, seq_len) pair valid (SPEC section 3)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCORERS = ("norm", "dilated")
+BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn", "reference")
+
+
+def _is_power_of_two(x: int) -> bool:
+    return x > 0 and (x & (x - 1)) == 0
+
+
+@dataclass(frozen=True)
+class LighthouseConfig:
+    """One Lighthouse layer's settings.
+
+    levels: pyramid depth L (1 = plain dense causal attention); pool: factor p between levels;
+    topk: selection budget k per level; tile_budget: per-tile budget m (k / m tiles per row);
+    scorer: "norm" (default) or "dilated"; dilation: stride of the dilated scorer;
+    backend: inner attention ("auto" = cuDNN on CUDA, math on CPU; "reference" forces the pure
+    PyTorch pipeline on GPU for debugging).
+    """
+
+    levels: int
+    pool: int
+    topk: int
+    tile_budget: int = 128
+    scorer: str = "norm"
+    dilation: int = 4
+    backend: str = "auto"
+
+    def check(self) -> None:
+        """Raise ValueError naming the values if a setting is invalid whatever the sequence length."""
+        if self.levels < 1:
+            raise ValueError(f"levels={self.levels} must be >= 1")
+        if self.pool < 2 or not _is_power_of_two(self.pool):
+            raise ValueError(f"pool={self.pool} must be a power of two >= 2")
+        if self.tile_budget < 2 or not _is_power_of_two(self.tile_budget):
+            raise ValueError(f"tile_budget={self.tile_budget} must be a power of two >= 2")
+        if self.topk < self.tile_budget or self.topk % self.tile_budget != 0:
+            raise ValueError(
+                f"topk={self.topk} must be a positive multiple of tile_budget={self.tile_budget}"
+            )
+        if self.scorer not in SCORERS:
+            raise ValueError(f"scorer={self.scorer!r} is not one of {SCORERS}")
+        if self.dilation < 1:
+            raise ValueError(f"dilation={self.dilation} must be >= 1")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}")
+
+    @property
+    def num_tiles(self) -> int:
+        """T = k / m tiles per (batch, kv-head) row."""
+        return self.topk // self.tile_budget
+
+    @property
+    def coarsest_span(self) -> int:
+        """p**(L-1): base tokens covered by one coarsest entry."""
+        return self.pool ** (self.levels - 1)
+
+    def validate(self, seq_len: int) -> None:
+        """Raise ValueError naming the values if this config cannot run on `seq_len` tokens."""
+        self.check()
+        if seq_len < 1:
+            raise ValueError(f"seq_len={seq_len} must be >= 1")
+        if self.scorer == "dilated" and seq_len % self.dilation != 0:
+            raise ValueError(f"seq_len={seq_len} is not divisible by dilation={self.dilation}")
+        if self.levels == 1:
+            return
+        span = self.coarsest_span
+        if seq_len % span != 0:
+            raise ValueError(
+                f"seq_len={seq_len} is not divisible by pool**(levels-1)={span} "
+                f"(pool={self.pool}, levels={self.levels})"
+            )
+        coarse = seq_len // span
+        tiles = self.num_tiles
+        if coarse % tiles != 0:
+            raise ValueError(
+                f"seq_len/pool**(levels-1)={coarse} coarsest entries do not split into "
+                f"topk/tile_budget={tiles} equal tiles (topk={self.topk}, tile_budget={self.tile_budget})"
+            )
+        if coarse // tiles < self.tile_budget:
+            raise ValueError(
+                f"each tile has {coarse // tiles} coarsest entries (seq_len={seq_len}, "
+                f"pool**(levels-1)={span}, tiles={tiles}) but needs at least tile_budget={self.tile_budget}"
+            )
+
+    def gathered_len(self, seq_len: int) -> int:
+        """S = N / p**(L-1) + (L-1) * p * k, the static length of the gathered sub-sequence."""
+        self.validate(seq_len)
+        if self.levels == 1:
+            return seq_len
+        return seq_len // self.coarsest_span + (self.levels - 1) * self.pool * self.topk

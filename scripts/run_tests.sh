@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Install what the tests need on a fresh CPU machine, then run them.
+# A torch already installed (e.g. a CUDA build) is kept; otherwise the CPU build 2.13.0 is taken.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m pip install -q --upgrade pip >/dev/null
+python3 -c "import torch" 2>/dev/null || python3 -m pip install -q "torch==2.13.0"
+python3 -m pip install -q -e ".[dev]"
+export TRITON_INTERPRET=1
+python3 -m pytest -q "$@"
