@@ -1,0 +1,75 @@
+"""Stage 2: parameter-free scores of every pyramid entry, as a query (sQ) and as a key (sK) (SPEC section 2).
+
+Scores carry no gradient. Per-token scores are computed per head, then reduced to one score per
+key/value head: a query score of group g is the max over the H/G query heads of that group.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .config import LighthouseConfig
+
+
+def _group_max(s: torch.Tensor, groups: int) -> torch.Tensor:
+    """[B, N, H] per-head scores -> [B, G, N]: max over the query heads of each kv group."""
+    b, n, h = s.shape
+    return s.reshape(b, n, groups, h // groups).amax(dim=-1).transpose(1, 2).contiguous()
+
+
+@torch.no_grad()
+def norm_scores(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """sQ(0,j) = ||q_j||, sK(0,j) = ||k_j||, in float32 (float64 stays float64), each [B, G, N]."""
+    acc = torch.promote_types(q.dtype, torch.float32)
+    groups = k.shape[2]
+    sq = torch.linalg.vector_norm(q.to(acc), dim=-1)
+    sk = torch.linalg.vector_norm(k.to(acc), dim=-1)
+    return _group_max(sq, groups), _group_max(sk, groups)
+
+
+@torch.no_grad()
+def dilated_scores(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilation: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The paper's QK-interaction scorer, O(N^2 D / dilation).
+
+    Level 0 is viewed as `dilation` strided sub-sequences (tokens j, j+dilation, ...). Inside each, causal
+    softmax attention runs once as SDPA(q, k, v) and once as SDPA(k, q, v); the L2 norm of each output
+    row is sQ(0,j), resp. sK(0,j). With GQA, k and v are repeated to the H query heads for both calls,
+    so sK of a kv head is the max over its group's query heads, like sQ.
+    """
+    acc = torch.promote_types(q.dtype, torch.float32)
+    b, n, h, d = q.shape
+    groups = k.shape[2]
+    rep = h // groups
+
+    def strided(x: torch.Tensor) -> torch.Tensor:
+        # [B, N, H, D] -> [B * dilation, H, N / dilation, D]; row r holds tokens r, r + dilation, ...
+        x = x.to(acc).repeat_interleave(rep, dim=2) if x.shape[2] != h else x.to(acc)
+        return x.reshape(b, n // dilation, dilation, h, d).permute(0, 2, 3, 1, 4).reshape(b * dilation, h, n // dilation, d)
+
+    def unstrided_norm(o: torch.Tensor) -> torch.Tensor:
+        # [B * dilation, H, N / dilation, D] -> row norms [B, N, H]
+        o = o.reshape(b, dilation, h, n // dilation, d).permute(0, 3, 1, 2, 4).reshape(b, n, h, d)
+        return torch.linalg.vector_norm(o, dim=-1)
+
+    qs, ks, vs = strided(q), strided(k), strided(v)
+    sq = unstrided_norm(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True))
+    sk = unstrided_norm(F.scaled_dot_product_attention(ks, qs, vs, is_causal=True))
+    return _group_max(sq, groups), _group_max(sk, groups)
+
+
+def token_scores(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Level-0 scores [B, G, N] with the configured scorer."""
+    if config.scorer == "dilated":
+        return dilated_scores(q, k, v, config.dilation)
+    return norm_scores(q, k)
+
+
+@torch.no_grad()
+def pyramid_scores(s: torch.Tensor, pool: int, levels: int) -> list[torch.Tensor]:
+    """Max-pool level-0 scores [B, G, N] upward: level l is [B, G, N / pool**l]."""
+    b, g, n = s.shape
+    return [s if lvl == 0 else s.reshape(b, g, n // pool**lvl, pool**lvl).amax(dim=-1) for lvl in range(levels)]
