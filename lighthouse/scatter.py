@@ -23,7 +23,7 @@ class ScatterBack(torch.autograd.Function):
     """o_tilde [B, S, H, D] -> o [B, N, H, D], given each row's index into the concatenated pyramid."""
 
     @staticmethod
-    def forward(ctx, o_tilde: torch.Tensor, flat_index: torch.Tensor, seq_len: int, pool: int, levels: int):
+    def forward(ctx, o_tilde: torch.Tensor, flat_index: torch.Tensor, seq_len: int, pool: int, levels: int, spill: bool):
         b, _, h, d = o_tilde.shape
         acc = torch.promote_types(o_tilde.dtype, torch.float32)
         offsets = level_offsets(seq_len, pool, levels)
@@ -36,7 +36,7 @@ class ScatterBack(torch.autograd.Function):
             _shifted_windows(out, seq_len, span).add_(per_entry[:, off : off + seq_len // span].unsqueeze(2))
         ctx.save_for_backward(idx)
         ctx.shape = (seq_len, pool, levels, o_tilde.dtype)
-        return out[:, :seq_len].to(o_tilde.dtype)
+        return (out if spill else out[:, :seq_len]).to(o_tilde.dtype)
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
@@ -45,12 +45,19 @@ class ScatterBack(torch.autograd.Function):
         b, _, h, d = grad_out.shape
         acc = torch.promote_types(grad_out.dtype, torch.float32)
         padded = grad_out.new_zeros(b, seq_len + pool ** (levels - 1) - 1, h, d, dtype=acc)
-        padded[:, :seq_len] = grad_out
+        padded[:, : grad_out.shape[1]] = grad_out
         window_sums = [_shifted_windows(padded, seq_len, pool**lvl).sum(dim=2) for lvl in range(levels)]
         grad = torch.gather(torch.cat(window_sums, dim=1), 1, idx)
-        return grad.to(dtype), None, None, None, None
+        return grad.to(dtype), None, None, None, None, None
 
 
-def scatter_back(o_tilde: torch.Tensor, flat_index: torch.Tensor, seq_len: int, pool: int, levels: int) -> torch.Tensor:
-    """Sum every gathered row into its shifted range R(l, i); see ScatterBack."""
-    return ScatterBack.apply(o_tilde, flat_index, seq_len, pool, levels)
+def scatter_back(
+    o_tilde: torch.Tensor, flat_index: torch.Tensor, seq_len: int, pool: int, levels: int, spill: bool = False
+) -> torch.Tensor:
+    """Sum every gathered row into its shifted range R(l, i); see ScatterBack.
+
+    By default ranges are clipped to [0, seq_len). With `spill=True` the output keeps the
+    pool**(levels-1) - 1 positions past the end that ranges reach into (for a sequence shard whose
+    neighbour lives elsewhere, as under context parallelism).
+    """
+    return ScatterBack.apply(o_tilde, flat_index, seq_len, pool, levels, spill)

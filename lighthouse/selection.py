@@ -58,8 +58,14 @@ def _split(cand: torch.Tensor, chosen: torch.Tensor, kept: int) -> tuple[torch.T
     return reordered[..., :kept], reordered[..., kept:]
 
 
-def descend(sq_levels: list[torch.Tensor], sk_levels: list[torch.Tensor], config: LighthouseConfig) -> Selection:
-    """Run the tree descent on per-level scores ([B, G, N / p**l] each) and return the ordered Selection."""
+def descend(
+    sq_levels: list[torch.Tensor], sk_levels: list[torch.Tensor], config: LighthouseConfig, prefix: bool = True
+) -> Selection:
+    """Run the tree descent on per-level scores ([B, G, N / p**l] each) and return the ordered Selection.
+
+    `prefix` applies the prefix guarantee to tile 0; a sequence shard that does not hold token 0
+    (context parallelism) passes False.
+    """
     levels, pool, budget = config.levels, config.pool, config.tile_budget
     b, g, n_top = sq_levels[-1].shape
     device = sq_levels[0].device
@@ -80,7 +86,7 @@ def descend(sq_levels: list[torch.Tensor], sk_levels: list[torch.Tensor], config
             flat = cand.flatten(-2)
             sq = sq_levels[lvl].gather(-1, flat).view(cand.shape)
             sk = sk_levels[lvl].gather(-1, flat).view(cand.shape)
-            chosen = choose_expanded(sq, sk, budget, force_first=True)
+            chosen = choose_expanded(sq, sk, budget, force_first=prefix)
             expanded, leaves = _split(cand, chosen, budget)
             parts.append((lvl, leaves.flatten(-2), False))
             parts.append((lvl, expanded.flatten(-2), True))
@@ -94,13 +100,16 @@ def descend(sq_levels: list[torch.Tensor], sk_levels: list[torch.Tensor], config
 
 @torch.no_grad()
 def select(
-    q: torch.Tensor, k: torch.Tensor, config: LighthouseConfig, v: torch.Tensor | None = None
+    q: torch.Tensor, k: torch.Tensor, config: LighthouseConfig, v: torch.Tensor | None = None, prefix: bool = True
 ) -> Selection:
-    """Select the gathered set for `q [B, N, H, D]`, `k [B, N, G, D]` (v is needed by the dilated scorer)."""
+    """Select the gathered set for `q [B, N, H, D]`, `k [B, N, G, D]` (v is needed by the dilated scorer).
+
+    `prefix=False` is for a sequence shard that does not hold token 0 (see `descend`).
+    """
     config.validate(q.shape[1])
     if config.scorer == "dilated" and v is None:
         raise ValueError("scorer='dilated' needs v: call select(q, k, config, v=v)")
     sq, sk = token_scores(q, k, v, config)
     return descend(
-        pyramid_scores(sq, config.pool, config.levels), pyramid_scores(sk, config.pool, config.levels), config
+        pyramid_scores(sq, config.pool, config.levels), pyramid_scores(sk, config.pool, config.levels), config, prefix
     )

@@ -135,3 +135,28 @@ def test_gather_takes_each_selected_pyramid_row_for_every_head_of_its_group():
             for s in range(0, sel.level.shape[-1], 7):
                 lvl, idx = int(sel.level[b, h // 2, s]), int(sel.index[b, h // 2, s])
                 assert torch.equal(gathered[b, s, h], pyramid[lvl][b, idx, h])
+
+
+def test_scatter_back_can_keep_what_spills_past_the_end():
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4)
+    q, k, _ = random_qkv(1, 64, 2, 2, 3)
+    sel = select(q, k, config)
+    flat = pyramid_index(sel, 64, 2, 3)
+    o_tilde = torch.randn(1, sel.level.shape[-1], 2, 3, dtype=torch.float64, requires_grad=True)
+    full = scatter_back(o_tilde, flat, 64, 2, 3, spill=True)
+    assert full.shape[1] == 64 + 2**2 - 1
+    torch.testing.assert_close(full[:, :64], scatter_back(o_tilde, flat, 64, 2, 3), rtol=0, atol=0)
+    torch.testing.assert_close(full, _naive_scatter(o_tilde.detach(), sel, 64 + 3, 2, 2)[:, :67], rtol=0, atol=1e-13)
+    assert torch.autograd.gradcheck(lambda o: scatter_back(o, flat, 64, 2, 3, spill=True), (o_tilde,))
+
+
+def test_without_the_prefix_guarantee_a_shard_selects_by_score_alone():
+    # Scores grow with position, so coarsest entry 0 scores lowest: only the prefix guarantee expands it.
+    n = 64
+    sq = torch.arange(n, dtype=torch.float64) + 1.0
+    q = sq.view(1, n, 1, 1).expand(1, n, 1, 2).contiguous()
+    k = q.clone()
+    config = LighthouseConfig(levels=2, pool=2, topk=2, tile_budget=2)
+    with_prefix, without = select(q, k, config), select(q, k, config, prefix=False)
+    first = lambda s: bool((s.expanded & (s.level == 1) & (s.index == 0)).any())  # noqa: E731
+    assert first(with_prefix) and not first(without)
