@@ -1,0 +1,1 @@
+"""Evaluations of trained checkpoints."""
