@@ -1,0 +1,123 @@
+"""Stage 4, fused: gather Q~, K~, V~ straight from the token tensors and the pooled levels, and the
+backward of gather and pooling together.
+
+Forward: one program per (block of gathered slots, batch * kv-head) decodes each slot's (level, index)
+from its packed key and copies the group's query heads, key head and value head rows.
+Backward: each pyramid entry is gathered at most once per row, so gradient reaches token j only from the
+slots that hold an entry covering j, at most one per level. With the inverse map entry -> slot this is a
+gather too: dx_j = sum_l dX~[slot(l, j // p^l)] / p^l, summed in float32 and cast once (no atomics).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .launch import log2, row_block
+from .ordering import decode_entry, level_offset, static_level_offset
+from .pyramid import Pyramid
+
+
+@triton.jit
+def _gather_head(x_ptr, pyr_ptr, out_ptr, b, h, s, smask, is_base, idx, pidx, N, NP, S,
+                 HX: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr):
+    d = tl.arange(0, BLOCK_D)
+    mask = smask[:, None] & (d < D)[None, :]
+    base = tl.load(x_ptr + ((b * N + idx) * HX + h)[:, None] * D + d[None, :],
+                   mask=mask & is_base[:, None], other=0.0)
+    pooled = tl.load(pyr_ptr + ((b * NP + pidx) * HX + h)[:, None] * D + d[None, :],
+                     mask=mask & ~is_base[:, None], other=0.0)
+    tl.store(out_ptr + ((b * S + s) * HX + h)[:, None] * D + d[None, :],
+             tl.where(is_base[:, None], base, pooled), mask=mask)
+
+
+@triton.jit
+def _gather_kernel(packed_ptr, q_ptr, k_ptr, v_ptr, qp_ptr, kp_ptr, vp_ptr, qo_ptr, ko_ptr, vo_ptr,
+                   N, NP, S, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
+                   LOG2P: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    bg = tl.program_id(1).to(tl.int64)
+    b = bg // G
+    g = bg % G
+    REP: tl.constexpr = H // G
+    s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
+    smask = s < S
+    lvl, idx, _ = decode_entry(tl.load(packed_ptr + bg * S + s, mask=smask, other=0), L, LOG2P)
+    pidx = level_offset(lvl, N, L, LOG2P) - N + idx  # row in the pooled levels (level >= 1)
+    is_base = lvl == 0
+    for r in tl.static_range(REP):
+        _gather_head(q_ptr, qp_ptr, qo_ptr, b, g * REP + r, s, smask, is_base, idx, pidx, N, NP, S, H, D, BLOCK_D)
+    _gather_head(k_ptr, kp_ptr, ko_ptr, b, g, s, smask, is_base, idx, pidx, N, NP, S, G, D, BLOCK_D)
+    _gather_head(v_ptr, vp_ptr, vo_ptr, b, g, s, smask, is_base, idx, pidx, N, NP, S, G, D, BLOCK_D)
+
+
+@triton.jit
+def _pool_gather_bwd_head(dxt_ptr, dx_ptr, slots_row, b, h, j, jmask, N, S, HX: tl.constexpr,
+                          D: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_D: tl.constexpr):
+    d = tl.arange(0, BLOCK_D)
+    dmask = (d < D)[None, :]
+    acc = tl.zeros([BLOCK_N, BLOCK_D], tl.float32)
+    for lvl in tl.static_range(L):
+        slot = tl.load(slots_row + static_level_offset(lvl, N, LOG2P) + (j >> (lvl * LOG2P)), mask=jmask, other=-1)
+        grad = tl.load(dxt_ptr + ((b * S + slot) * HX + h)[:, None] * D + d[None, :],
+                       mask=(slot >= 0)[:, None] & dmask, other=0.0)
+        acc += grad.to(tl.float32) * (1.0 / (1 << (lvl * LOG2P)))
+    tl.store(dx_ptr + ((b * N + j) * HX + h)[:, None] * D + d[None, :], acc.to(dx_ptr.dtype.element_ty),
+             mask=jmask[:, None] & dmask)
+
+
+@triton.jit
+def _pool_gather_bwd_kernel(slots_ptr, dqt_ptr, dkt_ptr, dvt_ptr, dq_ptr, dk_ptr, dv_ptr, N, NTOT, S,
+                            H: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
+                            LOG2P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    bg = tl.program_id(1).to(tl.int64)
+    b = bg // G
+    g = bg % G
+    REP: tl.constexpr = H // G
+    j = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    jmask = j < N
+    slots_row = slots_ptr + bg * NTOT
+    for r in tl.static_range(REP):
+        _pool_gather_bwd_head(dqt_ptr, dq_ptr, slots_row, b, g * REP + r, j, jmask, N, S, H, D, L, LOG2P, BLOCK_N, BLOCK_D)
+    _pool_gather_bwd_head(dkt_ptr, dk_ptr, slots_row, b, g, j, jmask, N, S, G, D, L, LOG2P, BLOCK_N, BLOCK_D)
+    _pool_gather_bwd_head(dvt_ptr, dv_ptr, slots_row, b, g, j, jmask, N, S, G, D, L, LOG2P, BLOCK_N, BLOCK_D)
+
+
+
+class GatherPyramid(torch.autograd.Function):
+    """(q, k, v, their pooled levels, gather order) -> Q~, K~, V~; gradient flows to q, k, v through
+    gather and pooling (the pooled levels are a function of q, k, v, not independent inputs)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, qp, kp, vp, packed, slots, pool: int, levels: int):
+        b, n, h, d = q.shape
+        g, s = k.shape[2], packed.shape[-1]
+        qt, kt, vt = q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d)
+        block_s, block_d = row_block(d)
+        _gather_kernel[(triton.cdiv(s, block_s), b * g)](
+            packed, q, k, v, qp, kp, vp, qt, kt, vt, n, qp.shape[1], s,
+            H=h, G=g, D=d, L=levels, LOG2P=log2(pool), BLOCK_S=block_s, BLOCK_D=block_d,
+        )
+        ctx.save_for_backward(slots)
+        ctx.meta = (q.shape, k.shape, pool, levels)
+        return qt, kt, vt
+
+    @staticmethod
+    def backward(ctx, dqt, dkt, dvt):
+        (slots,) = ctx.saved_tensors
+        q_shape, k_shape, pool, levels = ctx.meta
+        b, n, h, d = q_shape
+        g, s = k_shape[2], dqt.shape[1]
+        dq, dk, dv = dqt.new_empty(q_shape), dkt.new_empty(k_shape), dvt.new_empty(k_shape)
+        block_n, block_d = row_block(d)
+        _pool_gather_bwd_kernel[(triton.cdiv(n, block_n), b * g)](
+            slots, dqt.contiguous(), dkt.contiguous(), dvt.contiguous(), dq, dk, dv, n, slots.shape[-1], s,
+            H=h, G=g, D=d, L=levels, LOG2P=log2(pool), BLOCK_N=block_n, BLOCK_D=block_d,
+        )
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
+def gather_pyramid(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, packed: torch.Tensor,
+                   slots: torch.Tensor, pool: int, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q~ [B, S, H, D], K~, V~ [B, S, G, D] in gather order; differentiable in q, k, v (contiguous)."""
+    return GatherPyramid.apply(q, k, v, pyramid.q, pyramid.k, pyramid.v, packed, slots, pool, levels)

@@ -1,0 +1,94 @@
+"""Stage 4, fused: packed int64 sort keys, the per-tile sort, and the inverse map entry -> gathered slot.
+
+A gathered entry travels as one int64, `packed = key * L + level`, where `key` is SPEC section 4's exact
+sort key (leaf: start*(L+1); expanded: end*(L+1) + level). Keys are unique within a row, so sorting the
+packed values sorts by key, and (level, index) decode from the value alone: no argsort, no payload.
+
+Tiles are contiguous in token space and every entry of a tile lies inside the tile's tokens, so a row's
+gather order is its tiles' sorted orders laid end to end: each tile is sorted on its own.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .launch import log2
+
+
+@triton.jit
+def packed_key(pos, expanded, lvl: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr):
+    """Packed key of level-`lvl` entries `pos` (int64): leaves sort at their start, expanded at their end."""
+    span: tl.constexpr = 1 << (lvl * LOG2P)
+    leaf_key = pos * span * (L + 1)
+    expanded_key = ((pos + 1) * span - 1) * (L + 1) + lvl
+    return tl.where(expanded, expanded_key, leaf_key) * L + lvl
+
+
+@triton.jit
+def decode_entry(packed, L: tl.constexpr, LOG2P: tl.constexpr):
+    """(level, index, span) of packed keys; index is the entry's position within its level."""
+    lvl = packed % L
+    key = packed // L
+    span = tl.full(lvl.shape, 1, tl.int64) << (lvl * LOG2P)
+    anchor = key // (L + 1)  # leaf: first token; expanded: last token
+    start = tl.where(key % (L + 1) != 0, anchor + 1 - span, anchor)
+    return lvl, start >> (lvl * LOG2P), span
+
+
+@triton.jit
+def level_offset(lvl, n, L: tl.constexpr, LOG2P: tl.constexpr):
+    """Start of level `lvl` (tensor) in the concatenation of all levels of an `n`-token row."""
+    off = tl.zeros(lvl.shape, tl.int64)
+    for below in tl.static_range(L - 1):
+        off += tl.where(lvl > below, n >> (below * LOG2P), 0)
+    return off
+
+
+@triton.jit
+def static_level_offset(lvl: tl.constexpr, n, LOG2P: tl.constexpr):
+    """Start of level `lvl` (compile-time constant) in the concatenation of all levels."""
+    off = n * 0
+    for below in tl.static_range(lvl):
+        off += n >> (below * LOG2P)
+    return off
+
+
+@triton.jit
+def _slot_map_kernel(packed_ptr, slots_ptr, S, N, NTOT, L: tl.constexpr, LOG2P: tl.constexpr,
+                     BLOCK: tl.constexpr):
+    row = tl.program_id(1).to(tl.int64)
+    s = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = s < S
+    packed = tl.load(packed_ptr + row * S + s, mask=mask, other=0)
+    lvl, idx, _ = decode_entry(packed, L, LOG2P)
+    tl.store(slots_ptr + row * NTOT + level_offset(lvl, N, L, LOG2P) + idx, s.to(tl.int32), mask=mask)
+
+
+def sort_tiles(packed: torch.Tensor, num_tiles: int) -> torch.Tensor:
+    """Sort each tile's packed keys ([B, G, S], tiles end to end): the row's gather order."""
+    b, g, s = packed.shape
+    return torch.sort(packed.view(b * g * num_tiles, s // num_tiles), dim=-1).values.view(b, g, s)
+
+
+def slot_map(packed: torch.Tensor, seq_len: int, pool: int, levels: int) -> torch.Tensor:
+    """Inverse of the gather order: int32 [B, G, sum_l N/p^l], slot of each pyramid entry or -1."""
+    b, g, s = packed.shape
+    ntot = sum(seq_len // pool**lvl for lvl in range(levels))
+    slots = torch.full((b, g, ntot), -1, dtype=torch.int32, device=packed.device)
+    block = 1024
+    _slot_map_kernel[(triton.cdiv(s, block), b * g)](
+        packed, slots, s, seq_len, ntot, L=levels, LOG2P=log2(pool), BLOCK=block
+    )
+    return slots
+
+
+def decode(packed: torch.Tensor, pool: int, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(level, index, expanded) of packed keys, in PyTorch (to build a `Selection`)."""
+    lvl = packed % levels
+    key = packed // levels
+    span = pool**lvl
+    anchor = key // (levels + 1)
+    expanded = key % (levels + 1) != 0
+    start = torch.where(expanded, anchor + 1 - span, anchor)
+    return lvl, start // span, expanded

@@ -1,0 +1,56 @@
+"""backend="flash_attn": the first flash-attn implementation that imports runs, else a clear error."""
+import sys
+import types
+
+import pytest
+import torch
+
+from lighthouse import LighthouseConfig
+
+from ._testing import random_qkv
+from .flash_attn_backend import IMPLEMENTATIONS, flash_attn_causal, load_flash_attn
+from .fused import fused_lighthouse_attention
+
+MODULES = [module for module, _ in IMPLEMENTATIONS]
+
+
+@pytest.fixture
+def no_flash_attn(monkeypatch):
+    """Hide every flash-attn implementation (None in sys.modules makes import raise ImportError)."""
+    for module in MODULES:
+        monkeypatch.setitem(sys.modules, module, None)
+
+
+def _fake_flash_attn(calls):
+    def flash_attn_func(q, k, v, causal):
+        calls.append(causal)
+        return q * 2, None  # a (out, lse) pair, as some versions return
+
+    return types.SimpleNamespace(flash_attn_func=flash_attn_func)
+
+
+def test_missing_package_raises_naming_it(no_flash_attn):
+    with pytest.raises(RuntimeError, match="backend='flash_attn' needs the flash-attn package"):
+        load_flash_attn()
+
+
+def test_layer_with_missing_package_raises(no_flash_attn):
+    q, k, v = random_qkv(1, 64, 2, 2, 8, torch.float32)
+    config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, backend="flash_attn")
+    with pytest.raises(RuntimeError, match="flash-attn package"):
+        fused_lighthouse_attention(q, k, v, config)
+
+
+def test_prefers_flash_attention_3_and_calls_it_causal(no_flash_attn, monkeypatch):
+    fa3, fa2 = [], []
+    monkeypatch.setitem(sys.modules, "flash_attn_interface", _fake_flash_attn(fa3))
+    monkeypatch.setitem(sys.modules, "flash_attn", _fake_flash_attn(fa2))
+    assert load_flash_attn()[0] == "FlashAttention-3"
+    q = torch.randn(1, 8, 2, 4)
+    assert torch.equal(flash_attn_causal(q, q, q), q * 2)
+    assert fa3 == [True] and fa2 == []
+
+
+def test_falls_back_to_flash_attention_2(no_flash_attn, monkeypatch):
+    monkeypatch.setitem(sys.modules, "flash_attn", _fake_flash_attn([]))
+    assert load_flash_attn()[0] == "FlashAttention-2"

@@ -1,0 +1,36 @@
+"""The fused gather copies the reference's rows, and its backward is autograd's through pooling and gather."""
+import pytest
+import torch
+
+from lighthouse import LighthouseConfig, gather_subsequence, pool_pyramid
+
+from ._testing import CPU_DTYPES, DEVICE, assert_close, random_qkv, random_selection
+from .gather import gather_pyramid
+from .pyramid import pool_and_score
+
+DTYPES = CPU_DTYPES + ((torch.bfloat16,) if DEVICE.type == "cuda" else ())
+# (batch, seq_len, heads, kv_heads, dim, levels, pool, topk, tile_budget)
+CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 256, 2, 2, 24, 3, 4, 8, 4), (1, 64, 2, 1, 8, 2, 2, 8, 4)]
+CASE_IDS = [f"B{c[0]}-N{c[1]}-H{c[2]}-G{c[3]}-D{c[4]}-L{c[5]}-p{c[6]}-k{c[7]}-m{c[8]}" for c in CASES]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("b, n, h, g, d, levels, pool, topk, budget", CASES, ids=CASE_IDS)
+def test_gather_and_its_gradient_equal_reference(b, n, h, g, d, levels, pool, topk, budget, dtype):
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    q, k, v = random_qkv(b, n, h, g, d, dtype, requires_grad=True)
+    packed, slots, flat = random_selection(b, g, n, config)
+    with torch.no_grad():
+        pyramid = pool_and_score(q, k, v, pool, levels, scores=False)
+    fast = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
+    sizes = [n // pool**lvl for lvl in range(1, levels)]
+    for x, pooled, out in zip((q, k, v), pyramid[:3], fast):
+        # the same pooled rows go in, so the copies are exact
+        assert torch.equal(out, gather_subsequence([x.detach(), *pooled.split(sizes, dim=1)], flat))
+
+    grads_out = [torch.randn_like(t) for t in fast]
+    grads = torch.autograd.grad(fast, (q, k, v), grads_out)
+    ref = [gather_subsequence(pool_pyramid(x, pool, levels), flat) for x in (q, k, v)]
+    ref_grads = torch.autograd.grad(ref, (q, k, v), grads_out)
+    for name, r, f in zip(("dq", "dk", "dv"), ref_grads, grads):
+        assert_close(name, r, f, dtype)

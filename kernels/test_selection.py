@@ -1,0 +1,73 @@
+"""The tile-selection kernel picks exactly what `lighthouse.descend` picks: same entries, same order."""
+import pytest
+import torch
+
+from lighthouse import LighthouseConfig, descend, pyramid_scores
+from lighthouse import select as reference_select
+
+from ._testing import DEVICE, random_qkv
+from .selection import select, select_packed, selection_of
+
+# (levels, pool, topk, tile_budget, seq_len): several tiles, deep and shallow pyramids, m from 2 to 16,
+# coarsest tiles that are and are not a multiple of m
+CONFIGS = [
+    (3, 4, 32, 8, 512),
+    (3, 2, 16, 2, 64),
+    (2, 4, 16, 4, 128),
+    (4, 2, 32, 16, 1024),
+    (3, 4, 24, 8, 768),
+    (2, 2, 8, 8, 160),
+]
+CONFIG_IDS = [f"L{c[0]}-p{c[1]}-k{c[2]}-m{c[3]}-N{c[4]}" for c in CONFIGS]
+
+
+def _score_pyramids(shape, seq_len, config, ties):
+    """Max-pooled score pyramids of fresh random token scores; `ties` draws from 3 values only."""
+    def one():
+        s = torch.rand(*shape, seq_len, device=DEVICE)
+        return pyramid_scores((s * 3).floor() if ties else s, config.pool, config.levels)
+    return one(), one()
+
+
+def _assert_same_selection(fast, ref):
+    assert torch.equal(fast.level, ref.level), "levels differ"
+    assert torch.equal(fast.index, ref.index), "indices differ"
+    assert torch.equal(fast.expanded, ref.expanded), "expanded flags differ"
+
+
+@pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
+@pytest.mark.parametrize("levels, pool, topk, budget, n", CONFIGS, ids=CONFIG_IDS)
+def test_kernel_descent_equals_reference(levels, pool, topk, budget, n, ties):
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    sq, sk = _score_pyramids((1, 2), n, config, ties)
+    packed = select_packed(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
+    _assert_same_selection(selection_of(packed, config), descend(sq, sk, config))
+
+
+@pytest.mark.parametrize("prefix", [True, False], ids=["prefix", "shard"])
+def test_prefix_guarantee_follows_the_flag(prefix):
+    # Token 0 scores lowest everywhere: only the prefix guarantee can expand its chain.
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4)
+    n = 128
+    sq, sk = _score_pyramids((2, 1), n, config, ties=False)
+    for s in sq + sk:
+        s[..., 0] = -1.0
+    packed = select_packed(torch.cat(sq, -1), torch.cat(sk, -1), n, config, prefix=prefix)
+    fast = selection_of(packed, config)
+    _assert_same_selection(fast, descend(sq, sk, config, prefix=prefix))
+    token0_chain_expanded = fast.expanded & (fast.index == 0) & (fast.level > 0)
+    assert token0_chain_expanded.sum().item() == (2 * (config.levels - 1) if prefix else 0)
+
+
+@pytest.mark.parametrize("scorer", ["norm", "dilated"])
+def test_select_from_qkv_with_gqa_equals_reference(scorer):
+    config = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8, scorer=scorer, dilation=2)
+    q, k, v = random_qkv(2, 256, 4, 2, 8, torch.float32)
+    _assert_same_selection(select(q, k, config, v=v), reference_select(q, k, config, v=v))
+
+
+def test_float64_scores_are_rejected():
+    config = LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=4)
+    s = torch.rand(1, 1, 48, dtype=torch.float64, device=DEVICE)
+    with pytest.raises(ValueError, match="float32 scores; got sq torch.float64"):
+        select_packed(s, s, 32, config)
