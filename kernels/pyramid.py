@@ -41,9 +41,8 @@ def _pool_head(x_ptr, pyr_ptr, t0, b, h, N, NP, HX: tl.constexpr, D: tl.constexp
                 mask=tmask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
     cur = x
     for lvl in tl.static_range(1, L):
-        rows: tl.constexpr = BLOCK_T >> (lvl * LOG2P)
-        cur = tl.sum(tl.reshape(cur, [rows, P, BLOCK_D]), axis=1) * (1.0 / P)
-        r = (t0 >> (lvl * LOG2P)) + tl.arange(0, rows)
+        cur = tl.sum(tl.reshape(cur, [BLOCK_T >> (lvl * LOG2P), P, BLOCK_D]), axis=1) * (1.0 / P)
+        r = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
         out = pyr_ptr + ((b * NP + static_level_offset(lvl, N, LOG2P) - N + r)[:, None] * HX + h) * D
         tl.store(out + d[None, :], cur.to(pyr_ptr.dtype.element_ty),
                  mask=(r < (N >> (lvl * LOG2P)))[:, None] & dmask[None, :])
@@ -57,9 +56,8 @@ def _store_score_pyramid(score_ptr, s, t0, N, L: tl.constexpr, LOG2P: tl.constex
     t = tl.arange(0, BLOCK_T)
     tl.store(score_ptr + t0 + t, s, mask=t0 + t < N)
     for lvl in tl.static_range(1, L):
-        rows: tl.constexpr = BLOCK_T >> (lvl * LOG2P)
-        s = tl.max(tl.reshape(s, [rows, P]), axis=1)
-        r = (t0 >> (lvl * LOG2P)) + tl.arange(0, rows)
+        s = tl.max(tl.reshape(s, [BLOCK_T >> (lvl * LOG2P), P]), axis=1)
+        r = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
         tl.store(score_ptr + static_level_offset(lvl, N, LOG2P) + r, s, mask=r < (N >> (lvl * LOG2P)))
 
 

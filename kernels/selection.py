@@ -25,9 +25,10 @@ from lighthouse.selection import select as reference_select
 from .launch import log2
 from .ordering import decode, packed_key, sort_tiles, static_level_offset
 
-_POS_BITS = 31
-_NONE_KEY = -(2**63)  # a slot that holds no candidate
-_FORCED_KEY = 2**63 - 1  # the prefix guarantee; its low bits decode to position 0
+_POS_SCALE = tl.constexpr(2**31)  # positions take the low 31 bits of a key
+_POS_MASK = tl.constexpr(2**31 - 1)
+_NONE_KEY = tl.constexpr(-(2**63))  # a slot that holds no candidate
+_FORCED_KEY = tl.constexpr(2**63 - 1)  # the prefix guarantee; its low bits decode to position 0
 
 
 @triton.jit
@@ -37,7 +38,7 @@ def _score_keys(score, pos, valid, FORCE: tl.constexpr):
     bits = s.to(tl.int32, bitcast=True)
     bits = tl.where(s != s, 0x7FC00000, bits)  # every NaN is one value, above +inf
     ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    key = ordered.to(tl.int64) * (1 << _POS_BITS) + ((1 << _POS_BITS) - 1 - pos)
+    key = ordered.to(tl.int64) * _POS_SCALE + (pos ^ _POS_MASK)  # == 2^31-1-pos
     if FORCE:
         key = tl.where(pos == 0, _FORCED_KEY, key)
     return tl.where(valid, key, _NONE_KEY)
@@ -45,7 +46,7 @@ def _score_keys(score, pos, valid, FORCE: tl.constexpr):
 
 @triton.jit
 def _key_pos(key):
-    return (((1 << _POS_BITS) - 1) - (key & ((1 << _POS_BITS) - 1))).to(tl.int32)
+    return ((key & _POS_MASK) ^ _POS_MASK).to(tl.int32)
 
 
 @triton.jit
@@ -79,6 +80,36 @@ def _choose(run_q, run_k, HALF: tl.constexpr, M: tl.constexpr):
     rest = tl.where(_is_member(_key_pos(run_k), pos_q), _NONE_KEY, run_k)
     pos_k = _key_pos(_top(rest, HALF))
     return tl.reshape(tl.join(pos_q, pos_k), [M])
+
+
+@triton.jit
+def _descend_children(sq_row, sk_row, out, parent, N, lvl: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr,
+                      M: tl.constexpr, PREFIX: tl.constexpr):
+    """Expand m of the p*m children of `parent` (none at level 0), write all children's packed keys
+    (child c of parent j at out[c*m + j]) and return the expanded positions."""
+    P: tl.constexpr = 1 << LOG2P
+    HALF: tl.constexpr = M // 2
+    lane = tl.arange(0, M)
+    chosen = parent.to(tl.int32)  # at level 0 nothing is expanded
+    if lvl > 0:
+        off = static_level_offset(lvl, N, LOG2P)
+        run_q = tl.full([HALF], _NONE_KEY, tl.int64)
+        run_k = tl.full([M], _NONE_KEY, tl.int64)
+        for c in tl.static_range(P):
+            pos = parent * P + c
+            sq = tl.load(sq_row + off + pos)
+            sk = tl.load(sk_row + off + pos)
+            run_q = _merge_top(run_q, _score_keys(sq, pos, pos >= 0, PREFIX), HALF)
+            run_k = _merge_top(run_k, _score_keys(sk, pos, pos >= 0, False), M)
+        chosen = _choose(run_q, run_k, HALF, M)
+    for c in tl.static_range(P):
+        pos = parent * P + c
+        if lvl > 0:
+            expanded = _is_member(pos, chosen)
+        else:
+            expanded = pos < 0
+        tl.store(out + c * M + lane, packed_key(pos, expanded, lvl, L, LOG2P))
+    return chosen
 
 
 @triton.jit
@@ -119,26 +150,8 @@ def _select_tile_kernel(sq_ptr, sk_ptr, out_ptr, N, NTOT, S, C, E_T, L: tl.const
 
     # finer levels: the candidates are the p*m children of the m expanded entries
     for step in tl.static_range(L - 1):
-        lvl: tl.constexpr = L - 2 - step
-        parent = chosen.to(tl.int64)
-        if lvl > 0:
-            off = static_level_offset(lvl, N, LOG2P)
-            run_q = tl.full([HALF], _NONE_KEY, tl.int64)
-            run_k = tl.full([M], _NONE_KEY, tl.int64)
-            for c in tl.static_range(P):
-                pos = parent * P + c
-                sq = tl.load(sq_row + off + pos)
-                sk = tl.load(sk_row + off + pos)
-                run_q = _merge_top(run_q, _score_keys(sq, pos, pos >= 0, PREFIX), HALF)
-                run_k = _merge_top(run_k, _score_keys(sk, pos, pos >= 0, False), M)
-            chosen = _choose(run_q, run_k, HALF, M)
-        for c in tl.static_range(P):
-            pos = parent * P + c
-            if lvl > 0:
-                expanded = _is_member(pos, chosen)
-            else:
-                expanded = pos < 0
-            tl.store(out + C + (step * P + c) * M + lane, packed_key(pos, expanded, lvl, L, LOG2P))
+        chosen = _descend_children(sq_row, sk_row, out + C + step * P * M, chosen.to(tl.int64), N,
+                                   L - 2 - step, L, LOG2P, M, PREFIX)
 
 
 def select_packed(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, config: LighthouseConfig,
