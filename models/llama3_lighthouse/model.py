@@ -1,0 +1,64 @@
+"""torchtitan's Llama-3 with the inner attention call of chosen layers swapped for Lighthouse.
+
+Only the call between RoPE and the output projection changes, so parameter names and shapes are those
+of stock Llama-3 and a checkpoint loads whatever the attention setting.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torchtitan.models.llama3.model.model import Attention, Transformer, apply_rotary_emb
+
+from lighthouse import LighthouseConfig, lighthouse_attention
+
+from .args import LighthouseLlamaArgs
+
+SelectionObserver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, LighthouseConfig], None]
+
+
+class LighthouseLlamaAttention(Attention):
+    """Llama-3 attention that runs `lighthouse_attention` on q [B,N,H,D], k/v [B,N,G,D] after RoPE.
+
+    With `lighthouse` None, or after `use_lighthouse = False`, it is exactly torchtitan's causal SDPA.
+    `selection_observer`, when set, is called with (q, k, v, config) detached, for logging statistics;
+    it is skipped under torch.compile.
+    """
+
+    def __init__(self, model_args: LighthouseLlamaArgs, lighthouse: LighthouseConfig | None) -> None:
+        super().__init__(model_args)
+        if model_args.attn_type != "sdpa":
+            raise ValueError(f"attn_type={model_args.attn_type!r}: Lighthouse layers replace causal SDPA only")
+        self.lighthouse = lighthouse
+        self.use_lighthouse = lighthouse is not None
+        self.selection_observer: SelectionObserver | None = None
+
+    def forward(self, x, freqs_cis, attention_masks, positions=None):
+        if not self.use_lighthouse:
+            return super().forward(x, freqs_cis, attention_masks, positions)
+        bs, seqlen, _ = x.shape
+        xq = self.wq(x).view(bs, seqlen, -1, self.head_dim)
+        xk = self.wk(x).view(bs, seqlen, -1, self.head_dim)
+        xv = self.wv(x).view(bs, seqlen, -1, self.head_dim)
+        xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis, positions=positions)
+        if self.selection_observer is not None and not torch.compiler.is_compiling():
+            self.selection_observer(xq.detach(), xk.detach(), xv.detach(), self.lighthouse)
+        output = lighthouse_attention(xq, xk, xv, self.lighthouse)
+        return self.wo(output.reshape(bs, seqlen, -1))
+
+
+class LighthouseLlama(Transformer):
+    """Llama-3 decoder whose layers run Lighthouse except `dense_layers` (all dense without a config)."""
+
+    def __init__(self, model_args: LighthouseLlamaArgs) -> None:
+        super().__init__(model_args)
+        # torchtitan's blocks build their own Attention; replace it (cheap: construction is on meta device).
+        for layer_id, block in self.layers.items():
+            dense = int(layer_id) in model_args.dense_layers
+            block.attention = LighthouseLlamaAttention(model_args, None if dense else model_args.lighthouse)
+
+    def set_lighthouse_enabled(self, enabled: bool) -> None:
+        """Switch every Lighthouse layer between Lighthouse and dense SDPA; dense layers stay dense."""
+        for module in self.modules():
+            if isinstance(module, LighthouseLlamaAttention) and module.lighthouse is not None:
+                module.use_lighthouse = enabled

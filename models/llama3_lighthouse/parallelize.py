@@ -1,0 +1,27 @@
+"""FSDP2, activation checkpointing, torch.compile (and TP) from torchtitan's Llama-3, plus the CPU/gloo fix."""
+from __future__ import annotations
+
+from torch import nn
+from torch.distributed.fsdp import FSDPModule
+from torchtitan.distributed import ParallelDims
+from torchtitan.models.llama3 import parallelize_llama
+from torchtitan.tools import utils
+
+
+def force_sum_reduction(model: nn.Module) -> None:
+    """Make FSDP reduce gradients with plain SUM: gloo rejects the PREMUL_SUM that FSDP2 uses by default."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_force_sum_reduction_for_comms(True)
+
+
+def parallelize_lighthouse_llama(model: nn.Module, parallel_dims: ParallelDims, job_config) -> nn.Module:
+    """torchtitan's `parallelize_llama`; on CPU (gloo) FSDP is switched to SUM reductions.
+
+    Lighthouse layers add no parameters and keep the stock module names, so TP plans, the AC policy and
+    per-block compile apply unchanged. Context parallel is rejected at start-up for Lighthouse layers.
+    """
+    model = parallelize_llama(model, parallel_dims, job_config)
+    if utils.device_type == "cpu" and parallel_dims.fsdp_enabled:
+        force_sum_reduction(model)
+    return model

@@ -1,0 +1,136 @@
+"""Make torchtitan 0.2.2 run on a machine without an accelerator (debugging and CI).
+
+Active only when torch sees no accelerator; on a GPU machine `install()` changes nothing. Each patch fixes
+one fact about torchtitan 0.2.2 + torch 2.13 on CPU:
+
+1. `import torchtitan` imports triton (through `torchtitan.models.moe.kernels`); CPU wheels of torch do not
+   ship triton. If triton cannot be imported, a stand-in for that module is registered; it raises if an
+   MoE token permutation is ever requested (the dense Llama of this recipe never does).
+2. `torchtitan.tools.utils.device_type` falls back to "cuda" without a GPU. It and the modules that copied
+   it at import time are pointed at "cpu".
+3. `DeviceMemoryMonitor` calls `torch.cpu` functions that do not exist (`get_device_name`,
+   `get_device_properties`, `memory_stats`, ...). `CpuDeviceModule` provides them: peak memory is the
+   process's peak resident set size, capacity the machine's physical memory.
+4. `set_pg_timeouts` calls `barrier(device_ids=[device_module.current_device()])`, which is the string
+   'cpu' for `torch.cpu`; `CpuDeviceModule.current_device()` returns the index 0 instead.
+5. FSDP2 reduces gradients with `ReduceOp.PREMUL_SUM`, which gloo rejects. `force_sum_reduction` is
+   applied by the model's parallelize function on CPU (see `models/llama3_lighthouse/parallelize.py`).
+6. Ring attention (context parallel) has no sharding rule for the CPU flash op
+   `aten._scaled_dot_product_flash_attention_for_cpu`. Not patched: context parallelism is GPU-only in this
+   recipe and `recipe.job_config.check_job_config` rejects `context_parallel_degree > 1` on CPU.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import resource
+import sys
+import types
+from typing import Any
+
+import torch
+from torch._utils import _get_available_device_type
+
+MOE_KERNELS_MODULE = "torchtitan.models.moe.kernels"
+# Modules of torchtitan that bind `device_type` / `device_module` at import time.
+DEVICE_BINDING_MODULES = (
+    "torchtitan.tools.utils",
+    "torchtitan.tools.profiling",
+    "torchtitan.components.metrics",
+    "torchtitan.distributed.parallel_dims",
+    "torchtitan.distributed.utils",
+    "torchtitan.distributed.dual_pipe_v",
+)
+
+
+def on_cpu_only() -> bool:
+    """True when torch sees no accelerator, i.e. torchtitan would (wrongly) assume CUDA."""
+    return _get_available_device_type() is None
+
+
+def triton_importable() -> bool:
+    try:
+        importlib.import_module("triton")
+    except ImportError:
+        return False
+    return True
+
+
+def _moe_kernels_unavailable(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError(
+        "MoE token permutation needs triton, which is not installed; the Lighthouse Llama model never calls it"
+    )
+
+
+def stub_moe_kernels() -> None:
+    """(1) Register a triton-free stand-in for `torchtitan.models.moe.kernels` before torchtitan is imported."""
+    if MOE_KERNELS_MODULE in sys.modules:
+        return
+    stub = types.ModuleType(MOE_KERNELS_MODULE, "Stand-in without triton: MoE kernels are unavailable.")
+    stub.__all__ = ["generate_permute_indices", "fill_indices_wrapper"]
+    stub.generate_permute_indices = _moe_kernels_unavailable
+    stub.fill_indices_wrapper = _moe_kernels_unavailable
+    sys.modules[MOE_KERNELS_MODULE] = stub
+
+
+class CpuDeviceModule:
+    """(3, 4) `torch.cpu` plus the CUDA-style functions torchtitan calls on its device module."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cpu, name)
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def set_device(device: Any) -> None:
+        """There is one CPU device; every rank uses it."""
+
+    @staticmethod
+    def get_device_name(device: Any = None) -> str:
+        return f"CPU {platform.processor() or platform.machine()}"
+
+    @staticmethod
+    def get_device_properties(device: Any = None) -> types.SimpleNamespace:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        return types.SimpleNamespace(name=CpuDeviceModule.get_device_name(), total_memory=total)
+
+    @staticmethod
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        """Peak resident set size of this process, reported as both active and reserved peak."""
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        return {"active_bytes.all.peak": peak, "reserved_bytes.all.peak": peak, "num_alloc_retries": 0, "num_ooms": 0}
+
+    @staticmethod
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        """The kernel's peak RSS cannot be reset, so CPU peaks are since process start."""
+
+    @staticmethod
+    def empty_cache() -> None:
+        """The CPU allocator keeps no cache to release."""
+
+
+def point_torchtitan_at_cpu() -> None:
+    """(2) Make every torchtitan module that bound the device at import time use "cpu" and `CpuDeviceModule`."""
+    device_module = CpuDeviceModule()
+    for name in DEVICE_BINDING_MODULES:
+        module = importlib.import_module(name)
+        module.device_type = "cpu"
+        module.device_module = device_module
+
+
+_installed: list[str] = []
+
+
+def install() -> list[str]:
+    """Apply the CPU patches once (no-op with an accelerator); return the names of those applied."""
+    if _installed or not on_cpu_only():
+        return list(_installed)
+    if not triton_importable():
+        stub_moe_kernels()
+        _installed.append("moe_kernels_without_triton")
+    point_torchtitan_at_cpu()
+    _installed.append("device_cpu")
+    return list(_installed)

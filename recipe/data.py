@@ -1,0 +1,283 @@
+"""Datasets for torchtitan's dataloader: byte-tokenized documents packed into fixed windows, resumable.
+
+`synthetic` (the offline default) generates a seeded long-range recall corpus; `local` reads a glob of
+.txt/.jsonl/.json/.parquet files (`training.dataset_path`); `c4` streams HF `allenai/c4` (`en`), or a local
+HF dataset folder given as `training.dataset_path`. Each source yields this data-parallel rank's documents;
+`PackedDocuments` turns them into [BOS doc EOS BOS doc EOS ...] windows of `seq_len + 1` tokens, and
+torchtitan's `ParallelAwareDataloader` (a torchdata StatefulDataLoader) saves source position and the
+partial window in every checkpoint, so a resumed run sees exactly the batches an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import random
+from abc import ABC, abstractmethod
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch.distributed.checkpoint.stateful import Stateful
+from torch.utils.data import IterableDataset
+from torchtitan.components.dataloader import ParallelAwareDataloader
+from torchtitan.components.tokenizer import BaseTokenizer
+
+LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
+C4_HUB_PATH = "allenai/c4"
+
+
+class DocumentSource(Stateful, ABC):
+    """This data-parallel rank's documents in a fixed order, endlessly; the state resumes after the last one yielded."""
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[str]:
+        ...
+
+
+# ---------------------------------------------------------------------------------------------------------
+# synthetic: filler text with key/value facts that are recalled half a document later
+
+_WORDS = (
+    "amber harbor silent meadow copper lantern river stone winter orchard signal canyon velvet engine "
+    "quiet garden marble tower hollow forest bright signal paper comet distant valley salt ember north "
+    "cedar window iron bridge crimson field slow thunder glass island mossy ladder violet ocean dusty road "
+    "golden spiral frozen lake humble market narrow street pale moon rusty anchor swift falcon"
+).split()
+
+
+def _filler_sentence(rng: random.Random) -> str:
+    words = [rng.choice(_WORDS) for _ in range(rng.randint(5, 12))]
+    return " ".join(words).capitalize() + "."
+
+
+def _section(rng: random.Random, n_chars: int, inserts: list[str]) -> list[str]:
+    """Filler sentences of about `n_chars` characters with `inserts` placed at random sentence slots."""
+    sentences: list[str] = []
+    budget = n_chars - sum(len(s) + 1 for s in inserts)
+    while budget > 0:
+        sentences.append(_filler_sentence(rng))
+        budget -= len(sentences[-1]) + 1
+    for text in inserts:
+        sentences.insert(rng.randint(0, len(sentences)), text)
+    return sentences
+
+
+def synthetic_document(seed: int, doc_id: int, n_chars: int) -> str:
+    """A deterministic document of about `n_chars` ASCII characters.
+
+    Its first half states facts "The code of <key> is <value>."; its second half recalls every one of
+    them in another order, so predicting a recalled value needs context from up to `n_chars` bytes back.
+    """
+    rng = random.Random(f"lighthouse-synthetic:{seed}:{doc_id}")
+    n_facts = max(1, n_chars // 2048)
+    keys = ["".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=6)) for _ in range(n_facts)]
+    values = [f"{rng.randrange(10**6):06d}" for _ in range(n_facts)]
+    facts = [f"The code of {key} is {value}." for key, value in zip(keys, values)]
+    recalls = [f"Recall: the code of {key} is {value}." for key, value in zip(keys, values)]
+    rng.shuffle(recalls)
+    half = n_chars // 2
+    return " ".join(_section(rng, half, facts) + _section(rng, n_chars - half, recalls))
+
+
+class SyntheticRecall(DocumentSource):
+    """Document ids rank, rank + world, rank + 2 * world, ... of the synthetic corpus."""
+
+    def __init__(self, seed: int, doc_chars: int, rank: int, world: int) -> None:
+        self.seed, self.doc_chars, self.rank, self.world = seed, doc_chars, rank, world
+        self._yielded = 0
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            doc_id = self.rank + self.world * self._yielded
+            self._yielded += 1
+            yield synthetic_document(self.seed, doc_id, self.doc_chars)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"yielded": self._yielded}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._yielded = state_dict["yielded"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# local: a glob of text files
+
+
+def _record_text(record: Any, where: str) -> str:
+    if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+        raise ValueError(f"{where}: expected an object with a string field 'text', got {str(record)[:80]!r}")
+    return record["text"]
+
+
+def read_documents(path: str) -> Iterator[str]:
+    """The documents of one file: a whole .txt file, or the 'text' field of each .jsonl/.json/.parquet record."""
+    suffix = Path(path).suffix
+    if suffix == ".txt":
+        yield Path(path).read_text(encoding="utf-8")
+    elif suffix == ".jsonl":
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if line.strip():
+                    yield _record_text(json.loads(line), f"{path}:{line_no}")
+    elif suffix == ".json":
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        for i, record in enumerate(data if isinstance(data, list) else [data]):
+            yield _record_text(record, f"{path}[{i}]")
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        if "text" not in table.column_names:
+            raise ValueError(f"{path}: parquet file has no 'text' column (columns: {table.column_names})")
+        yield from table.column("text").to_pylist()
+    else:
+        raise ValueError(f"{path}: unsupported file type {suffix!r}; expected one of {LOCAL_SUFFIXES}")
+
+
+def match_local_files(pattern: str | None) -> list[str]:
+    """Sorted files matching `pattern` (recursive `**` allowed); every one must have a supported suffix."""
+    if not pattern:
+        raise ValueError("dataset 'local' needs training.dataset_path, a glob such as 'data/**/*.jsonl'")
+    files = sorted(f for f in glob.glob(pattern, recursive=True) if Path(f).is_file())
+    if not files:
+        raise ValueError(f"training.dataset_path={pattern!r} matches no files")
+    unsupported = [f for f in files if Path(f).suffix not in LOCAL_SUFFIXES]
+    if unsupported:
+        raise ValueError(f"training.dataset_path={pattern!r} matches unsupported files {unsupported[:4]}; "
+                         f"expected suffixes {LOCAL_SUFFIXES}")
+    return files
+
+
+class LocalFiles(DocumentSource):
+    """Documents of the files in sorted order; rank r takes global documents r, r + world, ...; loops forever."""
+
+    def __init__(self, files: list[str], rank: int, world: int) -> None:
+        self.files, self.rank, self.world = files, rank, world
+        self._next = 0  # global index (within the epoch) of the first document not yet consumed
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            found = False
+            for index, text in enumerate(doc for path in self.files for doc in read_documents(path)):
+                if index < self._next or index % self.world != self.rank:
+                    continue
+                found = True
+                self._next = index + 1
+                yield text
+            if not found and self._next == 0:
+                raise ValueError(f"{len(self.files)} files hold no document for data-parallel rank {self.rank} "
+                                 f"of {self.world}")
+            self._next = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"next": self._next}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._next = state_dict["next"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# c4: Hugging Face streaming
+
+
+def load_c4(path: str | None):
+    """Streaming train split of C4 English from the hub, or of a local HF dataset folder."""
+    from datasets import load_dataset
+
+    if path and Path(path).is_dir():
+        return load_dataset(path, split="train", streaming=True)
+    return load_dataset(path or C4_HUB_PATH, name="en", split="train", streaming=True)
+
+
+class HuggingFaceStream(DocumentSource):
+    """The 'text' field of a streaming HF dataset, split across ranks; resumes through HF's own state."""
+
+    def __init__(self, dataset, rank: int, world: int) -> None:
+        from datasets.distributed import split_dataset_by_node
+
+        self._data = split_dataset_by_node(dataset, rank, world)
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            for sample in self._data:
+                yield sample["text"]
+            self._data.set_epoch(self._data.epoch + 1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"data": self._data.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._data.load_state_dict(state_dict["data"])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# packing and the torchtitan hook
+
+
+class PackedDocuments(IterableDataset, Stateful):
+    """({"input": tokens[:-1]}, labels = tokens[1:]) from consecutive `seq_len + 1`-token windows of the stream."""
+
+    def __init__(self, source: DocumentSource, tokenizer: BaseTokenizer, seq_len: int) -> None:
+        self.source, self.tokenizer, self.seq_len = source, tokenizer, seq_len
+        self._buffer: list[int] = []
+
+    def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
+        window = self.seq_len + 1
+        for text in self.source:
+            self._buffer.extend(self.tokenizer.encode(text, add_bos=True, add_eos=True))
+            while len(self._buffer) >= window:
+                tokens = torch.tensor(self._buffer[:window], dtype=torch.long)
+                self._buffer = self._buffer[window:]
+                yield {"input": tokens[:-1]}, tokens[1:]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"buffer": list(self._buffer), "source": self.source.state_dict()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._buffer = list(state_dict["buffer"])
+        self.source.load_state_dict(state_dict["source"])
+
+
+SourceBuilder = Callable[[str | None, int, int, int, int], DocumentSource]
+
+DATASETS: dict[str, SourceBuilder] = {
+    "synthetic": lambda path, seed, seq_len, rank, world: SyntheticRecall(seed, seq_len, rank, world),
+    "local": lambda path, seed, seq_len, rank, world: LocalFiles(match_local_files(path), rank, world),
+    "c4": lambda path, seed, seq_len, rank, world: HuggingFaceStream(load_c4(path), rank, world),
+}
+# Sources that split documents by data-parallel rank only, so dataloader workers would repeat them.
+_RANK_SHARDED_ONLY = ("synthetic", "local")
+
+
+def build_source(name: str, path: str | None, seed: int, seq_len: int, rank: int, world: int) -> DocumentSource:
+    """The document source registered as `name`; synthetic documents are `seq_len` characters long."""
+    if name not in DATASETS:
+        raise ValueError(f"training.dataset={name!r} is not one of {sorted(DATASETS)}")
+    return DATASETS[name](path, seed, seq_len, rank, world)
+
+
+def build_lighthouse_dataloader(
+    dp_world_size: int, dp_rank: int, tokenizer: BaseTokenizer, job_config
+) -> ParallelAwareDataloader:
+    """TrainSpec hook: the packed, resumable dataloader of `training.dataset` for this data-parallel rank.
+
+    The synthetic corpus is seeded by `debug.seed` (0 when unset).
+    """
+    training = job_config.training
+    workers = training.dataloader.num_workers
+    if workers > 0 and training.dataset in _RANK_SHARDED_ONLY:
+        raise ValueError(
+            f"training.dataloader.num_workers={workers} with training.dataset={training.dataset!r}: this source "
+            "shards by data-parallel rank only and byte tokenization is cheap; use num_workers = 0"
+        )
+    source = build_source(
+        training.dataset, training.dataset_path, job_config.debug.seed or 0, training.seq_len, dp_rank, dp_world_size
+    )
+    return ParallelAwareDataloader(
+        PackedDocuments(source, tokenizer, training.seq_len),
+        dp_rank=dp_rank,
+        dp_world_size=dp_world_size,
+        batch_size=training.local_batch_size,
+        **asdict(training.dataloader),
+    )

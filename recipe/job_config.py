@@ -1,0 +1,117 @@
+"""The `[lighthouse]` TOML section (a torchtitan JobConfig extension) and the start-up checks of a job.
+
+Load it with `[job] custom_config_module = "recipe.job_config"` (torchtitan 0.2.2 merges this module's
+`JobConfig` into its own; the deprecated `[experimental] custom_args_module` does not).
+"""
+# No `from __future__ import annotations`: torchtitan merges these dataclasses into its own and tyro must
+# resolve the field types outside this module.
+from dataclasses import dataclass, field
+
+from lighthouse import LighthouseConfig
+
+
+@dataclass
+class Lighthouse:
+    enable: bool = True
+    """Run Lighthouse attention in every layer except `dense_layers` (false: dense causal SDPA everywhere)."""
+
+    levels: int = 3
+    """Pyramid depth L (1 = dense)."""
+
+    pool: int = 2
+    """Pooling factor p between levels (power of two)."""
+
+    topk: int = 1536
+    """Selection budget k per level (a multiple of tile_budget)."""
+
+    tile_budget: int = 128
+    """Per-tile budget m; each row is cut into topk / tile_budget tiles that select independently."""
+
+    scorer: str = "norm"
+    """"norm" (L2 norms of q and k) or "dilated" (strided softmax attention)."""
+
+    dilation: int = 4
+    """Stride of the dilated scorer."""
+
+    dense_layers: list[int] = field(default_factory=list)
+    """Layer indices that keep dense causal SDPA (the paper: 0, 1, 28, 29 of 30)."""
+
+    backend: str = "auto"
+    """Inner SDPA on the gathered sub-sequence: auto (cuDNN on CUDA), cudnn, flash, efficient, math,
+    flash_attn, reference."""
+
+    switch_to_dense_at_step: int = 0
+    """Run Lighthouse for steps 1..N, then dense SDPA in every layer from step N+1 (0 = never). One run
+    that matches a stage-1 run of `training.steps = N` followed by a stage-2 dense resume."""
+
+    def to_config(self) -> LighthouseConfig:
+        """The layer settings as the algorithm's frozen config."""
+        return LighthouseConfig(
+            levels=self.levels,
+            pool=self.pool,
+            topk=self.topk,
+            tile_budget=self.tile_budget,
+            scorer=self.scorer,
+            dilation=self.dilation,
+            backend=self.backend,
+        )
+
+
+@dataclass
+class JobConfig:
+    lighthouse: Lighthouse = field(default_factory=Lighthouse)
+
+
+def _check_dense_layers(dense_layers: list[int], n_layers: int) -> None:
+    outside = [i for i in dense_layers if not 0 <= i < n_layers]
+    if outside:
+        raise ValueError(
+            f"[lighthouse] dense_layers={list(dense_layers)} has {outside} outside the model's "
+            f"{n_layers} layers (0..{n_layers - 1})"
+        )
+    repeated = sorted({i for i in dense_layers if dense_layers.count(i) > 1})
+    if repeated:
+        raise ValueError(f"[lighthouse] dense_layers={list(dense_layers)} repeats {repeated}")
+
+
+def check_job_config(job_config, n_layers: int, on_cpu: bool) -> None:
+    """Raise ValueError naming the offending values if the job cannot run; no device is touched.
+
+    Checks the `[lighthouse]` section against the model (`n_layers`) and every sequence length the job
+    runs Lighthouse on, and the parallelisms this model supports.
+    """
+    section = getattr(job_config, "lighthouse", None)
+    if section is None:
+        raise ValueError(
+            f"model.name={job_config.model.name!r} reads the [lighthouse] section: "
+            "set [job] custom_config_module = \"recipe.job_config\""
+        )
+    _check_dense_layers(section.dense_layers, n_layers)
+    if section.switch_to_dense_at_step < 0:
+        raise ValueError(f"[lighthouse] switch_to_dense_at_step={section.switch_to_dense_at_step} must be >= 0")
+    cp = job_config.parallelism.context_parallel_degree
+    if on_cpu and cp > 1:
+        raise ValueError(
+            f"parallelism.context_parallel_degree={cp} needs a GPU: ring attention has no CPU kernel rule"
+        )
+    if not section.enable:
+        if section.switch_to_dense_at_step:
+            raise ValueError(
+                f"[lighthouse] switch_to_dense_at_step={section.switch_to_dense_at_step} with enable=false: "
+                "there is no Lighthouse phase to switch from"
+            )
+        return
+    if cp > 1:
+        raise ValueError(
+            f"parallelism.context_parallel_degree={cp} with [lighthouse] enable=true is not supported by "
+            "model llama3_lighthouse; use data parallelism or run with enable=false"
+        )
+    config = section.to_config()
+    seq_lens = {"training.seq_len": job_config.training.seq_len}
+    if job_config.validation.enable:
+        seq_lens["validation.seq_len"] = job_config.validation.seq_len
+    for name, seq_len in seq_lens.items():
+        try:
+            config.validate(seq_len)
+        except ValueError as err:
+            raise ValueError(f"[lighthouse] does not fit {name}={seq_len}: {err}") from err

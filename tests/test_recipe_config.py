@@ -1,0 +1,133 @@
+"""The [lighthouse] section, start-up validation, and the paper's configuration files."""
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import models  # noqa: F401  (before torchtitan: prepares it on CPU-only machines)
+from torchtitan.config import ConfigManager
+import torch.distributed as dist
+
+from models.llama3_lighthouse import FLAVORS, LighthouseLlama
+from recipe import paper_configs
+from recipe.trainer import LighthouseTrainer, check_job
+
+REPO = Path(__file__).resolve().parent.parent
+DEBUG = str(REPO / "configs" / "debug.toml")
+
+
+def parse(*args: str, config_file: str = DEBUG):
+    return ConfigManager().parse_args(["--job.config_file", config_file, *args])
+
+
+def test_toml_section_is_read_and_cli_overrides_it():
+    config = parse("--lighthouse.topk", "64", "--lighthouse.dense_layers", "1", "3")
+    section = config.lighthouse
+    assert (section.levels, section.pool, section.tile_budget, section.scorer) == (3, 2, 16, "norm")
+    assert section.topk == 64 and section.dense_layers == [1, 3]
+    assert section.to_config().gathered_len(config.training.seq_len) == 512 // 4 + 2 * 2 * 64
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lighthouse.topk", "40"], r"topk=40 must be a positive multiple of tile_budget=16"),
+    (["--training.seq_len", "510"], r"training.seq_len=510.*pool\*\*\(levels-1\)=4"),
+    (["--lighthouse.topk", "256"], r"each tile has 8 coarsest entries \(seq_len=512"),
+    (["--lighthouse.scorer", "cosine"], r"scorer='cosine'"),
+    (["--lighthouse.pool", "3"], r"pool=3 must be a power of two"),
+    (["--lighthouse.dense_layers", "0", "4"], r"dense_layers=\[0, 4\] has \[4\] outside the model's 4 layers"),
+    (["--lighthouse.dense_layers", "2", "2"], r"dense_layers=\[2, 2\] repeats \[2\]"),
+    (["--lighthouse.switch_to_dense_at_step", "-3"], r"switch_to_dense_at_step=-3 must be >= 0"),
+    (["--lighthouse.no-enable", "--lighthouse.switch_to_dense_at_step", "5"], r"switch_to_dense_at_step=5 with enable=false"),
+    (["--validation.enable", "--validation.seq_len", "100"], r"validation.seq_len=100"),
+    (["--model.flavor", "huge"], r"model.flavor='huge' is not one of \['debug', 'paper'\]"),
+], ids=["topk", "seq_len", "tile-too-small", "scorer", "pool", "dense-range", "dense-repeat", "switch-negative",
+        "switch-without-lighthouse", "validation-seq-len", "flavor"])
+def test_invalid_settings_fail_before_any_device_work_naming_the_values(args, message):
+    config = parse(*args)
+    with pytest.raises(ValueError, match=message):
+        LighthouseTrainer(config)
+    assert not dist.is_initialized()
+
+
+def test_a_job_without_the_config_extension_is_told_how_to_load_it(tmp_path):
+    toml = Path(DEBUG).read_text().replace('custom_config_module = "recipe.job_config"', "")
+    toml = toml[: toml.index("[lighthouse]")] + toml[toml.index("[metrics]"):]
+    (tmp_path / "plain.toml").write_text(toml)
+    with pytest.raises(ValueError, match=r'custom_config_module = "recipe.job_config"'):
+        check_job(parse(config_file=str(tmp_path / "plain.toml")))
+
+
+def test_paper_config_files_are_exactly_what_the_generator_renders():
+    rendered = paper_configs.render_all()
+    on_disk = {p.name: p.read_text() for p in paper_configs.CONFIG_DIR.glob("*.toml")}
+    assert on_disk == rendered
+
+
+PAPER_FILES = sorted(paper_configs.render_all())
+
+
+@pytest.mark.parametrize("name", PAPER_FILES)
+def test_paper_configs_parse_validate_and_carry_the_paper_settings(name):
+    config = parse(config_file=str(paper_configs.CONFIG_DIR / name))
+    check_job(config)
+    t, o = config.training, config.optimizer
+    assert (config.model.name, config.model.flavor, t.dataset, t.seq_len) == ("llama3_lighthouse", "paper", "c4", 98304)
+    assert (o.name, o.lr, o.beta1, o.beta2, o.weight_decay) == ("AdamW", 2e-3, 0.9, 0.95, 0.1)
+    assert (config.lr_scheduler.warmup_steps, config.lr_scheduler.total_steps, t.max_norm) == (2000, 16000, 1.0)
+    assert (t.global_batch_size, t.mixed_precision_param, config.parallelism.data_parallel_shard_degree) == (
+        32, "bfloat16", -1)
+    assert config.checkpoint.enable and not config.checkpoint.last_save_model_only
+    section = config.lighthouse
+    if name.startswith("stage1_"):
+        row = next(r for r in paper_configs.STAGE1_ROWS if f"{r.name}.toml" == name)
+        assert section.enable and (section.levels, section.pool, section.topk, section.scorer) == (
+            row.levels, row.pool, row.topk, row.scorer)
+        assert section.dense_layers == [0, 1, 28, 29] and t.steps == 10000
+    else:
+        assert not section.enable and t.steps == 16000
+    if name == "stage2_dense.toml":
+        assert config.checkpoint.initial_load_path == (
+            f"./outputs/paper/{paper_configs.HEADLINE.name}/checkpoint/step-10000")
+        assert not config.checkpoint.initial_load_model_only
+
+
+def test_paper_model_builds_on_meta_device_from_its_config():
+    config = parse(config_file=str(paper_configs.CONFIG_DIR / f"{paper_configs.HEADLINE.name}.toml"))
+    args = dataclasses.replace(FLAVORS["paper"])
+    args.update_from_config(config)
+    with torch.device("meta"):
+        model = LighthouseLlama(args)
+    on = [i for i, block in model.layers.items() if block.attention.use_lighthouse]
+    assert on == [str(i) for i in range(2, 28)]
+    assert model.layers["5"].attention.lighthouse == config.lighthouse.to_config()
+
+
+def test_paper_trainer_builds_with_fsdp_over_8_fake_ranks(tmp_path):
+    # torchtitan's fake backend: 8 ranks simulated in one process, model sharded on meta then materialised.
+    code = (
+        "import recipe, models\n"
+        "from torchtitan.tools.logging import init_logger; init_logger()\n"
+        "from torchtitan.config import ConfigManager\n"
+        "from recipe.trainer import LighthouseTrainer\n"
+        f"args = ['--job.config_file', 'configs/paper/{paper_configs.HEADLINE.name}.toml', '--comm.mode', "
+        "'fake_backend', '--training.dataset', 'synthetic', '--metrics.no-enable-tensorboard', "
+        f"'--job.dump_folder', {str(tmp_path)!r}]\n"
+        "t = LighthouseTrainer(ConfigManager().parse_args(args))\n"
+        "p = t.model_parts[0].tok_embeddings.weight\n"
+        "print('RESULT', t.parallel_dims.world_size, t.gradient_accumulation_steps, tuple(p.shape), "
+        "tuple(p.to_local().shape))\n"
+    )
+    env = {**os.environ, "NGPU": "8", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT"))
+    vocab, dim = FLAVORS["paper"].vocab_size, FLAVORS["paper"].dim
+    # Global batch 32 = 8 ranks x 1 sequence x 4 accumulation steps; FSDP gives rank 0 ceil(258 / 8) rows.
+    assert line == f"RESULT 8 4 ({vocab}, {dim}) ({-(-vocab // 8)}, {dim})"
+    with torch.device("meta"):
+        count = sum(p.numel() for p in LighthouseLlama(FLAVORS["paper"]).parameters())
+    assert f"size: {count:,} total parameters" in out.stdout + out.stderr

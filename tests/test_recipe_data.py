@@ -1,0 +1,186 @@
+"""Byte tokenizer, the three datasets, packing, data-parallel sharding and exact resumption."""
+import itertools
+import json
+import random
+import string
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import recipe  # noqa: F401  (before torchtitan: prepares it on CPU-only machines)
+from torchtitan.config.job_config import DataLoader
+from recipe.data import (
+    DATASETS,
+    LocalFiles,
+    PackedDocuments,
+    build_lighthouse_dataloader,
+    build_source,
+    match_local_files,
+    read_documents,
+    synthetic_document,
+)
+from recipe.tokenizer import BOS_ID, EOS_ID, VOCAB_SIZE, ByteTokenizer
+
+
+def random_text(rng: random.Random, n: int) -> str:
+    alphabet = string.ascii_letters + string.digits + " .,;\n" + "äöüßéλ中文🙂"
+    return "".join(rng.choice(alphabet) for _ in range(n))
+
+
+def loader(dataset="synthetic", path=None, rank=0, world=1, seq_len=64, batch=2, workers=0):
+    """The TrainSpec dataloader for a job that sets only what the data pipeline reads."""
+    training = SimpleNamespace(dataset=dataset, dataset_path=path, seq_len=seq_len, local_batch_size=batch,
+                               dataloader=DataLoader(num_workers=workers))
+    job = SimpleNamespace(training=training, debug=SimpleNamespace(seed=None))
+    return build_lighthouse_dataloader(world, rank, ByteTokenizer(), job)
+
+
+def test_byte_tokenizer_round_trips_utf8_and_wraps_documents_in_bos_eos():
+    text = random_text(random.Random(), 200)
+    tok = ByteTokenizer()
+    ids = tok.encode(text)
+    assert ids[0] == BOS_ID and ids[-1] == EOS_ID and ids[1:-1] == list(text.encode("utf-8"))
+    assert tok.decode(ids) == text and tok.get_vocab_size() == VOCAB_SIZE == 258
+    assert tok.encode(text, add_bos=False, add_eos=False) == ids[1:-1]
+    with pytest.raises(ValueError, match=r"\[258, -1\]"):
+        tok.decode([65, 258, -1])
+
+
+def test_synthetic_documents_are_seeded_and_recall_every_fact_later():
+    seed, doc = random.randrange(1000), random.randrange(10**6)
+    text = synthetic_document(seed, doc, 8192)
+    assert text == synthetic_document(seed, doc, 8192)
+    assert text != synthetic_document(seed, doc + 1, 8192) and text != synthetic_document(seed + 1, doc, 8192)
+    assert abs(len(text) - 8192) < 200 and text.isascii()
+    facts = dict(p.split(" is ") for p in text.split("The code of ")[1:] for p in [p.split(".")[0]])
+    assert len(facts) == 4
+    for key, value in facts.items():
+        fact_at, recall_at = text.index(f"The code of {key} is"), text.index(f"Recall: the code of {key} is {value}.")
+        assert fact_at < len(text) // 2 < recall_at
+
+
+def test_windows_are_consecutive_slices_of_the_document_token_stream():
+    seq_len = 48
+    docs = [random_text(random.Random(i), random.randint(5, 120)) for i in range(30)]
+    dataset = PackedDocuments(ListSource(docs), ByteTokenizer(), seq_len)
+    stream = [t for d in docs for t in ByteTokenizer().encode(d)]
+    windows = list(dataset)
+    assert len(windows) == len(stream) // (seq_len + 1)
+    for i, (inputs, labels) in enumerate(windows):
+        chunk = stream[i * (seq_len + 1):(i + 1) * (seq_len + 1)]
+        assert inputs["input"].tolist() == chunk[:-1] and labels.tolist() == chunk[1:]
+
+
+class ListSource:
+    """A finite document source, for packing tests."""
+
+    def __init__(self, docs):
+        self.docs, self.next = docs, 0
+
+    def __iter__(self):
+        while self.next < len(self.docs):
+            self.next += 1
+            yield self.docs[self.next - 1]
+
+    def state_dict(self):
+        return {"next": self.next}
+
+    def load_state_dict(self, state):
+        self.next = state["next"]
+
+
+@pytest.fixture
+def local_corpus(tmp_path):
+    """Documents in all four local formats (and a nested folder), with their expected texts in glob order."""
+    rng = random.Random()
+    docs = {}
+    (tmp_path / "a.txt").write_text(text := random_text(rng, 300), encoding="utf-8")
+    docs["a.txt"] = [text]
+    lines = [random_text(rng, rng.randint(20, 200)) for _ in range(7)]
+    (tmp_path / "b.jsonl").write_text("\n".join(json.dumps({"text": t, "id": i}) for i, t in enumerate(lines)))
+    docs["b.jsonl"] = lines
+    records = [random_text(rng, 80) for _ in range(3)]
+    (tmp_path / "c.json").write_text(json.dumps([{"text": t} for t in records]))
+    docs["c.json"] = records
+    (tmp_path / "sub").mkdir()
+    rows = [random_text(rng, 150) for _ in range(5)]
+    pq.write_table(pa.table({"text": rows}), tmp_path / "sub" / "d.parquet")
+    docs["sub/d.parquet"] = rows
+    return tmp_path, [t for name in ["a.txt", "b.jsonl", "c.json", "sub/d.parquet"] for t in docs[name]]
+
+
+def test_local_files_yield_every_document_once_per_epoch_split_across_ranks(local_corpus):
+    folder, expected = local_corpus
+    files = match_local_files(str(folder / "**" / "*.*"))
+    assert [read for f in files for read in read_documents(f)] == expected
+    ranks = [list(itertools.islice(LocalFiles(files, r, 3), len(expected))) for r in range(3)]
+    for r in range(3):  # rank r takes documents r, r + 3, ... of every epoch
+        epoch = expected[r::3]
+        assert ranks[r] == (epoch * len(expected))[: len(expected)]
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"title": "x"}\n', r"b\.jsonl:1: expected an object with a string field 'text'"),
+    ('{"text": "ok"}\n\n{"text": 3}\n', r"b\.jsonl:3"),
+])
+def test_local_records_without_text_are_rejected_naming_file_and_line(tmp_path, content, message):
+    (tmp_path / "b.jsonl").write_text(content)
+    with pytest.raises(ValueError, match=message):
+        list(read_documents(str(tmp_path / "b.jsonl")))
+
+
+def test_local_glob_errors_name_the_pattern_and_files(tmp_path):
+    with pytest.raises(ValueError, match="matches no files"):
+        match_local_files(str(tmp_path / "*.jsonl"))
+    (tmp_path / "x.csv").write_text("text\nhello\n")
+    with pytest.raises(ValueError, match=r"unsupported files \[.*x\.csv"):
+        match_local_files(str(tmp_path / "*"))
+    with pytest.raises(ValueError, match="needs training.dataset_path"):
+        match_local_files(None)
+
+
+def test_unknown_dataset_and_workers_on_rank_sharded_sources_are_rejected():
+    with pytest.raises(ValueError, match=r"training.dataset='c5' is not one of \['c4', 'local', 'synthetic'\]"):
+        build_source("c5", None, 0, 64, 0, 1)
+    with pytest.raises(ValueError, match="num_workers=2 with training.dataset='synthetic'"):
+        loader("synthetic", workers=2)
+
+
+@pytest.fixture
+def c4_folder(tmp_path):
+    """A local stand-in for C4: a folder of json shards with a 'text' field, as HF datasets reads it."""
+    rng = random.Random()
+    for shard in range(2):
+        rows = [{"text": random_text(rng, rng.randint(30, 300)), "url": "u"} for _ in range(40)]
+        (tmp_path / f"c4-train.{shard:05d}.json").write_text("\n".join(json.dumps(r) for r in rows))
+    return str(tmp_path)
+
+
+@pytest.fixture
+def sources(local_corpus, c4_folder):
+    return {"synthetic": None, "local": str(local_corpus[0] / "**" / "*.*"), "c4": c4_folder}
+
+
+@pytest.mark.parametrize("dataset", sorted(DATASETS))
+def test_a_restored_dataloader_continues_with_exactly_the_next_batches(dataset, sources):
+    first = loader(dataset, sources[dataset])
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    state = first.state_dict()
+    expected = [next(it) for _ in range(4)]
+    resumed = loader(dataset, sources[dataset])
+    resumed.load_state_dict(state)
+    got = list(itertools.islice(iter(resumed), 4))
+    for (inp_e, lab_e), (inp_g, lab_g) in zip(expected, got, strict=True):
+        assert torch.equal(inp_e["input"], inp_g["input"]) and torch.equal(lab_e, lab_g)
+        assert inp_g["input"].shape == (2, 64)
+
+
+@pytest.mark.parametrize("dataset", sorted(DATASETS))
+def test_data_parallel_ranks_see_different_data(dataset, sources):
+    batches = [next(iter(loader(dataset, sources[dataset], rank=r, world=2)))[0]["input"] for r in range(2)]
+    assert not torch.equal(batches[0], batches[1])

@@ -1,0 +1,114 @@
+"""End-to-end runs of train.py on CPU: loss falls, resume is exact, the two-stage schedule and the one-run
+switch agree, and FSDP runs on two gloo processes."""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lighthouse import LighthouseConfig
+from recipe.metrics import METRICS_FILE, read_metrics
+
+REPO = Path(__file__).resolve().parent.parent
+STEPS, HALF = 8, 4
+# Every run: the debug config with one LR schedule over 8 steps, logged at every step.
+COMMON = ["--job.config_file", "configs/debug.toml", "--lr_scheduler.total_steps", str(STEPS),
+          "--metrics.log_freq", "1", "--checkpoint.interval", str(HALF)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Run, one after another in a single process (one import), the jobs the tests compare:
+
+    full: 8 Lighthouse steps; half: the first 4 with a full checkpoint, then resumed for steps 5..8;
+    stage2: the step-4 checkpoint resumed with Lighthouse off; switch: 8 steps, dense after step 4.
+    """
+    root = tmp_path_factory.mktemp("runs")
+    half_ckpt = root / "half" / "checkpoint" / f"step-{HALF}"
+    jobs = {
+        "full": ["--training.steps", str(STEPS)],
+        "half": ["--training.steps", str(HALF), "--checkpoint.enable"],
+        "half_resumed": ["--training.steps", str(STEPS), "--checkpoint.enable"],
+        "stage2": ["--training.steps", str(STEPS), "--checkpoint.enable", "--checkpoint.initial_load_path",
+                   str(half_ckpt), "--checkpoint.no-initial-load-model-only", "--lighthouse.no-enable"],
+        "switch": ["--training.steps", str(STEPS), "--lighthouse.switch_to_dense_at_step", str(HALF)],
+    }
+    folder = {name: root / ("half" if name.startswith("half") else name) for name in jobs}
+    argvs = [COMMON + ["--job.dump_folder", str(folder[name])] + extra for name, extra in jobs.items()]
+    env = {**child_env(), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    records = {name: read_metrics(str(folder[name] / METRICS_FILE)) for name in ("full", "half", "stage2", "switch")}
+    return records, out.stdout + out.stderr
+
+
+def losses(records, steps):
+    by_step = {r["step"]: r["loss_metrics/global_avg_loss"] for r in records}
+    return [by_step[s] for s in steps]
+
+
+def test_debug_run_loss_falls_and_logs_lighthouse_statistics_every_step(runs):
+    records, _ = runs
+    full = records["full"]
+    assert [r["step"] for r in full] == list(range(1, STEPS + 1))
+    first, last = losses(full, [1, STEPS])
+    assert last < 0.75 * first
+    config = LighthouseConfig(levels=3, pool=2, topk=32, tile_budget=16)  # configs/debug.toml
+    for r in full:
+        assert r["lighthouse/S"] == config.gathered_len(512)
+        assert 0 < r["lighthouse/evenness_min/l1"] <= r["lighthouse/evenness/l1"] <= 1
+
+
+def test_resuming_4_plus_4_steps_reproduces_the_uninterrupted_8(runs):
+    records, log = runs
+    half = records["half"]  # the resumed run appends steps 5..8 to the same metrics file
+    assert [r["step"] for r in half] == list(range(1, STEPS + 1))
+    assert losses(half, range(1, STEPS + 1)) == losses(records["full"], range(1, STEPS + 1))
+    assert f"Training starts at step {HALF + 1}" in log
+
+
+def test_stage2_continues_step_lr_optimizer_and_data_with_dense_attention(runs):
+    records, _ = runs
+    stage2, full = records["stage2"], records["full"]
+    assert [r["step"] for r in stage2] == list(range(HALF + 1, STEPS + 1))
+    assert [r["lr"] for r in stage2] == [r["lr"] for r in full if r["step"] > HALF]
+    assert not any(k.startswith("lighthouse/") for r in stage2 for k in r)
+    assert losses(stage2, range(HALF + 1, STEPS + 1)) != losses(full, range(HALF + 1, STEPS + 1))
+
+
+def test_switch_to_dense_at_step_gives_the_two_stage_losses(runs):
+    records, _ = runs
+    switch = records["switch"]
+    assert losses(switch, range(1, HALF + 1)) == losses(records["full"], range(1, HALF + 1))
+    # Same step-5..8 losses as a separate stage 2 means its data, optimizer state and LR continued.
+    assert losses(switch, range(HALF + 1, STEPS + 1)) == losses(records["stage2"], range(HALF + 1, STEPS + 1))
+    assert all(("lighthouse/S" in r) == (r["step"] <= HALF) for r in switch)
+
+
+def test_two_process_fsdp_on_gloo(tmp_path):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
+           "train.py", "--job.config_file", "configs/debug.toml", "--training.steps", "3",
+           "--job.dump_folder", str(tmp_path)]
+    out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "Applied FSDP to the model" in out.stdout + out.stderr
+    records = read_metrics(str(tmp_path / METRICS_FILE))
+    assert [r["step"] for r in records] == [1, 2, 3]
+    # The two ranks read different data, so the per-rank maximum exceeds the global mean.
+    assert all(r["loss_metrics/global_max_loss"] > r["loss_metrics/global_avg_loss"] for r in records)
+    assert records[-1]["loss_metrics/global_avg_loss"] < records[0]["loss_metrics/global_avg_loss"]
