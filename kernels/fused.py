@@ -69,11 +69,19 @@ def fused_lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
         )
     if config.levels == 1:
         return inner_attention(q, k, v, config.backend)
-    pool, levels = config.pool, config.levels
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     with torch.no_grad():
-        pyramid = pool_and_score(q, k, v, pool, levels, scores=config.scorer == "norm")
+        pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=config.scorer == "norm")
         sq, sk = _score_pyramids(q, k, v, pyramid, config)
+    return attend_selected(q, k, v, pyramid, sq, sk, config, spill)
+
+
+def attend_selected(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, sq: torch.Tensor,
+                    sk: torch.Tensor, config: LighthouseConfig, spill: bool = False) -> torch.Tensor:
+    """Selection, gather, attention and scatter-back, given contiguous q, k, v, their pooled levels and the
+    score pyramids sq, sk (float32 [B, G, sum_l N/p^l]); levels >= 2."""
+    n, pool, levels = q.shape[1], config.pool, config.levels
+    with torch.no_grad():
         packed = select_packed(sq, sk, n, config)
         slots = slot_map(packed, n, pool, levels)
     q_t, k_t, v_t = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
