@@ -7,6 +7,8 @@ Load it with `[job] custom_config_module = "recipe.job_config"` (torchtitan 0.2.
 # resolve the field types outside this module.
 from dataclasses import dataclass, field
 
+from torchtitan.tools.logging import logger
+
 from lighthouse import LighthouseConfig
 
 
@@ -93,6 +95,11 @@ def check_job_config(job_config, n_layers: int, on_cpu: bool) -> None:
     if on_cpu and cp > 1:
         raise ValueError(
             f"parallelism.context_parallel_degree={cp} needs a GPU: ring attention has no CPU kernel rule"
+        )
+    if section.enable and job_config.checkpoint.enable and job_config.checkpoint.last_save_model_only:
+        logger.warning(
+            "checkpoint.last_save_model_only=true: the last checkpoint of this run holds weights only, so a "
+            "stage-2 dense resume cannot continue its optimizer, LR and data; set it to false for stage 1"
         )
     if not section.enable:
         if section.switch_to_dense_at_step:

@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 from torchtitan.models.llama3.model.model import Attention, Transformer, apply_rotary_emb
 
-from lighthouse import LighthouseConfig, lighthouse_attention
+from lighthouse import LighthouseAttention, LighthouseConfig
 
 from .args import LighthouseLlamaArgs
 
@@ -21,6 +21,8 @@ class LighthouseLlamaAttention(Attention):
     """Llama-3 attention that runs `lighthouse_attention` on q [B,N,H,D], k/v [B,N,G,D] after RoPE.
 
     With `lighthouse` None, or after `use_lighthouse = False`, it is exactly torchtitan's causal SDPA.
+    The Lighthouse call is the parameter-free module `inner_lighthouse`, so a parallelize function can
+    swap it (e.g. for a context-parallel version) as torchtitan does with `inner_attention`.
     `selection_observer`, when set, is called with (q, k, v, config) detached, for logging statistics;
     it is skipped under torch.compile.
     """
@@ -30,6 +32,7 @@ class LighthouseLlamaAttention(Attention):
         if model_args.attn_type != "sdpa":
             raise ValueError(f"attn_type={model_args.attn_type!r}: Lighthouse layers replace causal SDPA only")
         self.lighthouse = lighthouse
+        self.inner_lighthouse = LighthouseAttention(lighthouse) if lighthouse is not None else None
         self.use_lighthouse = lighthouse is not None
         self.selection_observer: SelectionObserver | None = None
 
@@ -43,7 +46,7 @@ class LighthouseLlamaAttention(Attention):
         xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis, positions=positions)
         if self.selection_observer is not None and not torch.compiler.is_compiling():
             self.selection_observer(xq.detach(), xk.detach(), xv.detach(), self.lighthouse)
-        output = lighthouse_attention(xq, xk, xv, self.lighthouse)
+        output = self.inner_lighthouse(xq, xk, xv)
         return self.wo(output.reshape(bs, seqlen, -1))
 
 
