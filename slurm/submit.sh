@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Submit one training job, or a chain of stages where each starts only after the previous one succeeded.
+#
+#   slurm/submit.sh [sbatch options] STAGE1.toml [STAGE2.toml ...] [-- --section.key value ...]
+#
+# e.g. the two-stage recipe on 4 nodes (stage 2 resumes stage 1's checkpoint folder with dense attention):
+#   slurm/submit.sh --nodes=4 --partition=gpu configs/<stage1>.toml configs/<stage2>.toml
+#
+# Every stage gets the same sbatch options (a resumed checkpoint needs the same data-parallel degree) and
+# the same overrides after `--`. Each job is named after its TOML file. A stage starts after the previous
+# one exits 0 (--dependency=afterok), and is cancelled if that one fails (--kill-on-invalid-dep=yes); a
+# requeued stage keeps its job id, so the chain waits for it. Prints "<job id> <job name> <config>" per job.
+set -euo pipefail
+
+die() {
+    echo "submit.sh: $*" >&2
+    exit 2
+}
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+sbatch_opts=()
+configs=()
+overrides=()
+while (($#)); do
+    case $1 in
+    --)
+        shift
+        overrides=("$@")
+        break
+        ;;
+    *.toml)
+        [[ -f $1 ]] || die "config file not found: $1"
+        configs+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")")
+        ;;
+    *)
+        sbatch_opts+=("$1")
+        ;;
+    esac
+    shift
+done
+((${#configs[@]})) || die "usage: slurm/submit.sh [sbatch options] STAGE1.toml [STAGE2.toml ...] [-- overrides]"
+
+# Jobs start in the submit directory: the repository root, where train.py and logs/ are.
+cd "$repo"
+mkdir -p logs
+previous=""
+for config in "${configs[@]}"; do
+    name=$(basename "$config" .toml)
+    args=(--parsable --job-name="$name")
+    if [[ -n $previous ]]; then
+        args+=(--dependency="afterok:$previous" --kill-on-invalid-dep=yes)
+    fi
+    job=$(sbatch "${args[@]}" "${sbatch_opts[@]}" slurm/train.sbatch "$config" "${overrides[@]}")
+    job=${job%%;*} # --parsable prints "id" or "id;cluster"
+    [[ $job =~ ^[0-9]+$ ]] || die "sbatch did not return a job id for $config: '$job'"
+    echo "$job $name $config"
+    previous=$job
+done

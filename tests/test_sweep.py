@@ -1,0 +1,350 @@
+"""scripts/sweep.py: grid -> validated TOMLs, run names and folders, stage chains, submit lines, summary table."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import run_logs  # noqa: E402
+import sweep  # noqa: E402
+from lighthouse import LighthouseConfig  # noqa: E402
+
+needs_recipe = pytest.mark.skipif(not (REPO / "recipe" / "job_config.py").exists(),
+                                  reason="the recipe's JobConfig extension (recipe/job_config.py) is not present")
+
+
+def _base(tmp_path: Path, rng: random.Random, **sections) -> Path:
+    """A base config whose custom section is the recipe's `[lighthouse]`, with random lengths."""
+    config = {
+        "job": {"dump_folder": str(tmp_path / "outputs"), "description": "base",
+                "custom_config_module": "recipe.job_config"},
+        "model": {"name": "llama3_lighthouse", "flavor": "debug"},
+        "lighthouse": {"enable": False, "levels": 3, "pool": 2, "topk": 32, "tile_budget": 16, "scorer": "norm"},
+        "training": {"seq_len": rng.choice([1024, 2048]), "steps": rng.randrange(20, 200)},
+        "checkpoint": {"enable": False, "folder": "ckpt", "interval": 10},
+        "metrics": {"enable_tensorboard": True, "log_freq": 1},
+    }
+    for section, values in sections.items():
+        config.setdefault(section, {}).update(values)
+    path = tmp_path / "base.toml"
+    path.write_text(sweep.dump_toml(config))
+    return path
+
+
+def _create(tmp_path: Path, base: Path, *grid: str, check: bool = False) -> tuple[int, str, dict]:
+    out = tmp_path / "sweep"
+    argv = ["create", str(base), "--name", "s", "--out", str(out), *grid]
+    code = sweep.main(argv if check else [*argv, "--no-torchtitan-check"])
+    manifest = json.loads((out / sweep.MANIFEST).read_text()) if (out / sweep.MANIFEST).exists() else {}
+    return code, out, manifest
+
+
+# ------------------------------------------------------------------------------------------------- TOML
+def _random_value(rng: random.Random, depth: int = 0):
+    kind = rng.choice(["int", "float", "bool", "str", "list", "inline"] if depth < 2 else ["int", "str", "float"])
+    if kind == "int":
+        return rng.randrange(-10**12, 10**12)
+    if kind == "float":
+        return rng.choice([rng.uniform(-1e3, 1e3), rng.uniform(0, 1) * 10.0 ** rng.randrange(-12, 12)])
+    if kind == "bool":
+        return rng.random() < 0.5
+    if kind == "str":
+        return "".join(rng.choice('ab "\\\n\t\x7f\u00e9\u4e2d\U0001f600/=[]#') for _ in range(rng.randrange(12)))
+    if kind == "list":
+        return [_random_value(rng, depth + 1) for _ in range(rng.randrange(4))]
+    return {f"k{i}": _random_value(rng, depth + 1) for i in range(rng.randrange(1, 3))}
+
+
+@pytest.mark.parametrize("seed", range(5), ids=lambda s: f"seed{s}")
+def test_toml_writer_round_trips(seed):
+    rng = random.Random(seed)
+    config = {f"top{i}": _random_value(rng) for i in range(2)}
+    for s in range(4):
+        section = {rng.choice(["key", "with space", "dot.ted", "x-y_z"]) + str(i): _random_value(rng) for i in range(5)}
+        if rng.random() < 0.5:
+            section["sub"] = {"inner": _random_value(rng), "deeper": {"leaf": _random_value(rng)}}
+        config[f"section{s}"] = section
+    assert tomllib.loads(sweep.dump_toml(config, header="line one\nline two")) == config
+
+
+def test_toml_writer_names_what_it_cannot_write():
+    with pytest.raises(TypeError, match=r"cannot write set value \{1\}"):
+        sweep.dump_toml({"a": {"b": {1}}})
+
+
+# --------------------------------------------------------------------------------------------- create
+def test_every_valid_point_is_written_and_every_invalid_one_reported(tmp_path, capsys):
+    rng = random.Random(1)
+    base = _base(tmp_path, rng)
+    seq_len = tomllib.loads(base.read_text())["training"]["seq_len"]
+    levels, pools, topks = [2, 3, 4, 5], [2, 4, 8], [32, 64, 128]
+    code, out, manifest = _create(tmp_path, base, "--levels", *map(str, levels), "--pool", *map(str, pools),
+                                  "--topk", *map(str, topks))
+    printed = capsys.readouterr().out
+    assert code == 0
+    written = {path.name for path in out.glob("*.toml")}
+    expected_written, dump_folders = set(), set()
+    for level, pool, topk in itertools.product(levels, pools, topks):
+        label = f"L{level}-p{pool}-k{topk}"
+        lighthouse = LighthouseConfig(levels=level, pool=pool, topk=topk, tile_budget=16)
+        try:
+            lighthouse.validate(seq_len)
+        except ValueError as err:
+            assert f"invalid  {label}  training.seq_len={seq_len}: {err}" in printed
+            continue
+        expected_written.add(f"s-{label}.toml")
+        config = tomllib.loads((out / f"s-{label}.toml").read_text())
+        assert config["lighthouse"] | {"levels": level, "pool": pool, "topk": topk, "enable": True} == config["lighthouse"]
+        assert config["job"]["description"] == f"s-{label}"
+        assert f"S={lighthouse.gathered_len(seq_len)} of N={seq_len}" in printed
+        dump_folders.add(config["job"]["dump_folder"])
+        assert config["job"]["dump_folder"] == f"{tmp_path / 'outputs'}/s/{label}"
+    assert written == expected_written and 0 < len(written) < len(levels) * len(pools) * len(topks)
+    assert len(dump_folders) == len(written)
+    assert len(manifest["points"]) == len(levels) * len(pools) * len(topks)
+    assert sum(point["error"] is None for point in manifest["points"]) == len(written)
+
+
+def test_generic_axes_and_scorers_make_distinct_names(tmp_path, capsys):
+    base = _base(tmp_path, random.Random(2))
+    code, out, manifest = _create(tmp_path, base, "--scorer", "norm", "dilated", "--set", "training.seq_len",
+                                  "1024", "2048", "--set", "lighthouse.dense_layers", "[0, 1]", "[]")
+    assert code == 0
+    runs = [point["run"] for point in manifest["points"]]
+    assert len(runs) == len(set(runs)) == 8
+    assert "s-dilated-seq_len2048-dense_layers0-1" in runs
+    config = tomllib.loads((out / "s-dilated-seq_len2048-dense_layers0-1.toml").read_text())
+    assert (config["lighthouse"]["scorer"], config["training"]["seq_len"], config["lighthouse"]["dense_layers"]) == (
+        "dilated", 2048, [0, 1])
+
+
+def test_two_stage_points_resume_stage_one_with_dense_attention(tmp_path, capsys):
+    rng = random.Random(3)
+    base = _base(tmp_path, rng)
+    steps, extra = tomllib.loads(base.read_text())["training"]["steps"], rng.randrange(5, 50)
+    code, out, manifest = _create(tmp_path, base, "--topk", "32", "64", "--stage2-steps", str(extra))
+    assert code == 0
+    for point in manifest["points"]:
+        stage1, stage2 = (tomllib.loads(Path(path).read_text()) for path in point["configs"])
+        assert point["configs"][1].endswith(f"{point['run']}.stage2.toml")
+        assert point["stage_steps"] == [steps, steps + extra]
+        assert stage1["training"]["steps"] == steps and stage2["training"]["steps"] == steps + extra
+        assert stage1["lr_scheduler"]["total_steps"] == stage2["lr_scheduler"]["total_steps"] == steps + extra
+        assert stage1["lighthouse"]["enable"] is True and stage2["lighthouse"]["enable"] is False
+        assert stage1["checkpoint"]["enable"] is stage2["checkpoint"]["enable"] is True
+        assert stage1["checkpoint"]["last_save_model_only"] is False
+        assert "last_save_model_only" not in stage2["checkpoint"]  # torchtitan's default, as in the base
+        # stage 2 starts from stage 1's final full checkpoint, and keeps its own checkpoints apart
+        folder = stage1["job"]["dump_folder"]
+        assert point["dump_folders"] == [folder, f"{folder}.stage2"] == [stage1["job"]["dump_folder"],
+                                                                        stage2["job"]["dump_folder"]]
+        assert stage2["checkpoint"]["initial_load_path"] == f"{folder}/ckpt/step-{steps}"
+        assert stage2["checkpoint"]["initial_load_model_only"] is False
+        for stage in (stage1, stage2):
+            del stage["job"]["description"], stage["job"]["dump_folder"], stage["lighthouse"]["enable"]
+            del stage["training"]["steps"]
+            for key in ("last_save_model_only", "initial_load_path", "initial_load_model_only"):
+                stage["checkpoint"].pop(key, None)
+        assert stage1 == stage2  # same schedule, data, model, everything else
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        f"slurm/submit.sh {out}/s-k32.toml {out}/s-k32.stage2.toml",
+        f"slurm/submit.sh {out}/s-k64.toml {out}/s-k64.stage2.toml",
+    ]
+
+
+@pytest.mark.parametrize("sections,expected", [
+    ({"lighthouse": {"switch_to_dense_at_step": 7}}, "switch_to_dense_at_step=7 and --stage2-steps=5 both"),
+    ({"lr_scheduler": {"total_steps": 3}}, "[lr_scheduler] total_steps=3 differs from training.steps="),
+], ids=["switch-step", "lr-total"])
+def test_conflicting_stage_settings_are_reported(tmp_path, capsys, sections, expected):
+    base = _base(tmp_path, random.Random(4), **sections)
+    code, out, manifest = _create(tmp_path, base, "--topk", "32", "--stage2-steps", "5")
+    assert code == 1 and expected in manifest["points"][0]["error"] and not list(out.glob("*.toml"))
+
+
+@pytest.mark.parametrize("grid,expected", [
+    (["--set", "training.seq_len", "4096", "big"], "training.seq_len='big' is a str, but the base config has"),
+    (["--topk", "32", "--set", "lighthouse.topk", "64"], "--set lighthouse.topk repeats an axis"),
+    (["--pool", "2", "2"], "lighthouse.pool lists a value twice: [2, 2]"),
+    (["--set", "seq_len", "4096"], "name a key as section.key"),
+    ([], "the grid is empty"),
+    (["--set", "model.flavor", "a/b", "a_b"], "two grid points got the same run name"),
+], ids=["type", "repeat-axis", "repeat-value", "no-section", "empty", "name-clash"])
+def test_bad_grids_fail_with_a_message_naming_them(tmp_path, capsys, grid, expected):
+    code, out, _ = _create(tmp_path, _base(tmp_path, random.Random(5)), *grid)
+    assert code == 2 and expected in capsys.readouterr().err
+
+
+def test_an_existing_sweep_is_not_overwritten(tmp_path, capsys):
+    base = _base(tmp_path, random.Random(6))
+    assert _create(tmp_path, base, "--topk", "32")[0] == 0
+    assert _create(tmp_path, base, "--topk", "64")[0] == 2
+    assert "exists: pass --force" in capsys.readouterr().err
+    assert sweep.main(["create", str(base), "--name", "s", "--out", str(tmp_path / "sweep"), "--topk", "64",
+                       "--force", "--no-torchtitan-check"]) == 0
+
+
+@needs_recipe
+def test_torchtitan_parses_every_written_file_and_rejects_unknown_keys(tmp_path, capsys):
+    base = _base(tmp_path, random.Random(7))
+    code, out, manifest = _create(tmp_path, base, "--topk", "32", "--set", "training.warmup_stepz", "3",
+                                  check=True)
+    assert code == 1 and not list(out.glob("*.toml"))
+    assert "torchtitan's parser rejected it" in manifest["points"][0]["error"]
+    assert "warmup_stepz" in manifest["points"][0]["error"]
+    code, out, manifest = _create(tmp_path, base, "--topk", "32", "64", "--stage2-steps", "4", "--force",
+                                  check=True)
+    assert code == 0 and len(list(out.glob("*.toml"))) == 4
+
+
+def test_submit_chains_each_point(tmp_path):
+    """--submit runs the printed submit.sh lines; a fake sbatch records what reached it."""
+    work = tmp_path / "repo"
+    shutil.copytree(REPO / "slurm", work / "slurm")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text('#!/usr/bin/env bash\nn=$(ls "$FAKE_LOG" | wc -l)\n'
+                                    'printf "%s\\n" "$@" > "$FAKE_LOG/$n"\necho $((500 + n))\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    (tmp_path / "log").mkdir()
+    base = _base(tmp_path, random.Random(8))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(tmp_path / "log")}
+    result = subprocess.run(
+        [sys.executable, str(REPO / "scripts/sweep.py"), "create", str(base), "--name", "s", "--topk", "32", "64",
+         "--stage2-steps", "3", "--sbatch", "--nodes=2 --time=1:00:00", "--submit", "--no-torchtitan-check"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    calls = [(tmp_path / "log" / str(n)).read_text().split("\n")[:-1] for n in range(4)]
+    assert [call[1] for call in calls] == ["--job-name=s-k32", "--job-name=s-k32.stage2", "--job-name=s-k64",
+                                          "--job-name=s-k64.stage2"]
+    assert "--dependency=afterok:500" in calls[1] and "--dependency=afterok:502" in calls[3]
+    assert all(call[-4:-1] == ["--nodes=2", "--time=1:00:00", "slurm/train.sbatch"] for call in calls)
+    manifest = json.loads((work / "sweeps/s/sweep.json").read_text())
+    assert [point["jobs"] for point in manifest["points"]] == ["500 501", "502 503"]
+
+
+# -------------------------------------------------------------------------------------------- summary
+def _write_tensorboard(folder: Path, segments: list[list[tuple[int, float, float]]], start: float) -> None:
+    """One event file per process start; each point is (step, loss, tok/s)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for index, segment in enumerate(segments):
+        writer = SummaryWriter(str(folder / "tb" / f"2026010{index}-0000"))
+        for step, loss, tps in segment:
+            wall = start + 1000 * index + step
+            writer.add_scalar(run_logs.LOSS_TAG, loss, step, walltime=wall)
+            writer.add_scalar(run_logs.TPS_TAG, tps, step, walltime=wall)
+        writer.close()
+
+
+def _segments(rng: random.Random, stage1: int, total: int, cut: int) -> list[list[tuple[int, float, float]]]:
+    """Stage 1 preempted after logging step `cut` and resumed from an earlier checkpoint (so steps up to
+    `cut` are logged twice), then stage 2."""
+    resume = rng.randrange(2, cut)
+
+    def logged(first: int, last: int) -> list[tuple[int, float, float]]:
+        return [(step, rng.uniform(0.5, 3.0), rng.uniform(1e4, 1e5)) for step in range(first, last + 1)]
+
+    return [logged(1, cut), logged(resume, stage1), logged(stage1 + 1, total)]
+
+
+def _after_first(segments: list[list[tuple[int, float, float]]]) -> list[float]:
+    """The tok/s of every process start but its first logged step (start-up and compilation)."""
+    return [tps for segment in segments for _, _, tps in segment[1:]]
+
+
+def _float32(value: float) -> float:
+    """What tensorboard gives back: scalars are stored as float32."""
+    return float(np.float32(value))
+
+
+def test_summary_reads_final_loss_and_per_stage_throughput(tmp_path, capsys):
+    rng = random.Random(9)
+    base = _base(tmp_path, rng, training={"steps": 12})
+    code, out, manifest = _create(tmp_path, base, "--topk", "32", "64", "--stage2-steps", "6")
+    done, running = manifest["points"]
+    done_segments = _segments(rng, 12, 18, cut=rng.randrange(4, 12))
+    _write_tensorboard(Path(done["dump_folders"][0]), done_segments[:2], start=1.7e9)
+    _write_tensorboard(Path(done["dump_folders"][1]), done_segments[2:], start=1.8e9)
+    running_segments = _segments(rng, 12, 18, cut=12)[:2]  # stage 1 killed after its last log, then requeued
+    _write_tensorboard(Path(running["dump_folders"][0]), running_segments, start=1.7e9)
+    capsys.readouterr()
+    assert sweep.main(["summary", str(out), "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+
+    assert rows[0]["run"] == "s-k32" and rows[0]["topk"] == 32 and rows[0]["S"] == done["gathered_len"]
+    assert rows[0]["step"] == 18 and rows[0]["final_loss"] == _float32(done_segments[2][-1][1])
+    assert rows[0]["tok_s_gpu"] == pytest.approx(statistics.median(_after_first(done_segments[:2])), rel=1e-6)
+    assert rows[0]["dense_tok_s_gpu"] == pytest.approx(statistics.median(_after_first(done_segments[2:])), rel=1e-6)
+    assert rows[0]["status"] == "done"
+    # the last step was logged twice (before and after the requeue): the value written last counts
+    assert running_segments[0][-1][0] == running_segments[1][-1][0] == 12
+    assert rows[1]["step"] == 12 and rows[1]["final_loss"] == _float32(running_segments[1][-1][1])
+    assert rows[1]["status"] == "at step 12/18" and rows[1]["dense_tok_s_gpu"] is None
+
+    assert sweep.main(["summary", str(out)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split("|")[1].strip() == "run" and len(table) == 4
+    assert "| s-k32 " in table[2] and "| done " in table[2] and "at step 12/18" in table[3]
+
+
+def test_summary_of_a_run_folder_reads_wandb_offline_runs(tmp_path, capsys):
+    rng = random.Random(10)
+    values = [(step, rng.uniform(0.5, 3.0), rng.uniform(1e3, 1e4)) for step in range(1, 1201)]
+    script = (
+        "import json, sys, wandb\n"
+        "run = wandb.init(project='p', dir=sys.argv[1], mode='offline')\n"
+        "for step, loss, tps in json.loads(sys.argv[2]):\n"
+        f"    wandb.log({{'{run_logs.LOSS_TAG}': loss, '{run_logs.TPS_TAG}': tps}}, step=step)\n"
+        "wandb.finish()\n"
+    )
+    folder = tmp_path / "run7" / "tb" / "20260101-0000"
+    folder.mkdir(parents=True)
+    env = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
+    subprocess.run([sys.executable, "-c", script, str(folder), json.dumps(values)], check=True, env=env, timeout=120)
+    assert sweep.main(["summary", str(tmp_path / "run7"), "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["run"] == "run7" and row["step"] == 1200 and row["final_loss"] == values[-1][1]
+    assert row["tok_s_gpu"] == statistics.median(tps for _, _, tps in values[1:])
+    logs = run_logs.read_logs(tmp_path / "run7")  # the file spans many 32 KiB blocks; every point comes back
+    assert [(p.step, p.value) for p in logs[0].scalars[run_logs.LOSS_TAG]] == [(s, loss) for s, loss, _ in values]
+
+
+def test_summary_falls_back_to_metrics_jsonl(tmp_path, capsys):
+    rng = random.Random(11)
+    run = tmp_path / "run3"
+    run.mkdir()
+    first = [{"step": s, run_logs.LOSS_TAG: rng.random(), run_logs.TPS_TAG: rng.uniform(1, 9)} for s in range(1, 6)]
+    second = [{"step": s, run_logs.LOSS_TAG: rng.random(), run_logs.TPS_TAG: rng.uniform(1, 9)} for s in range(4, 9)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in first + second))
+    assert sweep.main(["summary", str(run), "--format", "csv"]) == 0
+    header, line = capsys.readouterr().out.splitlines()
+    row = dict(zip(header.split(","), line.split(",")))
+    assert row["step"] == "8" and float(row["final_loss"]) == second[-1][run_logs.LOSS_TAG]
+    tps = [r[run_logs.TPS_TAG] for r in first[1:] + second[1:]]
+    assert float(row["tok_s_gpu"]) == statistics.median(tps)
+
+
+def test_summary_of_nothing_is_an_error(tmp_path, capsys):
+    empty = tmp_path / "nothing"
+    empty.mkdir()
+    assert sweep.main(["summary", str(empty)]) == 0  # a run folder with no logs yet is a row saying so
+    assert "no logs" in capsys.readouterr().out
+    base = _base(tmp_path, random.Random(12))
+    _create(tmp_path, base, "--topk", "8")  # every point invalid: nothing to summarize
+    assert sweep.main(["summary", str(tmp_path / "sweep")]) == 2
+    assert "no runs found" in capsys.readouterr().err
