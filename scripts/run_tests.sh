@@ -3,8 +3,9 @@
 # A torch already installed (e.g. a CUDA build) is kept; otherwise the CPU build 2.13.0 is taken.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m pip install -q --upgrade pip >/dev/null
 python3 -c "import torch" 2>/dev/null || python3 -m pip install -q "torch==2.13.0"
 python3 -m pip install -q -e ".[dev]"
+# The kernels' CPU tests run in Triton's interpreter, pinned to the version the GPU stack ships with (torch 2.11).
+python3 -c "import triton" 2>/dev/null || python3 -m pip install -q "triton==3.6.0"
 export TRITON_INTERPRET=1
 python3 -m pytest -q "$@"
