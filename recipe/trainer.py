@@ -23,6 +23,8 @@ def check_job(job_config: JobConfig) -> None:
     flavor = job_config.model.flavor
     if flavor not in spec.model_args:
         raise ValueError(f"model.flavor={flavor!r} is not one of {sorted(spec.model_args)}")
+    if not hasattr(spec.model_args[flavor], "lighthouse_layers"):
+        raise ValueError(f"model.name={job_config.model.name!r} has no Lighthouse layers; use 'llama3_lighthouse'")
     check_job_config(job_config, spec.model_args[flavor].n_layers, on_cpu=on_cpu_only())
 
 

@@ -44,13 +44,15 @@ def test_toml_section_is_read_and_cli_overrides_it():
     (["--lighthouse.no-enable", "--lighthouse.switch_to_dense_at_step", "5"], r"switch_to_dense_at_step=5 with enable=false"),
     (["--validation.enable", "--validation.seq_len", "100"], r"validation.seq_len=100"),
     (["--model.flavor", "huge"], r"model.flavor='huge' is not one of \['debug', 'paper'\]"),
+    (["--model.name", "llama3", "--model.flavor", "debugmodel"], r"model.name='llama3' has no Lighthouse layers"),
 ], ids=["topk", "seq_len", "tile-too-small", "scorer", "pool", "dense-range", "dense-repeat", "switch-negative",
-        "switch-without-lighthouse", "validation-seq-len", "flavor"])
+        "switch-without-lighthouse", "validation-seq-len", "flavor", "model-name"])
 def test_invalid_settings_fail_before_any_device_work_naming_the_values(args, message):
     config = parse(*args)
+    initialized = dist.is_initialized()
     with pytest.raises(ValueError, match=message):
         LighthouseTrainer(config)
-    assert not dist.is_initialized()
+    assert dist.is_initialized() == initialized  # no process group was started
 
 
 def test_a_job_without_the_config_extension_is_told_how_to_load_it(tmp_path):
