@@ -1,19 +1,21 @@
 """Train Llama-3 with Lighthouse attention on torchtitan.
 
-    torchrun --nproc_per_node=8 train.py --job.config_file configs/paper/stage1_L3_p2_k1536.toml
+    torchrun --nproc_per_node=8 train.py --job.config_file configs/paper/stage1_L3_p2_k1536_dilated.toml
     python train.py --job.config_file configs/debug.toml   # one process, CPU or GPU
 
 CLI flags override the TOML file (`--training.steps 100`, `--lighthouse.topk 2048`, ...).
 """
 import os
+import socket
 
 import recipe  # noqa: F401  (first: prepares torchtitan on machines without an accelerator)
 import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
 from recipe.trainer import main
 
 if __name__ == "__main__":
-    # A plain `python train.py` is a one-process job; torchrun sets these itself.
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": "29500"}.items():
-        os.environ.setdefault(key, value)
+    if "RANK" not in os.environ:  # a plain `python train.py` is a one-process job; torchrun sets these itself
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     main()

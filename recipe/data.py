@@ -200,8 +200,12 @@ class HuggingFaceStream(DocumentSource):
 
     def __iter__(self) -> Iterator[str]:
         while True:
+            empty = True
             for sample in self._data:
+                empty = False
                 yield sample["text"]
+            if empty:
+                raise ValueError("the streaming dataset has no document for this data-parallel rank")
             self._data.set_epoch(self._data.epoch + 1)
 
     def state_dict(self) -> dict[str, Any]:
