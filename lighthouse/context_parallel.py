@@ -1,0 +1,320 @@
+"""Context parallelism for Lighthouse layers: the single-device layer, computed on sequence shards.
+
+Layout (torchtitan's head/tail load balancing): with CP degree W the sequence is cut into 2W equal chunks
+and rank r holds chunks r and 2W-1-r, concatenated as [head, tail] along the sequence axis.
+
+Why this is exact (SPEC section 6): tiles never cross a chunk (T = topk/tile_budget is a multiple of 2W), and
+tiles select independently, so each chunk selects on its own tokens with topk / 2W. Every tile gathers the
+same number of entries and the sort key is monotone in position, so the single-device gathered sequence is
+the concatenation of the chunks' gathered parts in chunk order: laid out [head part, tail part], it is
+sharded exactly like the dense sequence and goes through torch's stock ring attention (causal, load
+balanced). Scatter-back ranges spill up to pool**(levels-1) - 1 positions into the next chunk; that halo is
+sent to the chunk's owner (`HaloExchange`). The prefix guarantee applies to chunk 0 only (global token 0).
+The dilated scorer attends over strided sub-sequences of the whole sequence; with chunks divisible by the
+dilation those are sharded head/tail too, so its attention also runs as ring attention.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.experimental._attention import _cp_options, _enable_context_parallel_dispatcher
+from torch.nn.attention import sdpa_kernel
+
+from .attention import SDPA_BACKENDS
+from .config import LighthouseConfig
+from .gather import gather_subsequence, pyramid_index
+from .layer import LighthouseAttention, check_inputs
+from .pyramid import pool_pyramid
+from .scatter import scatter_back
+from .scoring import pyramid_scores, token_scores
+from .selection import Selection, descend
+
+RING_BACKENDS = ("cudnn", "flash", "efficient")
+"""SDPA backends torch's context-parallel dispatcher rings (the math backend has no ring rule)."""
+
+# The SDPA op itself: `F.scaled_dot_product_attention` is an alias that `_sdpa_as_ring_attention` (like torch's
+# own `context_parallel()`) may replace while the dilated scorer runs.
+_SDPA = torch._C._nn.scaled_dot_product_attention
+
+_RING_OPS = {
+    "cpu": torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+    "cuda": torch.ops.aten._scaled_dot_product_flash_attention.default,
+}
+
+
+def owned_chunks(rank: int, cp_degree: int) -> tuple[int, int]:
+    """(head, tail) chunk indices of `rank`: chunks r and 2W-1-r of the 2W equal chunks."""
+    return rank, 2 * cp_degree - 1 - rank
+
+
+def check_context_parallel(config: LighthouseConfig, seq_len: int, cp_degree: int) -> None:
+    """Raise ValueError naming the values if `config` cannot run on `seq_len` tokens split over `cp_degree` ranks."""
+    if cp_degree < 1:
+        raise ValueError(f"context_parallel_degree={cp_degree} must be >= 1")
+    config.validate(seq_len)
+    chunks = 2 * cp_degree
+    if seq_len % chunks != 0:
+        raise ValueError(
+            f"seq_len={seq_len} does not split into 2*context_parallel_degree={chunks} equal chunks "
+            f"(context_parallel_degree={cp_degree})"
+        )
+    if config.levels == 1:
+        return
+    if config.num_tiles % chunks != 0:
+        raise ValueError(
+            f"topk/tile_budget={config.num_tiles} tiles (topk={config.topk}, tile_budget={config.tile_budget}) do "
+            f"not split evenly over the 2*context_parallel_degree={chunks} chunks of seq_len={seq_len} "
+            f"(context_parallel_degree={cp_degree}); a tile may not cross a chunk: make topk/tile_budget a multiple "
+            f"of {chunks}"
+        )
+    # Whole tiles per chunk, hence whole coarsest entries: pooling windows never cross a chunk either.
+    chunk_len = seq_len // chunks
+    if config.scorer == "dilated" and chunk_len % config.dilation != 0:
+        raise ValueError(
+            f"chunk length seq_len/(2*context_parallel_degree)={chunk_len} (seq_len={seq_len}, "
+            f"context_parallel_degree={cp_degree}) is not divisible by dilation={config.dilation}"
+        )
+
+
+def chunk_config(config: LighthouseConfig, cp_degree: int) -> LighthouseConfig:
+    """The config one chunk selects with: topk / (2W), same tile budget, hence the same tiles."""
+    return dataclasses.replace(config, topk=config.topk // (2 * cp_degree))
+
+
+def offset_selection(selection: Selection, chunk: int, chunk_len: int, pool: int) -> Selection:
+    """A chunk's selection in global coordinates: level-l indices shifted by the chunk's start // pool**l."""
+    start = chunk * chunk_len
+    return Selection(selection.level, selection.index + start // pool**selection.level, selection.expanded)
+
+
+def ring_backend(backend: str, device: torch.device) -> str:
+    """The SDPA backend ring attention runs with: 'auto'/'reference' mean cuDNN on CUDA, flash on CPU."""
+    if backend in ("auto", "reference"):
+        return "cudnn" if device.type == "cuda" else "flash"
+    if backend not in RING_BACKENDS:
+        raise ValueError(
+            f"backend={backend!r} has no ring attention under context parallelism; use 'auto' or one of {RING_BACKENDS}"
+        )
+    return backend
+
+
+def enable_ring_dispatch(device_type: str) -> None:
+    """Turn on torch's context-parallel SDPA dispatcher (idempotent); it must stay on through backward."""
+    op = _RING_OPS.get(device_type)
+    if op is None:
+        raise ValueError(
+            f"ring attention has no rule for device type {device_type!r}; expected one of {tuple(_RING_OPS)}"
+        )
+    _enable_context_parallel_dispatcher()
+    if op not in DTensor._op_dispatcher._custom_op_handlers:
+        raise RuntimeError(
+            f"torch's context-parallel dispatcher has no rule for {op}: on CPU call "
+            "recipe.context_parallel.register_cpu_ring_attention() first"
+        )
+
+
+def _check_head_tail_layout() -> None:
+    if not _cp_options.enable_load_balance:
+        raise ValueError(
+            "Lighthouse context parallelism needs the head/tail sequence layout, but torch's ring attention is set "
+            "to no load balancing (torchtitan: parallelism.context_parallel_load_balancer must be 'headtail')"
+        )
+
+
+def ring_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mesh: DeviceMesh, backend: str = "auto"
+) -> torch.Tensor:
+    """Causal SDPA over a sequence sharded head/tail on `mesh`: local q [B, S, H, D], k/v [B, S, G, D] -> [B, S, H, D].
+
+    The local tensors are wrapped as DTensors sharded on the sequence dim, so torch's context-parallel
+    dispatcher runs its ring attention (rotation set by `set_rotate_method`); scale 1/sqrt(D).
+    """
+    name = ring_backend(backend, q.device)
+    enable_ring_dispatch(q.device.type)
+    _check_head_tail_layout()
+    heads = q.shape[2]
+    if k.shape[2] != heads and name != "flash":
+        k, v = (x.repeat_interleave(heads // k.shape[2], dim=2) for x in (k, v))
+    qd, kd, vd = (DTensor.from_local(x.transpose(1, 2), mesh, [Shard(2)], run_check=False) for x in (q, k, v))
+    with sdpa_kernel(SDPA_BACKENDS[name]):
+        out = _SDPA(qd, kd, vd, is_causal=True, enable_gqa=kd.shape[1] != heads)
+    return out.to_local().transpose(1, 2)
+
+
+@contextlib.contextmanager
+def _sdpa_as_ring_attention(mesh: DeviceMesh, device: torch.device) -> Iterator[None]:
+    """Within the block, `F.scaled_dot_product_attention(q, k, v, is_causal=True)` ([B, H, S, D]) is ring attention.
+
+    Used only around the dilated scorer, whose SDPA calls sit inside `lighthouse.scoring`; it is the same
+    monkey-patching torch's own `context_parallel()` applies to SDPA. The scorer works in float32, so on
+    CUDA the ring uses the efficient kernel (flash and cuDNN take 16-bit inputs only).
+    """
+    backend = "efficient" if device.type == "cuda" else "flash"
+    original = F.scaled_dot_product_attention
+
+    def ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
+        if not is_causal:
+            raise ValueError("ring attention under context parallelism is causal only")
+        q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+        return ring_causal_attention(q, k, v, mesh, backend).transpose(1, 2)
+
+    F.scaled_dot_product_attention = ring
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = original
+
+
+def shard_selections(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
+) -> list[Selection]:
+    """Selections of this rank's (head, tail) chunks, each in chunk-local coordinates, in gather order.
+
+    q [B, 2C, H, D], k/v [B, 2C, G, D] are the rank's head and tail chunks of length C. Scores are per token
+    (the dilated scorer's attention rings over the whole sequence); each chunk then descends on its own tiles
+    with `chunk_config`, and only chunk 0 applies the prefix guarantee.
+    """
+    cp_degree, rank = mesh.size(), mesh.get_local_rank()
+    chunk_len = q.shape[1] // 2
+    local = chunk_config(config, cp_degree)
+    if config.scorer == "dilated":
+        with _sdpa_as_ring_attention(mesh, q.device):
+            sq, sk = token_scores(q, k, v, config)
+    else:
+        sq, sk = token_scores(q, k, v, config)
+    selections = []
+    for half, chunk in enumerate(owned_chunks(rank, cp_degree)):
+        part = slice(half * chunk_len, (half + 1) * chunk_len)
+        sq_levels, sk_levels = (pyramid_scores(s[..., part], config.pool, config.levels) for s in (sq, sk))
+        selections.append(descend(sq_levels, sk_levels, local, prefix=chunk == 0))
+    return selections
+
+
+def _all_gather(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """[W, *x.shape]: every rank's `x`."""
+    x = x.contiguous()
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(parts, x, group=group)
+    return torch.stack(parts)
+
+
+HEAD, TAIL = 0, 1
+Slot = tuple[int, int]  # (rank, HEAD or TAIL): one owned chunk
+
+
+def halo_sources(rank: int, cp_degree: int) -> tuple[Slot | None, Slot]:
+    """The chunks whose halos land on this rank's head chunk, resp. its tail chunk (chunk c sends to c+1).
+
+    Head chunk r receives from chunk r-1, rank r-1's head (nothing for chunk 0). Tail chunk 2W-1-r
+    receives from chunk 2W-2-r: rank r+1's tail, or for the middle rank W-1 its own head (chunk W-1).
+    """
+    into_head = (rank - 1, HEAD) if rank > 0 else None
+    into_tail = (rank + 1, TAIL) if rank + 1 < cp_degree else (rank, HEAD)
+    return into_head, into_tail
+
+
+def halo_destinations(rank: int, cp_degree: int) -> tuple[Slot, Slot | None]:
+    """The chunks this rank's head halo, resp. tail halo, lands on: the inverse of `halo_sources`.
+
+    Rank 0's tail is the last chunk: its halo reaches past the sequence and is dropped.
+    """
+    head_to = (rank + 1, HEAD) if rank + 1 < cp_degree else (rank, TAIL)
+    tail_to = (rank - 1, TAIL) if rank > 0 else None
+    return head_to, tail_to
+
+
+def _pick(per_rank: torch.Tensor, slot: Slot | None, like: torch.Tensor) -> torch.Tensor:
+    """per_rank[rank, HEAD/TAIL] of an all-gathered [W, 2, ...] tensor; zeros where `slot` is None."""
+    return per_rank[slot] if slot is not None else torch.zeros_like(like)
+
+
+class HaloExchange(torch.autograd.Function):
+    """Send each owned chunk's scatter-back spill to the owner of the next chunk.
+
+    forward(head_spill, tail_spill) -> (into_head, into_tail): what this rank adds to the first positions of
+    its head and tail chunks (zeros before chunk 0). backward returns to each sender the gradient of the
+    positions its halo was added to. One all-gather of the small halos each way (gloo and NCCL).
+    """
+
+    @staticmethod
+    def forward(ctx, head_spill: torch.Tensor, tail_spill: torch.Tensor, group: dist.ProcessGroup):
+        rank, cp_degree = dist.get_rank(group), dist.get_world_size(group)
+        sent = _all_gather(torch.stack([head_spill, tail_spill]), group)
+        ctx.group = group
+        return tuple(_pick(sent, src, head_spill) for src in halo_sources(rank, cp_degree))
+
+    @staticmethod
+    def backward(ctx, grad_into_head: torch.Tensor, grad_into_tail: torch.Tensor):
+        rank, cp_degree = dist.get_rank(ctx.group), dist.get_world_size(ctx.group)
+        received = _all_gather(torch.stack([grad_into_head, grad_into_tail]), ctx.group)
+        grad_head, grad_tail = (_pick(received, dst, grad_into_head) for dst in halo_destinations(rank, cp_degree))
+        return grad_head, grad_tail, None
+
+
+def _gather_chunks(x: torch.Tensor, flat_index: list[torch.Tensor], pool: int, levels: int) -> torch.Tensor:
+    """The gathered sub-sequences of x's head and tail chunks, laid out [head part, tail part]."""
+    parts = [gather_subsequence(pool_pyramid(c, pool, levels), idx) for c, idx in zip(x.chunk(2, dim=1), flat_index)]
+    return torch.cat(parts, dim=1)
+
+
+def _add_halo(body: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
+    """body [B, C, H, D] with `halo` [B, h, H, D] added to its first h positions (out of place)."""
+    width = halo.shape[1]
+    return torch.cat([body[:, :width] + halo, body[:, width:]], dim=1)
+
+
+def context_parallel_lighthouse_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
+) -> torch.Tensor:
+    """Lighthouse attention on this rank's head/tail shards: q [B, 2C, H, D], k/v [B, 2C, G, D] -> o [B, 2C, H, D].
+
+    Equals the matching rows of the single-device `lighthouse_attention` on the whole sequence (same tiles,
+    same selection), forward and backward. `mesh` is the 1-D context-parallel mesh.
+    """
+    check_inputs(q, k, v)
+    if mesh.ndim != 1:
+        raise ValueError(f"the context-parallel mesh must be 1-D; got a {mesh.ndim}-D mesh {mesh}")
+    cp_degree, local_len = mesh.size(), q.shape[1]
+    if local_len % 2 != 0:
+        raise ValueError(f"the local sequence of {local_len} tokens is not a head and a tail chunk of equal length")
+    check_context_parallel(config, local_len * cp_degree, cp_degree)
+    if config.levels == 1:
+        return ring_causal_attention(q, k, v, mesh, config.backend)
+    pool, levels, chunk_len = config.pool, config.levels, local_len // 2
+    flat_index = [pyramid_index(sel, chunk_len, pool, levels) for sel in shard_selections(q, k, v, config, mesh)]
+    q_t, k_t, v_t = (_gather_chunks(x, flat_index, pool, levels) for x in (q, k, v))
+    o_t = ring_causal_attention(q_t, k_t, v_t, mesh, config.backend)
+    # Scatter in float32 and cast once after the halos are added, as the single-device layer does.
+    acc = torch.promote_types(o_t.dtype, torch.float32)
+    head, tail = (
+        scatter_back(part.to(acc), idx, chunk_len, pool, levels, spill=True)
+        for part, idx in zip(o_t.chunk(2, 1), flat_index)
+    )
+    into_head, into_tail = HaloExchange.apply(head[:, chunk_len:], tail[:, chunk_len:], mesh.get_group())
+    out = torch.cat([_add_halo(head[:, :chunk_len], into_head), _add_halo(tail[:, :chunk_len], into_tail)], dim=1)
+    return out.to(q.dtype)
+
+
+class ContextParallelLighthouseAttention(LighthouseAttention):
+    """`LighthouseAttention` on a sequence sharded head/tail over a 1-D context-parallel mesh; no parameters.
+
+    forward(q, k, v) takes and returns this rank's shards in the [B, N_local, heads, D] layout.
+    """
+
+    def __init__(self, config: LighthouseConfig, mesh: DeviceMesh) -> None:
+        super().__init__(config)
+        ring_backend(config.backend, torch.device(mesh.device_type))
+        self.mesh = mesh
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return context_parallel_lighthouse_attention(q, k, v, self.config, self.mesh)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, cp_degree={self.mesh.size()}"
