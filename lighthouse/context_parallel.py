@@ -55,7 +55,11 @@ def owned_chunks(rank: int, cp_degree: int) -> tuple[int, int]:
 
 
 def check_context_parallel(config: LighthouseConfig, seq_len: int, cp_degree: int) -> None:
-    """Raise ValueError naming the values if `config` cannot run on `seq_len` tokens split over `cp_degree` ranks."""
+    """Raise ValueError naming the values if `config` cannot run on `seq_len` tokens split over `cp_degree` ranks.
+
+    Degree 1 still means two chunks (a one-rank ring, as in the tests); a job without CP checks
+    `config.validate(seq_len)` instead.
+    """
     if cp_degree < 1:
         raise ValueError(f"context_parallel_degree={cp_degree} must be >= 1")
     config.validate(seq_len)

@@ -10,7 +10,7 @@ What a model must call to run Lighthouse layers under CP:
   1. at parallelize time: `enable_context_parallel(cp_mesh, rotate_method)` once, then
      `parallelize_lighthouse_attention(model, cp_mesh)` (swaps every `LighthouseAttention` for its
      context-parallel version); dense layers keep torchtitan's `apply_cp_to_attention_module`;
-  2. at start-up: `check_context_parallel_layout(job_config)`, and
+  2. at start-up, when context_parallel_degree > 1: `check_context_parallel_layout(job_config)`, and
      `lighthouse.context_parallel.check_context_parallel(config, seq_len, cp_degree)` per sequence length.
 """
 from __future__ import annotations
