@@ -1,9 +1,10 @@
 """Stages 1-2, fused: one pass over q, k, v that writes the pooled levels and the max-pooled norm scores.
 
 Each program owns whole coarsest windows of one kv group: it reads the group's query heads, its key head
-and its value head once, mean-pools them level by level in float32 (as `lighthouse.pyramid.pool_pyramid`),
-and, for the norm scorer, takes per-token L2 norms (max over the group's query heads for sQ) and max-pools
-them upward (as `lighthouse.scoring.pyramid_scores`).
+and its value head from memory once, takes each level's window means in float32 (level l is the mean of
+its p**l tokens, as `lighthouse.pyramid.pool_pyramid` up to float32 summation order), and, for the norm
+scorer, the largest per-token L2 norm of each window (max over the group's query heads for sQ), which is
+`lighthouse.scoring.pyramid_scores` of the token norms.
 """
 from __future__ import annotations
 
@@ -29,36 +30,55 @@ class Pyramid(NamedTuple):
 
 
 @triton.jit
-def _pool_head(x_ptr, pyr_ptr, t0, b, h, N, NP, HX: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
-               LOG2P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Pool one head's [BLOCK_T, D] slab into levels 1..L-1; return its per-token sum of squares."""
-    P: tl.constexpr = 1 << LOG2P
-    t = tl.arange(0, BLOCK_T)
-    d = tl.arange(0, BLOCK_D)
-    dmask = d < D
-    tmask = t0 + t < N
-    x = tl.load(x_ptr + ((b * N + t0 + t)[:, None] * HX + h) * D + d[None, :],
-                mask=tmask[:, None] & dmask[None, :], other=0.0).to(tl.float32)
-    cur = x
-    for lvl in tl.static_range(1, L):
-        cur = tl.sum(tl.reshape(cur, [BLOCK_T >> (lvl * LOG2P), P, BLOCK_D]), axis=1) * (1.0 / P)
-        r = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
-        out = pyr_ptr + ((b * NP + static_level_offset(lvl, N, LOG2P) - N + r)[:, None] * HX + h) * D
-        tl.store(out + d[None, :], cur.to(pyr_ptr.dtype.element_ty),
-                 mask=(r < (N >> (lvl * LOG2P)))[:, None] & dmask[None, :])
-    return tl.sum(x * x, axis=1)
+def _load_windows(x_ptr, t0, b, h, N, HX: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr,
+                  SPAN: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Tokens [t0, t0 + ROWS*SPAN) of head h as float32 [ROWS, SPAN, BLOCK_D]: one pooling window per row.
+
+    Loading each level's windows as their own axis keeps every reduction inside registers and warps
+    (reshaping one tile level by level costs shared-memory round trips); the re-reads hit the cache.
+    """
+    r = tl.arange(0, ROWS)[:, None, None]
+    c = tl.arange(0, SPAN)[None, :, None]
+    d = tl.arange(0, BLOCK_D)[None, None, :]
+    t = t0 + r * SPAN + c
+    return tl.load(x_ptr + ((b * N + t) * HX + h) * D + d, mask=(t < N) & (d < D), other=0.0).to(tl.float32)
 
 
 @triton.jit
-def _store_score_pyramid(score_ptr, s, t0, N, L: tl.constexpr, LOG2P: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Store token scores `s` [BLOCK_T] and their max-pools at every level of one row."""
-    P: tl.constexpr = 1 << LOG2P
-    t = tl.arange(0, BLOCK_T)
-    tl.store(score_ptr + t0 + t, s, mask=t0 + t < N)
-    for lvl in tl.static_range(1, L):
-        s = tl.max(tl.reshape(s, [BLOCK_T >> (lvl * LOG2P), P]), axis=1)
+def _pool_head(x_ptr, pyr_ptr, t0, b, h, N, NP, HX: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
+               LOG2P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, lvl: tl.constexpr):
+    """Write one head's level-`lvl` means of tokens [t0, t0 + BLOCK_T); return each window's largest
+    per-token sum of squares, [BLOCK_T / p**lvl] (level 0: every token's)."""
+    x = _load_windows(x_ptr, t0, b, h, N, HX, D, BLOCK_T >> (lvl * LOG2P), 1 << (lvl * LOG2P), BLOCK_D)
+    if lvl > 0:
         r = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
-        tl.store(score_ptr + static_level_offset(lvl, N, LOG2P) + r, s, mask=r < (N >> (lvl * LOG2P)))
+        d = tl.arange(0, BLOCK_D)
+        out = pyr_ptr + ((b * NP + static_level_offset(lvl, N, LOG2P) - N + r)[:, None] * HX + h) * D + d[None, :]
+        mean = tl.sum(x, axis=1) * (1.0 / (1 << (lvl * LOG2P)))
+        tl.store(out, mean.to(pyr_ptr.dtype.element_ty), mask=(r < (N >> (lvl * LOG2P)))[:, None] & (d < D)[None, :])
+    return tl.max(tl.sum(x * x, axis=2), axis=1)
+
+
+@triton.jit
+def _pool_level(q_ptr, k_ptr, v_ptr, qp_ptr, kp_ptr, vp_ptr, sq_row, sk_row, t0, b, g, N, NP,
+                H: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr,
+                BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, SCORE: tl.constexpr, lvl: tl.constexpr):
+    """Level `lvl` of the group's query heads, key head and value head, and (SCORE) its sQ, sK."""
+    REP: tl.constexpr = H // G
+    ssq = tl.zeros([BLOCK_T >> (lvl * LOG2P)], tl.float32)
+    for r in tl.static_range(REP):
+        ssq = tl.maximum(ssq, _pool_head(q_ptr, qp_ptr, t0, b, g * REP + r, N, NP, H, D, L, LOG2P, BLOCK_T,
+                                         BLOCK_D, lvl))
+    ssk = _pool_head(k_ptr, kp_ptr, t0, b, g, N, NP, G, D, L, LOG2P, BLOCK_T, BLOCK_D, lvl)
+    if lvl > 0:
+        _pool_head(v_ptr, vp_ptr, t0, b, g, N, NP, G, D, L, LOG2P, BLOCK_T, BLOCK_D, lvl)
+    if SCORE:
+        # sqrt is monotone and correctly rounded: the max of norms is the norm of the max sum of squares
+        i = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
+        off = static_level_offset(lvl, N, LOG2P)
+        valid = i < (N >> (lvl * LOG2P))
+        tl.store(sq_row + off + i, tl.sqrt(ssq), mask=valid)
+        tl.store(sk_row + off + i, tl.sqrt(ssk), mask=valid)
 
 
 @triton.jit
@@ -70,25 +90,19 @@ def _pool_score_kernel(q_ptr, k_ptr, v_ptr, qp_ptr, kp_ptr, vp_ptr, sq_ptr, sk_p
     bg = tl.program_id(1).to(tl.int64)
     b = bg // G
     g = bg % G
-    REP: tl.constexpr = H // G
-    ssq = tl.zeros([BLOCK_T], tl.float32)
-    for r in tl.static_range(REP):
-        ssq = tl.maximum(ssq, _pool_head(q_ptr, qp_ptr, t0, b, g * REP + r, N, NP, H, D, L, LOG2P,
-                                         BLOCK_T, BLOCK_D))
-    ssk = _pool_head(k_ptr, kp_ptr, t0, b, g, N, NP, G, D, L, LOG2P, BLOCK_T, BLOCK_D)
-    _pool_head(v_ptr, vp_ptr, t0, b, g, N, NP, G, D, L, LOG2P, BLOCK_T, BLOCK_D)
-    if SCORE:
-        # sqrt is monotone and correctly rounded: max of norms == norm of the max sum of squares
-        _store_score_pyramid(sq_ptr + bg * NTOT, tl.sqrt(ssq), t0, N, L, LOG2P, BLOCK_T)
-        _store_score_pyramid(sk_ptr + bg * NTOT, tl.sqrt(ssk), t0, N, L, LOG2P, BLOCK_T)
+    for lvl in tl.static_range(L):
+        if SCORE or lvl > 0:
+            _pool_level(q_ptr, k_ptr, v_ptr, qp_ptr, kp_ptr, vp_ptr, sq_ptr + bg * NTOT, sk_ptr + bg * NTOT, t0, b, g,
+                        N, NP, H, G, D, L, LOG2P, BLOCK_T, BLOCK_D, SCORE, lvl)
 
 
 def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int, levels: int,
-                   scores: bool = True) -> Pyramid:
+                   scores: bool = True, tokens_per_program: int = 64, num_warps: int = 4) -> Pyramid:
     """Pooled levels 1..L-1 of q, k, v and (if `scores`) the norm-score pyramids, in one pass.
 
     q [B, N, H, D], k, v [B, N, G, D], contiguous, N divisible by pool**(levels-1). Without `scores`,
-    sq and sk are empty and the caller brings its own (the dilated scorer).
+    sq and sk are empty and the caller brings its own (the dilated scorer). A program covers at least
+    `tokens_per_program` tokens (rounded up to whole coarsest windows).
     """
     b, n, h, d = q.shape
     g = k.shape[2]
@@ -96,7 +110,7 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
     ntot = n + np_
     span = pool ** (levels - 1)
     block_d = triton.next_power_of_2(d)
-    block_t = max(span, triton.next_power_of_2(max(1, 8192 // block_d)))
+    block_t = max(span, triton.next_power_of_2(tokens_per_program))
     qp = q.new_empty(b, np_, h, d)
     kp = k.new_empty(b, np_, g, d)
     vp = v.new_empty(b, np_, g, d)
@@ -105,6 +119,6 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
     sk = torch.empty(shape, dtype=torch.float32, device=q.device)
     _pool_score_kernel[(triton.cdiv(n, block_t), b * g)](
         q, k, v, qp, kp, vp, sq, sk, n, np_, ntot, H=h, G=g, D=d, L=levels,
-        LOG2P=log2(pool), BLOCK_T=block_t, BLOCK_D=block_d, SCORE=scores, num_warps=4,
+        LOG2P=log2(pool), BLOCK_T=block_t, BLOCK_D=block_d, SCORE=scores, num_warps=num_warps,
     )
     return Pyramid(qp, kp, vp, sq, sk)

@@ -7,7 +7,9 @@ Per case:
   layer    the fused pipeline on the reference's scores against the reference layer: o, dq, dk, dv
            error ratios (RMSE(ref - fast) / RMS(ref)) under the tolerance of `kernels/_testing.py`;
   e2e      the whole fused layer (its own scores) against the reference layer;
-  determ.  two runs of the fused layer give bit-identical o, dq, dk, dv.
+  determ.  two runs give bit-identical o, and bit-identical gradients from the fused backward kernels
+           (scatter-back, gather+pooling) for the same upstream gradients; whether the whole layer's
+           gradients repeat bit for bit is reported too (it also depends on the inner SDPA backward).
 Exits non-zero if any check fails. Usage: python scripts/gpu_parity.py [--quick]
 """
 from __future__ import annotations
@@ -23,7 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kernels._testing import ERROR_RATIO, error_ratio  # noqa: E402
 from kernels.fused import attend_selected, fused_lighthouse_attention  # noqa: E402
+from kernels.gather import gather_pyramid  # noqa: E402
+from kernels.ordering import slot_map  # noqa: E402
 from kernels.pyramid import pool_and_score  # noqa: E402
+from kernels.scatter import scatter_back  # noqa: E402
 from kernels.selection import select_packed, selection_of  # noqa: E402
 from lighthouse import (  # noqa: E402
     LighthouseConfig,
@@ -54,6 +59,21 @@ def fwd_bwd(fn, q, k, v, grad_o):
 
 def ratios(ref, fast) -> list[float]:
     return [error_ratio(r, f)[0] for r, f in zip(ref, fast)]
+
+
+def backward_kernels_repeat(q, k, v, pyramid, sq, sk, config) -> bool:
+    """The scatter-back and gather+pooling backward kernels give bit-identical gradients twice."""
+    n, pool, levels = q.shape[1], config.pool, config.levels
+    packed = select_packed(sq, sk, n, config)
+    slots = slot_map(packed, n, pool, levels)
+    gathered = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
+    o_t = torch.randn_like(gathered[0], requires_grad=True)
+    o = scatter_back(o_t, packed, slots, n, pool, levels)
+    grad_o = torch.randn_like(o)
+    grads_t = [torch.randn_like(x) for x in gathered]
+    runs = [(*torch.autograd.grad(o, o_t, grad_o, retain_graph=True),
+             *torch.autograd.grad(gathered, (q, k, v), grads_t, retain_graph=True)) for _ in range(2)]
+    return all(torch.equal(a, b) for a, b in zip(*runs))
 
 
 def run_case(b, n, h, g, d, dtype, kwargs) -> bool:
@@ -91,10 +111,13 @@ def run_case(b, n, h, g, d, dtype, kwargs) -> bool:
     fused = fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v, grad_o)
     again = fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v, grad_o)
     e2e = ratios(ref, fused)
-    determ = all(torch.equal(a, c) for a, c in zip(fused, again))
+    kernels_repeat = backward_kernels_repeat(q, k, v, pyramid, ref_sq, ref_sk, config)
+    determ = torch.equal(fused[0], again[0]) and kernels_repeat
+    layer_grads_repeat = all(torch.equal(a, c) for a, c in zip(fused[1:], again[1:]))
     ok &= determ
     fmt = lambda r: "/".join(f"{x:.1e}" for x in r)  # noqa: E731
-    line += (f" layer(o/dq/dk/dv)={fmt(layer)} e2e={fmt(e2e)} bit-identical={determ} tol={tol:.0e}"
+    line += (f" layer(o/dq/dk/dv)={fmt(layer)} e2e={fmt(e2e)} bit-identical(o, kernel grads)={determ}"
+             f" (layer grads: {layer_grads_repeat}) tol={tol:.0e}"
              f" [{time.perf_counter() - start:.1f}s] {'OK' if ok else 'FAIL'}")
     print(f"{name}: {line}", flush=True)
     return ok

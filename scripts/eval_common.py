@@ -1,0 +1,64 @@
+"""Command-line plumbing shared by the evaluation scripts (niah.py, heldout_loss.py).
+
+Each script takes its own options plus, after them, torchtitan-style job arguments
+(`--job.config_file X --lighthouse.no-enable --lighthouse.topk 512 ...`) that set the model and the
+attention setting the checkpoint is evaluated with.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+import torch  # noqa: E402
+
+import train_fused  # noqa: E402  (registers llama3_lighthouse_fused and its `small` flavor)
+from eval.checkpoint import lighthouse_setting, load_checkpoint, logits_function  # noqa: E402
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """An argument parser with the options every evaluation script shares."""
+    p = argparse.ArgumentParser(description=description, allow_abbrev=False,
+                                epilog="Other arguments are job arguments, e.g. --job.config_file configs/debug.toml "
+                                       "--lighthouse.no-enable")
+    p.add_argument("--checkpoint", required=True, help="a step folder, e.g. outputs/run/checkpoint/step-400")
+    p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
+    p.add_argument("--out", required=True, type=Path, help="output path prefix (.json, and .png where drawn)")
+    return p
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def load(args: argparse.Namespace, job_argv: list[str]):
+    """(job config, model, logits function, device) for the checkpoint, with the fused kernels on a GPU."""
+    device = pick_device(args.device)
+    job_config, model = load_checkpoint(args.checkpoint, job_argv, device)
+    if device.type == "cuda":
+        train_fused.use_fused_kernels(model)
+    return job_config, model, logits_function(model, job_config, device), device
+
+
+def provenance(args: argparse.Namespace, job_config, device: torch.device) -> dict:
+    """What a number needs to be traced back: command, commit, device, attention setting, date."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return {
+        "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "commit": commit.stdout.strip() or "unknown",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "checkpoint": str(args.checkpoint),
+        "model": f"{job_config.model.name}/{job_config.model.flavor}",
+        "attention": lighthouse_setting(job_config),
+    }

@@ -1,0 +1,54 @@
+"""Needle in a haystack on a checkpoint of the recipe's model, with the attention setting of the command line.
+
+    python scripts/niah.py --checkpoint outputs/replicate/dense/checkpoint/step-800 \\
+        --lengths 2048,4096,8192,16384 --out docs/niah_dense \\
+        --job.config_file configs/replicate/small.toml --lighthouse.no-enable
+
+The job arguments after the script's own options choose the model (`model.name`, `model.flavor`) and the
+attention (`--lighthouse.enable`/`--lighthouse.no-enable`, `--lighthouse.levels`, `.pool`, `.topk`, ...).
+Protocol (`eval.niah`): one passkey digit in random alphanumeric filler at each depth, one forward pass,
+argmax over the ten digit tokens at the last position, each cell the mean over the ten digits.
+Writes `<out>.json` (grid, mean and provenance) and `<out>.png` (heatmap).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+from eval_common import load, parser, provenance
+
+from eval.checkpoint import check_lengths, lighthouse_setting
+from eval.niah import DEPTHS, plot_heatmap, run_niah
+from recipe.tokenizer import ByteTokenizer
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as err:
+        raise SystemExit(f"expected comma-separated integers, got {text!r}") from err
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = parser(__doc__.split("\n\n")[0])
+    p.add_argument("--lengths", required=True, type=int_list, help="context lengths in tokens, e.g. 2048,4096")
+    p.add_argument("--depths", default=list(DEPTHS), type=int_list, help="needle depths in percent")
+    p.add_argument("--seed", type=int, default=0, help="seed of the filler text")
+    p.add_argument("--title", help="heatmap title (default: checkpoint and attention setting)")
+    args, job_argv = p.parse_known_args(argv)
+    job_config, _, logits, device = load(args, job_argv)
+    check_lengths(job_config, args.lengths)
+
+    tokenizer = ByteTokenizer()
+    encode = lambda text: tokenizer.encode(text, add_bos=False, add_eos=False)  # noqa: E731
+    result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device)
+    record = {**result.to_dict(), "seed": args.seed, **provenance(args, job_config, device)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    plot_heatmap(result, str(args.out.with_suffix(".png")), args.title or lighthouse_setting(job_config))
+    print(f"NIAH mean {result.mean:.3f} ({lighthouse_setting(job_config)}) -> {args.out.with_suffix('.json')}")
+    return record
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One-GPU replication of the paper's recoverability result (results in docs/results.md).
+#
+#   scripts/replicate.sh all                   # corpus, the three arms, evaluations, report
+#   STEPS=800 scripts/replicate.sh dense       # or one part at a time: corpus | dense | lighthouse | report
+#
+# Three arms at matched tokens: the same initial weights, the same batches at every step and one LR
+# schedule over STEPS steps. `dense`: dense attention from scratch. `switch_<A>`: Lighthouse for steps
+# 1..A = 5/8 of STEPS (the paper's 10k of 16k), then dense. `switch_<B>`: Lighthouse to B = 3/4 of STEPS (its
+# 12k of 16k), then dense. Stage 1 runs once: to A (checkpoint), continued to B (checkpoint); each stage 2
+# resumes one of those checkpoints with Lighthouse off. Every final checkpoint gets held-out loss and NIAH;
+# the stage-1 checkpoints get held-out loss with Lighthouse and with dense attention on the same weights.
+#
+# Environment: STEPS (a multiple of 80, default 800), RUN (output folder), SEED, PYTHON, CONFIG, CORPUS_SOURCE
+# (folder of .py files, default this Python's standard library), NIAH_LENGTHS, NIAH_LIGHTHOUSE_LENGTHS,
+# HELDOUT_WINDOWS, EXTRA (more job arguments for every run, e.g. a smaller flavor for a CPU smoke run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STEPS=${STEPS:-800}
+RUN=${RUN:-outputs/replicate}
+SEED=${SEED:-0}
+PYTHON=${PYTHON:-python3}
+CONFIG=${CONFIG:-configs/replicate/small.toml}
+NIAH_LENGTHS=${NIAH_LENGTHS:-2048,4096,8192,16384}
+NIAH_LIGHTHOUSE_LENGTHS=${NIAH_LIGHTHOUSE_LENGTHS:-4096,8192,16384}
+HELDOUT_WINDOWS=${HELDOUT_WINDOWS:-32}
+read -r -a EXTRA <<< "${EXTRA:-}"
+
+if (( STEPS <= 0 || STEPS % 80 != 0 )); then
+  echo "STEPS=$STEPS must be a positive multiple of 80 (so both switch points fall on stage-1 log steps)" >&2
+  exit 2
+fi
+SWITCH_A=$(( STEPS * 5 / 8 ))
+SWITCH_B=$(( STEPS * 3 / 4 ))
+CORPUS=$RUN/corpus
+JOB=(--job.config_file "$CONFIG" --debug.seed "$SEED" --training.dataset_path "$CORPUS/train/*.jsonl"
+     --lr_scheduler.warmup_steps "$(( STEPS / 20 ))" --lr_scheduler.total_steps "$STEPS" ${EXTRA[@]+"${EXTRA[@]}"})
+
+now() { date +%s.%N; }
+
+# timed <name> <command...>: run it and append {"name", "start", "end"} to $RUN/walltime.jsonl.
+timed() {
+  local name=$1 start
+  shift
+  start=$(now)
+  "$@"
+  printf '{"name": "%s", "start": %s, "end": %s}\n' "$name" "$start" "$(now)" >> "$RUN/walltime.jsonl"
+}
+
+# train <folder> <steps> [job arguments]: one training process (resumes from <folder>'s latest checkpoint).
+train() {
+  local folder=$1 steps=$2
+  shift 2
+  timed "$(basename "$folder")-to-$steps" "$PYTHON" scripts/train_fused.py "${JOB[@]}" \
+    --job.dump_folder "$folder" --training.steps "$steps" "$@"
+}
+
+# evaluate <name> <step folder> [job arguments]: held-out loss and NIAH of one checkpoint.
+evaluate() {
+  local name=$1 ckpt=$2 lengths=$NIAH_LENGTHS
+  shift 2
+  [[ " $* " == *" --lighthouse.no-enable "* ]] || lengths=$NIAH_LIGHTHOUSE_LENGTHS
+  "$PYTHON" scripts/heldout_loss.py --checkpoint "$ckpt" --data "$CORPUS/heldout/*.jsonl" \
+    --windows "$HELDOUT_WINDOWS" --out "$RUN/eval/heldout_$name" "${JOB[@]}" "$@"
+  "$PYTHON" scripts/niah.py --checkpoint "$ckpt" --lengths "$lengths" --out "$RUN/eval/niah_$name" \
+    --title "$name" "${JOB[@]}" "$@"
+}
+
+part_corpus() {
+  mkdir -p "$RUN"
+  "$PYTHON" scripts/make_corpus.py --out "$CORPUS" ${CORPUS_SOURCE:+--source "$CORPUS_SOURCE"}
+}
+
+part_dense() {
+  train "$RUN/dense" "$STEPS" --lighthouse.no-enable
+  evaluate dense "$RUN/dense/checkpoint/step-$STEPS" --lighthouse.no-enable
+}
+
+part_lighthouse() {
+  # Stage 1 logs every 10 steps: each logged step also re-runs selection for the Lighthouse statistics.
+  train "$RUN/lighthouse" "$SWITCH_A" --metrics.log_freq 10
+  train "$RUN/lighthouse" "$SWITCH_B" --metrics.log_freq 10
+  for switch in "$SWITCH_A" "$SWITCH_B"; do
+    train "$RUN/switch_$switch" "$STEPS" --lighthouse.no-enable \
+      --checkpoint.initial_load_path "$RUN/lighthouse/checkpoint/step-$switch" --checkpoint.no-initial-load-model-only
+  done
+  evaluate "stage1_$SWITCH_A" "$RUN/lighthouse/checkpoint/step-$SWITCH_A"
+  evaluate "stage1_$SWITCH_B" "$RUN/lighthouse/checkpoint/step-$SWITCH_B"
+  for switch in "$SWITCH_A" "$SWITCH_B"; do
+    evaluate "switch_$switch" "$RUN/switch_$switch/checkpoint/step-$STEPS" --lighthouse.no-enable
+  done
+}
+
+part_report() {
+  "$PYTHON" scripts/replicate_report.py --run "$RUN" --steps "$STEPS" --out "${REPORT_OUT:-docs}" \
+    --config "$CONFIG" ${EXTRA[@]+"${EXTRA[@]}"}
+}
+
+case "${1:-}" in
+  corpus | dense | lighthouse | report) "part_$1" ;;
+  all) part_corpus; part_dense; part_lighthouse; part_report ;;
+  *) echo "usage: $0 corpus|dense|lighthouse|report|all" >&2; exit 2 ;;
+esac
