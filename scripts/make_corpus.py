@@ -1,11 +1,13 @@
-"""A real-text byte corpus from a folder of Python sources (default: this interpreter's standard library).
+"""A real-text byte corpus from folders of Python sources (default: this interpreter's standard library).
 
-Every `.py` file under `--source` (UTF-8 only; `site-packages` skipped) is one document. A file goes to
-the held-out split when the SHA-1 of its relative path falls in 1/`--heldout-every` of the hash space, so
-the split is disjoint by file and does not depend on the file list's order. Training documents are
+Every `.py` file under each `--source` folder (UTF-8 only; `site-packages` below it skipped) is one
+document, named `<folder name>/<path inside it>`. A file goes to the held-out split when the SHA-1 of its
+name falls in 1/`--heldout-every` of the hash space, so the split is disjoint by file and does not depend
+on the file list's order. Training documents are
 shuffled with `--seed` (so the data order is no curriculum by package); held-out ones keep path order.
 
     python scripts/make_corpus.py --out outputs/replicate/corpus
+    python scripts/make_corpus.py --out corpus --source /usr/lib/python3.12 --source .../site-packages/numpy
 
 Writes `<out>/train/corpus.jsonl`, `<out>/heldout/corpus.jsonl` (records {"text", "path"}, the recipe's
 `local` dataset reads them) and `<out>/manifest.json` (source, Python version, counts, bytes).
@@ -26,11 +28,12 @@ def is_heldout(relative_path: str, every: int) -> bool:
 
 
 def collect(source: Path) -> tuple[list[tuple[str, str]], list[str]]:
-    """(relative path, text) of every UTF-8 `.py` file under `source` in path order, and the paths skipped."""
+    """(name, text) of every UTF-8 `.py` file under `source` in path order, and the names skipped."""
     documents, skipped = [], []
     for path in sorted(source.rglob("*.py")):
-        relative = path.relative_to(source).as_posix()
-        if "site-packages" in path.parts or not path.is_file():
+        inside = path.relative_to(source)
+        relative = f"{source.name}/{inside.as_posix()}"
+        if "site-packages" in inside.parts or not path.is_file():
             continue
         try:
             text = path.read_text(encoding="utf-8")
@@ -49,21 +52,28 @@ def write_jsonl(path: Path, documents: list[tuple[str, str]]) -> None:
             f.write(json.dumps({"text": text, "path": relative}) + "\n")
 
 
-def make_corpus(source: Path, out: Path, heldout_every: int = 20, seed: int = 0) -> dict:
+def make_corpus(sources: list[Path], out: Path, heldout_every: int = 20, seed: int = 0) -> dict:
     """Write the two splits and the manifest under `out`; returns the manifest."""
     if heldout_every < 2:
         raise ValueError(f"heldout_every={heldout_every} must be >= 2 (1 would hold out every file)")
-    documents, skipped = collect(source)
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        raise ValueError(f"sources {[str(s) for s in sources]} share a folder name; documents are named by it")
+    documents, skipped = [], []
+    for source in sources:
+        found, unreadable = collect(source)
+        documents += found
+        skipped += unreadable
     heldout = [d for d in documents if is_heldout(d[0], heldout_every)]
     train = [d for d in documents if not is_heldout(d[0], heldout_every)]
     if not heldout or not train:
-        raise ValueError(f"{source}: {len(documents)} files give {len(train)} training and {len(heldout)} "
+        raise ValueError(f"{[str(s) for s in sources]}: {len(documents)} files give {len(train)} training and {len(heldout)} "
                          f"held-out documents; both must be non-empty")
     random.Random(seed).shuffle(train)
     write_jsonl(out / "train" / "corpus.jsonl", train)
     write_jsonl(out / "heldout" / "corpus.jsonl", heldout)
     manifest = {
-        "source": str(source),
+        "sources": [str(s) for s in sources],
         "python": platform.python_version(),
         "heldout_every": heldout_every,
         "seed": seed,
@@ -77,12 +87,14 @@ def make_corpus(source: Path, out: Path, heldout_every: int = 20, seed: int = 0)
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--source", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
+    p.add_argument("--source", type=Path, action="append",
+                   help="a folder of .py files (repeat for several; default: this Python's standard library)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--heldout-every", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
-    print(json.dumps(make_corpus(args.source, args.out, args.heldout_every, args.seed), indent=2))
+    sources = args.source or [Path(sysconfig.get_paths()["stdlib"])]
+    print(json.dumps(make_corpus(sources, args.out, args.heldout_every, args.seed), indent=2))
 
 
 if __name__ == "__main__":

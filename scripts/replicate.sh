@@ -11,8 +11,8 @@
 # resumes one of those checkpoints with Lighthouse off. Every final checkpoint gets held-out loss and NIAH;
 # the stage-1 checkpoints get held-out loss with Lighthouse and with dense attention on the same weights.
 #
-# Environment: STEPS (a multiple of 80, default 800), RUN (output folder), SEED, PYTHON, CONFIG, CORPUS_SOURCE
-# (folder of .py files, default this Python's standard library), NIAH_LENGTHS, NIAH_LIGHTHOUSE_LENGTHS,
+# Environment: STEPS (a multiple of 80, default 800), RUN (output folder), SEED, PYTHON, CONFIG, CORPUS_SOURCES
+# (folders of .py files, space-separated; default this Python's standard library), NIAH_LENGTHS, NIAH_LIGHTHOUSE_LENGTHS,
 # HELDOUT_WINDOWS, EXTRA (more job arguments for every run, e.g. a smaller flavor for a CPU smoke run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,8 +68,11 @@ evaluate() {
 }
 
 part_corpus() {
+  local sources=() folder
+  read -r -a folders <<< "${CORPUS_SOURCES:-}"
+  for folder in ${folders[@]+"${folders[@]}"}; do sources+=(--source "$folder"); done
   mkdir -p "$RUN"
-  "$PYTHON" scripts/make_corpus.py --out "$CORPUS" ${CORPUS_SOURCE:+--source "$CORPUS_SOURCE"}
+  "$PYTHON" scripts/make_corpus.py --out "$CORPUS" ${sources[@]+"${sources[@]}"}
 }
 
 part_dense() {

@@ -12,7 +12,7 @@ checkpoints move freely between the two TrainSpecs. Flavors: the recipe's (`debu
 from __future__ import annotations
 
 import dataclasses
-import os
+import runpy
 import sys
 from pathlib import Path
 
@@ -87,9 +87,4 @@ def register() -> None:
 register()
 
 if __name__ == "__main__":
-    from recipe.trainer import main
-
-    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": "29500"}.items():
-        os.environ.setdefault(key, value)
-    main()
+    runpy.run_path(str(REPO / "train.py"), run_name="__main__")  # train.py, with this TrainSpec registered

@@ -1,0 +1,94 @@
+"""Build the model a job config describes and load a torchtitan DCP checkpoint's weights into it.
+
+The attention setting comes from the job config's `[lighthouse]` section (TOML plus command-line overrides),
+not from the checkpoint: Lighthouse has no parameters, so any step folder of the recipe's model loads with
+Lighthouse on or off and with any L, p, k.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import recipe  # noqa: F401  (first: prepares torchtitan on machines without an accelerator)
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torchtitan.config import ConfigManager, JobConfig
+from torchtitan.protocols.train_spec import get_train_spec
+
+from recipe.trainer import check_job
+
+
+def parse_job_config(argv: list[str]) -> JobConfig:
+    """A job config from torchtitan-style arguments (`--job.config_file X --lighthouse.no-enable ...`), checked."""
+    job_config = ConfigManager().parse_args(argv)
+    check_job(job_config)
+    return job_config
+
+
+def lighthouse_setting(job_config: JobConfig) -> str:
+    """A short label of the attention setting, e.g. 'lighthouse L3 p4 k256 m64 norm' or 'dense'."""
+    section = job_config.lighthouse
+    if not section.enable:
+        return "dense"
+    return (f"lighthouse L{section.levels} p{section.pool} k{section.topk} m{section.tile_budget} {section.scorer}"
+            f" (dense layers {list(section.dense_layers)})")
+
+
+def check_lengths(job_config: JobConfig, lengths: list[int]) -> None:
+    """Raise ValueError naming the lengths the model cannot run: past the RoPE table or invalid for Lighthouse."""
+    max_len = job_config.training.seq_len
+    too_long = [n for n in lengths if n > max_len]
+    if too_long:
+        raise ValueError(f"lengths {too_long} exceed training.seq_len={max_len}, the model's RoPE table; "
+                         f"pass --training.seq_len to extend it")
+    if job_config.lighthouse.enable:
+        config = job_config.lighthouse.to_config()
+        for n in lengths:
+            try:
+                config.validate(n)
+            except ValueError as err:
+                raise ValueError(f"length {n} does not fit the Lighthouse setting: {err}") from err
+
+
+def build_model(job_config: JobConfig, device: torch.device) -> nn.Module:
+    """The job's model (name, flavor, `[lighthouse]`) with freshly initialised weights on `device`, in eval mode."""
+    spec = get_train_spec(job_config.model.name)
+    args = copy.deepcopy(spec.model_args[job_config.model.flavor])
+    args.update_from_config(job_config)
+    with torch.device("meta"):
+        model = spec.model_cls(args)
+    model.to_empty(device=device)
+    with torch.no_grad():
+        model.init_weights(buffer_device=device)
+    return model.eval()
+
+
+def load_weights(model: nn.Module, step_folder: str | Path) -> None:
+    """Load the model entries of a torchtitan checkpoint step folder (full or model-only) into `model`."""
+    step_folder = Path(step_folder)
+    if not (step_folder / ".metadata").is_file():
+        raise ValueError(f"{step_folder} is not a DCP checkpoint folder (no .metadata); expected "
+                         f"<dump_folder>/<checkpoint.folder>/step-<N>")
+    state = model.state_dict()
+    dcp.load(state, checkpoint_id=str(step_folder))
+    model.load_state_dict(state)
+
+
+def load_checkpoint(step_folder: str | Path, job_argv: list[str], device: torch.device) -> tuple[JobConfig, nn.Module]:
+    """(job config, model with the checkpoint's weights) for evaluation, attention set by `job_argv`."""
+    job_config = parse_job_config(job_argv)
+    model = build_model(job_config, device)
+    load_weights(model, step_folder)
+    return job_config, model
+
+
+def logits_function(model: nn.Module, job_config: JobConfig, device: torch.device):
+    """ids [B, T] -> logits [B, T, V]; on a GPU under autocast in the job's mixed-precision dtype, as in training."""
+    dtype = getattr(torch, job_config.training.mixed_precision_param) if device.type == "cuda" else torch.float32
+
+    def logits(ids: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            return model(ids.to(device))
+
+    return logits

@@ -1,0 +1,53 @@
+"""Held-out loss: mean next-token cross-entropy over fixed windows of documents the run never trained on.
+
+Windows are cut exactly as in training (`recipe.data.PackedDocuments`: BOS + bytes + EOS per document,
+concatenated, `seq_len + 1` tokens per window), from one pass over the files in sorted order, so the same
+files give the same windows whatever the model or attention setting.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from recipe.data import PackedDocuments, match_local_files, read_documents
+from recipe.tokenizer import ByteTokenizer
+
+
+class _OnePass:
+    """The documents of `files` in order, once (the training sources loop forever)."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.files = files
+
+    def __iter__(self):
+        for path in self.files:
+            yield from read_documents(path)
+
+
+def heldout_windows(pattern: str, seq_len: int, count: int) -> torch.Tensor:
+    """The first `count` windows [count, seq_len + 1] of the files matching `pattern`."""
+    if count < 1 or seq_len < 1:
+        raise ValueError(f"count={count} and seq_len={seq_len} must be >= 1")
+    files = match_local_files(pattern)
+    windows = []
+    for window, labels in PackedDocuments(_OnePass(files), ByteTokenizer(), seq_len):
+        windows.append(torch.cat([window["input"], labels[-1:]]))
+        if len(windows) == count:
+            return torch.stack(windows)
+    raise ValueError(f"{pattern!r} ({len(files)} files) holds {len(windows)} windows of {seq_len + 1} tokens, "
+                     f"fewer than count={count}")
+
+
+@torch.no_grad()
+def mean_loss(logits_fn: Callable[[torch.Tensor], torch.Tensor], windows: torch.Tensor, batch_size: int = 1,
+              device: torch.device | str = "cpu") -> float:
+    """Mean cross-entropy (nats per token) of `logits_fn` (ids [B, T] -> logits [B, T, V]) over all windows."""
+    total, tokens = 0.0, 0
+    for start in range(0, len(windows), batch_size):
+        batch = windows[start:start + batch_size].to(device)
+        logits = logits_fn(batch[:, :-1]).float()
+        total += F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").item()
+        tokens += batch[:, 1:].numel()
+    return total / tokens
