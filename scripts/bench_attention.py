@@ -33,6 +33,7 @@ from kernels.scatter import scatter_back  # noqa: E402
 from kernels.selection import select_packed, selection_of  # noqa: E402
 from lighthouse import (  # noqa: E402
     LighthouseConfig,
+    reference_lighthouse_attention,
     causal_attention,
     norm_scores,
     pool_pyramid,
@@ -214,43 +215,46 @@ def capture(fn):
 
 
 def graph_capture_report(n: int, config: LighthouseConfig, step, layer, eager) -> list[str]:
-    """Capture the layer's forward+backward in a CUDA graph; if that fails, capture each stage alone
-    to find the ones that cannot be captured."""
-    try:
-        graph, captured = capture(lambda: step(layer))
-        return [f"CUDA graph of fwd+bwd: replays in {median_ms(graph.replay):.3f} ms "
-                f"(eager {median_ms(lambda: step(layer)):.3f} ms); {agreement(eager, captured)}"]
-    except Exception as err:
-        notes = [f"CUDA graph of fwd+bwd: {type(err).__name__}: {str(err).splitlines()[0][:200]}"]
+    """Capture each stage alone in a CUDA graph (to find any that cannot be captured), plain cuDNN SDPA and
+    the reference layer for comparison, then the fused layer's forward+backward. All inputs are drawn
+    first: a failed capture leaves the random generator unusable."""
     q, k, v = qkv(n, grad=False)
     pyramid = pool_and_score(q, k, v, POOL, LEVELS)
     packed = select_packed(pyramid.sq, pyramid.sk, n, config)
     slots = slot_map(packed, n, POOL, LEVELS)
     qt, kt, vt = gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS)
-    stages = {
+    qg, kg, vg = (x.detach().requires_grad_() for x in (qt, kt, vt))
+    grad_t = torch.randn_like(qt)
+    others = {b: LighthouseConfig(levels=LEVELS, pool=POOL, topk=config.topk, backend=b) for b in ("flash", "efficient")}
+    attempts = {
         "pool+scores": lambda: pool_and_score(q, k, v, POOL, LEVELS),
         "select": lambda: select_packed(pyramid.sq, pyramid.sk, n, config),
         "slot map": lambda: slot_map(packed, n, POOL, LEVELS),
         "gather": lambda: gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS),
-        "cuDNN SDPA fwd": lambda: cudnn(qt, kt, vt),
         "scatter": lambda: scatter_back(qt, packed, slots, n, POOL, LEVELS),
-        "layer fwd": lambda: fused_lighthouse_attention(q, k, v, config),
+        "cuDNN SDPA fwd (no grad)": lambda: cudnn(qt, kt, vt),
+        "cuDNN SDPA fwd+bwd": lambda: torch.autograd.grad(cudnn(qg, kg, vg), (qg, kg, vg), grad_t),
+        "fused layer fwd (no grad)": lambda: fused_lighthouse_attention(q, k, v, config),
+        "reference layer fwd+bwd": lambda: step(lambda *x: reference_lighthouse_attention(*x, config)),
+        "fused layer fwd+bwd, backend=flash": lambda: step(lambda *x: fused_lighthouse_attention(*x, others["flash"])),
+        "fused layer fwd+bwd, backend=efficient":
+            lambda: step(lambda *x: fused_lighthouse_attention(*x, others["efficient"])),
     }
-    for name, fn in stages.items():
+    notes = []
+    for name, fn in attempts.items():
         try:
-            with torch.no_grad():
+            with torch.set_grad_enabled("bwd" in name):
                 capture(fn)
-            notes.append(f"  capture of {name} alone: ok")
+            notes.append(f"capture of {name}: ok")
         except Exception as err:
-            notes.append(f"  capture of {name} alone: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
-    for backend in ("flash", "efficient"):
-        other = LighthouseConfig(levels=LEVELS, pool=POOL, topk=config.topk, backend=backend)
-        try:
-            capture(lambda: step(lambda *x: fused_lighthouse_attention(*x, other)))
-            notes.append(f"  capture of fwd+bwd with backend={backend}: ok")
-        except Exception as err:
-            notes.append(f"  capture of fwd+bwd with backend={backend}: {type(err).__name__}: "
-                         f"{str(err).splitlines()[0][:120]}")
+            notes.append(f"capture of {name}: {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+    try:
+        graph, captured = capture(lambda: step(layer))
+        notes.append(f"CUDA graph of the fused layer fwd+bwd (cuDNN): replays in {median_ms(graph.replay):.3f} ms "
+                     f"(eager {median_ms(lambda: step(layer)):.3f} ms); {agreement(eager, captured)}")
+    except Exception as err:
+        notes.append(f"CUDA graph of the fused layer fwd+bwd (cuDNN): {type(err).__name__}: "
+                     f"{str(err).splitlines()[0][:200]}")
     return notes
 
 
@@ -406,12 +410,14 @@ def main() -> None:
                 table.append(f"| {name} | {ms:.3f} | {share} |")
             sections.append("\n".join(table))
             print(sections[-1], flush=True)
-    if args.checks:
-        notes = check_compile_and_graphs(args.checks)
-        sections.append("\n".join(f"- {x}" for x in notes))
-        print(sections[-1], flush=True)
-    if args.extras:
-        notes = extras(524288, 2048)
+    for wanted, run in ((args.extras, lambda: extras(524288, 2048)),
+                        (args.checks, lambda: check_compile_and_graphs(args.checks))):
+        if not wanted:
+            continue
+        try:
+            notes = run()
+        except Exception as err:  # keep what was measured so far
+            notes = [f"{type(err).__name__}: {str(err)[:300]}"]
         sections.append("\n".join(f"- {x}" for x in notes))
         print(sections[-1], flush=True)
     (out / "bench_tables.md").write_text("\n\n".join(sections) + "\n")
