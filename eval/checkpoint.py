@@ -75,14 +75,6 @@ def load_weights(model: nn.Module, step_folder: str | Path) -> None:
     model.load_state_dict(state)
 
 
-def load_checkpoint(step_folder: str | Path, job_argv: list[str], device: torch.device) -> tuple[JobConfig, nn.Module]:
-    """(job config, model with the checkpoint's weights) for evaluation, attention set by `job_argv`."""
-    job_config = parse_job_config(job_argv)
-    model = build_model(job_config, device)
-    load_weights(model, step_folder)
-    return job_config, model
-
-
 def logits_function(model: nn.Module, job_config: JobConfig, device: torch.device):
     """ids [B, T] -> logits [B, T, V]; on a GPU under autocast in the job's mixed-precision dtype, as in training."""
     dtype = getattr(torch, job_config.training.mixed_precision_param) if device.type == "cuda" else torch.float32

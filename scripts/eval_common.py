@@ -12,6 +12,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -20,7 +21,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 import torch  # noqa: E402
 
 import train_fused  # noqa: E402  (registers llama3_lighthouse_fused and its `small` flavor)
-from eval.checkpoint import lighthouse_setting, load_checkpoint, logits_function  # noqa: E402
+from torchtitan.config import JobConfig  # noqa: E402
+
+from eval.checkpoint import build_model, lighthouse_setting, load_weights, logits_function, parse_job_config  # noqa: E402
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -40,10 +43,16 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load(args: argparse.Namespace, job_argv: list[str]):
-    """(job config, model, logits function, device) for the checkpoint, with the fused kernels on a GPU."""
+def load(args: argparse.Namespace, job_argv: list[str], check: Callable[[JobConfig], None] | None = None):
+    """(job config, model, logits function, device) for the checkpoint, with the fused kernels on a GPU.
+
+    `check` sees the job config before any model is built (to reject bad options early)."""
     device = pick_device(args.device)
-    job_config, model = load_checkpoint(args.checkpoint, job_argv, device)
+    job_config = parse_job_config(job_argv)
+    if check is not None:
+        check(job_config)
+    model = build_model(job_config, device)
+    load_weights(model, args.checkpoint)
     if device.type == "cuda":
         train_fused.use_fused_kernels(model)
     return job_config, model, logits_function(model, job_config, device), device

@@ -36,8 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=0, help="seed of the filler text")
     p.add_argument("--title", help="heatmap title (default: checkpoint and attention setting)")
     args, job_argv = p.parse_known_args(argv)
-    job_config, _, logits, device = load(args, job_argv)
-    check_lengths(job_config, args.lengths)
+    job_config, _, logits, device = load(args, job_argv, check=lambda job: check_lengths(job, args.lengths))
 
     tokenizer = ByteTokenizer()
     encode = lambda text: tokenizer.encode(text, add_bos=False, add_eos=False)  # noqa: E731

@@ -1,0 +1,120 @@
+"""scripts/niah.py and scripts/heldout_loss.py on a tiny checkpoint written by a short training run on CPU.
+
+The run: scripts/train_fused.py (train.py with the fused-kernel TrainSpec; on CPU the Lighthouse call is the
+reference), the debug flavor at sequence 256, three steps on a byte corpus of this repository's own sources.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import heldout_loss  # noqa: E402
+import make_corpus  # noqa: E402
+import niah  # noqa: E402
+from eval.checkpoint import build_model, load_weights, parse_job_config  # noqa: E402
+from eval.heldout import heldout_windows  # noqa: E402
+from recipe.data import LocalFiles, PackedDocuments, match_local_files  # noqa: E402
+from recipe.tokenizer import ByteTokenizer  # noqa: E402
+
+SEQ_LEN, STEPS = 256, 3
+# Debug flavor (4 layers, 4 heads, 2 kv heads), Lighthouse L=3, p=2, k=16, m=8 in layers 1 and 2.
+JOB = ["--job.config_file", "configs/replicate/small.toml", "--model.flavor", "debug",
+       "--training.seq_len", str(SEQ_LEN), "--lighthouse.pool", "2", "--lighthouse.topk", "16",
+       "--lighthouse.tile_budget", "8", "--lighthouse.dense_layers", "0", "3"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """(corpus folder, step folder) of a 3-step Lighthouse run with a full checkpoint at its last step."""
+    root = tmp_path_factory.mktemp("evidence")
+    make_corpus.make_corpus([REPO / "lighthouse", REPO / "recipe"], root / "corpus", heldout_every=4)
+    argv = [*JOB, "--job.dump_folder", str(root / "run"), "--training.steps", str(STEPS),
+            "--training.local_batch_size", "2", "--training.global_batch_size", "2",
+            "--training.dataset_path", str(root / "corpus" / "train" / "*.jsonl"),
+            "--lr_scheduler.warmup_steps", "1", "--metrics.log_freq", "1"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    out = subprocess.run([sys.executable, "scripts/train_fused.py", *argv], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return root / "corpus", root / "run" / "checkpoint" / f"step-{STEPS}"
+
+
+def test_loaded_weights_are_the_checkpoints(trained, tmp_path):
+    _, step = trained
+    dcp_to_torch_save(str(step), str(tmp_path / "full.pt"))
+    saved = torch.load(tmp_path / "full.pt", weights_only=False)
+    model = build_model(parse_job_config(JOB), torch.device("cpu"))
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    load_weights(model, step)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, saved[name]), name
+        assert not torch.equal(value, fresh[name]) or "norm" in name, f"{name} was not loaded"
+
+
+def test_a_folder_that_is_not_a_checkpoint_is_rejected(tmp_path):
+    model = build_model(parse_job_config(JOB), torch.device("cpu"))
+    with pytest.raises(ValueError, match="is not a DCP checkpoint folder"):
+        load_weights(model, tmp_path)
+
+
+@pytest.mark.parametrize("attention", [["--lighthouse.no-enable"], []], ids=["dense", "lighthouse"])
+def test_niah_writes_the_grid_its_heatmap_and_the_setting_it_ran(trained, tmp_path, attention):
+    _, step = trained
+    out = tmp_path / "niah"
+    record = niah.main(["--checkpoint", str(step), "--lengths", "128,256", "--depths", "0,50,100", "--device", "cpu",
+                        "--out", str(out), *JOB, *attention])
+    assert json.loads(out.with_suffix(".json").read_text()) == record
+    assert out.with_suffix(".png").stat().st_size > 0
+    assert record["lengths"] == [128, 256] and record["depths"] == [0, 50, 100]
+    cells = [a for row in record["accuracy"] for a in row]
+    assert len(cells) == 6 and all(round(10 * a) == 10 * a and 0 <= a <= 1 for a in cells)
+    assert record["mean"] == pytest.approx(sum(cells) / 6)
+    assert record["attention"] == ("dense" if attention else "lighthouse L3 p2 k16 m8 norm (dense layers [0, 3])")
+    assert record["checkpoint"] == str(step)
+
+
+@pytest.mark.parametrize("extra, lengths, message", [
+    ([], "128,98", r"length 98 does not fit the Lighthouse setting: seq_len=98 is not divisible by pool\*\*\(levels-1\)=4"),
+    (["--lighthouse.no-enable"], "128,512", r"lengths \[512\] exceed training.seq_len=256"),
+], ids=["lighthouse-invalid-length", "past-rope-table"])
+def test_niah_rejects_lengths_the_model_cannot_run(trained, tmp_path, extra, lengths, message):
+    _, step = trained
+    with pytest.raises(ValueError, match=message):
+        niah.main(["--checkpoint", str(step), "--lengths", lengths, "--device", "cpu", "--out", str(tmp_path / "x"),
+                   *JOB, *extra])
+
+
+def test_heldout_loss_scores_the_same_weights_with_lighthouse_and_dense(trained, tmp_path):
+    corpus, step = trained
+    data = str(corpus / "heldout" / "*.jsonl")
+    common = ["--checkpoint", str(step), "--data", data, "--windows", "2", "--batch-size", "2", "--device", "cpu"]
+    both = heldout_loss.main([*common, "--out", str(tmp_path / "lh"), *JOB])
+    dense = heldout_loss.main([*common, "--out", str(tmp_path / "dense"), *JOB, "--lighthouse.no-enable"])
+    assert set(both["loss"]) == {"lighthouse", "dense"} and set(dense["loss"]) == {"dense"}
+    assert both["loss"]["dense"] == pytest.approx(dense["loss"]["dense"], rel=1e-6)
+    assert both["loss"]["lighthouse"] != both["loss"]["dense"]  # the sparse layers compute something else
+    assert 0 < dense["loss"]["dense"] < 2 * torch.log(torch.tensor(258.0)).item()
+
+
+def test_heldout_windows_are_the_training_windows_of_those_files(trained):
+    corpus, _ = trained
+    pattern = str(corpus / "heldout" / "*.jsonl")
+    windows = heldout_windows(pattern, 64, 3)
+    packed = iter(PackedDocuments(LocalFiles(match_local_files(pattern), 0, 1), ByteTokenizer(), 64))
+    for row in windows:
+        inputs, labels = next(packed)
+        assert torch.equal(row[:-1], inputs["input"]) and torch.equal(row[1:], labels)
+    with pytest.raises(ValueError, match=r"fewer than count=100000"):
+        heldout_windows(pattern, 64, 100000)

@@ -1,0 +1,68 @@
+"""scripts/train_throughput.py: the Amdahl arithmetic, the out-of-memory path and a CPU run of the debug model."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import train_throughput  # noqa: E402
+
+ISSUE_KEYS = {"device", "seq_len", "model", "activation_checkpointing", "lighthouse_tok_s", "dense_tok_s",
+              "lighthouse_peak_gib", "dense_peak_gib"}
+
+
+@pytest.mark.parametrize("ac, dense_layer, lighthouse_layer", [("none", 0.030, 0.006), ("full", 0.040, 0.008)],
+                         ids=["no-checkpointing", "full-checkpointing-repeats-the-forward"])
+def test_amdahl_view_from_step_and_layer_times(ac, dense_layer, lighthouse_layer):
+    times = {"dense_fwd_s": 0.010, "dense_fwd_bwd_s": 0.030, "lighthouse_fwd_s": 0.002, "lighthouse_fwd_bwd_s": 0.006}
+    tokens, n_layers = 1000, 10
+    dense_step, lighthouse_step = 1.0, 0.5  # seconds: 1000 and 2000 tok/s
+    out = train_throughput.amdahl(tokens / dense_step, tokens / lighthouse_step, tokens, n_layers, times, ac)
+    share = n_layers * dense_layer / dense_step
+    assert out["lighthouse_layer_speedup"] == pytest.approx(dense_layer / lighthouse_layer)
+    assert out["lighthouse_layers_attention_share_of_dense_step"] == pytest.approx(share)
+    assert out["amdahl_ceiling"] == pytest.approx(1 / (1 - share))
+    assert out["predicted_speedup"] == pytest.approx(dense_step / (dense_step - n_layers * (dense_layer - lighthouse_layer)))
+    assert out["speedup"] == pytest.approx(2.0)
+
+
+def test_amdahl_view_without_a_dense_run_keeps_the_per_layer_speedup_only():
+    times = {"dense_fwd_s": 1.0, "dense_fwd_bwd_s": 3.0, "lighthouse_fwd_s": 0.5, "lighthouse_fwd_bwd_s": 1.0}
+    out = train_throughput.amdahl(None, 500.0, 1000, 4, times, "none")
+    assert out["lighthouse_layer_speedup"] == pytest.approx(3.0)
+    assert "speedup" not in out and "amdahl_ceiling" not in out
+
+
+def test_a_variant_that_runs_out_of_memory_is_recorded_not_raised(monkeypatch, tmp_path):
+    def fake_run(*args, **kwargs):
+        return subprocess.CompletedProcess(args, 1, stdout="", stderr="torch.OutOfMemoryError: CUDA out of memory.")
+
+    monkeypatch.setattr(train_throughput.subprocess, "run", fake_run)
+    assert train_throughput.run_variant([], tmp_path, 3) == {"error": "out of memory"}
+
+    def fake_crash(*args, **kwargs):
+        return subprocess.CompletedProcess(args, 1, stdout="", stderr="ValueError: topk=3")
+
+    monkeypatch.setattr(train_throughput.subprocess, "run", fake_crash)
+    with pytest.raises(RuntimeError, match="ValueError: topk=3"):
+        train_throughput.run_variant([], tmp_path, 3)
+
+
+def test_cpu_run_of_the_debug_model_writes_one_record_per_checkpointing_mode(tmp_path):
+    records = train_throughput.main(["--config", "configs/debug.toml", "--seq-len", "256", "--steps", "2",
+                                     "--ac", "none", "--json", str(tmp_path / "tt.json")])
+    assert json.loads((tmp_path / "tt.json").read_text()) == records
+    (record,) = records
+    assert ISSUE_KEYS <= set(record)
+    assert record["activation_checkpointing"] == "none" and record["seq_len"] == 256
+    assert record["device"].startswith("CPU")
+    assert record["lighthouse_tok_s"] > 0 and record["dense_tok_s"] > 0
+    assert record["lighthouse_peak_gib"] > 0 and record["dense_peak_gib"] > 0
+    assert record["lighthouse_layers"] == 3  # debug: 4 layers, layer 0 dense
+    assert record["speedup"] == pytest.approx(record["lighthouse_tok_s"] / record["dense_tok_s"])
