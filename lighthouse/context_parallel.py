@@ -15,9 +15,7 @@ dilation those are sharded head/tail too, so its attention also runs as ring att
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 
 import torch
 import torch.distributed as dist
@@ -33,15 +31,12 @@ from .gather import gather_subsequence, pyramid_index
 from .layer import LighthouseAttention, check_inputs
 from .pyramid import pool_pyramid
 from .scatter import scatter_back
-from .scoring import pyramid_scores, token_scores
+from .scoring import dilated_scores, norm_scores, pyramid_scores
 from .selection import Selection, descend
 
 RING_BACKENDS = ("cudnn", "flash", "efficient")
 """SDPA backends torch's context-parallel dispatcher rings (the math backend has no ring rule)."""
 
-# The SDPA op itself: `F.scaled_dot_product_attention` is an alias that `_sdpa_as_ring_attention` (like torch's
-# own `context_parallel()`) may replace while the dilated scorer runs.
-_SDPA = torch._C._nn.scaled_dot_product_attention
 
 _RING_OPS = {
     "cpu": torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
@@ -148,32 +143,23 @@ def ring_causal_attention(
         k, v = (x.repeat_interleave(heads // k.shape[2], dim=2) for x in (k, v))
     qd, kd, vd = (DTensor.from_local(x.transpose(1, 2), mesh, [Shard(2)], run_check=False) for x in (q, k, v))
     with sdpa_kernel(SDPA_BACKENDS[name]):
-        out = _SDPA(qd, kd, vd, is_causal=True, enable_gqa=kd.shape[1] != heads)
+        out = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=kd.shape[1] != heads)
     return out.to_local().transpose(1, 2)
 
 
-@contextlib.contextmanager
-def _sdpa_as_ring_attention(mesh: DeviceMesh, device: torch.device) -> Iterator[None]:
-    """Within the block, `F.scaled_dot_product_attention(q, k, v, is_causal=True)` ([B, H, S, D]) is ring attention.
+def _ring_scorer_attention(mesh: DeviceMesh, device: torch.device):
+    """Causal ring attention on [B*, H, S, D] for the dilated scorer's two attentions.
 
-    Used only around the dilated scorer, whose SDPA calls sit inside `lighthouse.scoring`; it is the same
-    monkey-patching torch's own `context_parallel()` applies to SDPA. The scorer works in float32, so on
-    CUDA the ring uses the efficient kernel (flash and cuDNN take 16-bit inputs only).
+    The scorer works in float32, so on CUDA the ring uses the efficient kernel (flash and cuDNN take 16-bit
+    inputs only).
     """
     backend = "efficient" if device.type == "cuda" else "flash"
-    original = F.scaled_dot_product_attention
 
-    def ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
-        if not is_causal:
-            raise ValueError("ring attention under context parallelism is causal only")
+    def ring(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         q, k, v = (x.transpose(1, 2) for x in (q, k, v))
         return ring_causal_attention(q, k, v, mesh, backend).transpose(1, 2)
 
-    F.scaled_dot_product_attention = ring
-    try:
-        yield
-    finally:
-        F.scaled_dot_product_attention = original
+    return ring
 
 
 def shard_selections(
@@ -189,10 +175,9 @@ def shard_selections(
     chunk_len = q.shape[1] // 2
     local = chunk_config(config, cp_degree)
     if config.scorer == "dilated":
-        with _sdpa_as_ring_attention(mesh, q.device):
-            sq, sk = token_scores(q, k, v, config)
+        sq, sk = dilated_scores(q, k, v, config.dilation, _ring_scorer_attention(mesh, q.device))
     else:
-        sq, sk = token_scores(q, k, v, config)
+        sq, sk = norm_scores(q, k)
     selections = []
     for half, chunk in enumerate(owned_chunks(rank, cp_degree)):
         part = slice(half * chunk_len, (half + 1) * chunk_len)

@@ -5,6 +5,8 @@ key/value head: a query score of group g is the max over the H/G query heads of 
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 
@@ -27,16 +29,24 @@ def norm_scores(q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return _group_max(sq, groups), _group_max(sk, groups)
 
 
+CausalAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 @torch.no_grad()
 def dilated_scores(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilation: int
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dilation: int, attention: CausalAttention = _causal_sdpa
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The paper's QK-interaction scorer, O(N^2 D / dilation).
 
     Level 0 is viewed as `dilation` strided sub-sequences (tokens j, j+dilation, ...). Inside each, causal
     softmax attention runs once as SDPA(q, k, v) and once as SDPA(k, q, v); the L2 norm of each output
     row is sQ(0,j), resp. sK(0,j). With GQA, k and v are repeated to the H query heads for both calls,
-    so sK of a kv head is the max over its group's query heads, like sQ.
+    so sK of a kv head is the max over its group's query heads, like sQ. `attention` is the causal
+    attention on [B*, H, S, D] (context parallelism passes ring attention).
     """
     acc = torch.promote_types(q.dtype, torch.float32)
     b, n, h, d = q.shape
@@ -54,8 +64,8 @@ def dilated_scores(
         return torch.linalg.vector_norm(o, dim=-1)
 
     qs, ks, vs = strided(q), strided(k), strided(v)
-    sq = unstrided_norm(F.scaled_dot_product_attention(qs, ks, vs, is_causal=True))
-    sk = unstrided_norm(F.scaled_dot_product_attention(ks, qs, vs, is_causal=True))
+    sq = unstrided_norm(attention(qs, ks, vs))
+    sk = unstrided_norm(attention(ks, qs, vs))
     return _group_max(sq, groups), _group_max(sk, groups)
 
 

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from torchtitan.tools.logging import logger
 
 from lighthouse import LighthouseConfig
+from lighthouse.context_parallel import check_context_parallel
+
+from .context_parallel import check_context_parallel_layout
 
 
 @dataclass
@@ -76,7 +79,7 @@ def _check_dense_layers(dense_layers: list[int], n_layers: int) -> None:
         raise ValueError(f"[lighthouse] dense_layers={list(dense_layers)} repeats {repeated}")
 
 
-def check_job_config(job_config, n_layers: int, on_cpu: bool) -> None:
+def check_job_config(job_config, n_layers: int) -> None:
     """Raise ValueError naming the offending values if the job cannot run; no device is touched.
 
     Checks the `[lighthouse]` section against the model (`n_layers`) and every sequence length the job
@@ -92,10 +95,6 @@ def check_job_config(job_config, n_layers: int, on_cpu: bool) -> None:
     if section.switch_to_dense_at_step < 0:
         raise ValueError(f"[lighthouse] switch_to_dense_at_step={section.switch_to_dense_at_step} must be >= 0")
     cp = job_config.parallelism.context_parallel_degree
-    if on_cpu and cp > 1:
-        raise ValueError(
-            f"parallelism.context_parallel_degree={cp} needs a GPU: ring attention has no CPU kernel rule"
-        )
     if section.enable and job_config.checkpoint.enable and job_config.checkpoint.last_save_model_only:
         logger.warning(
             "checkpoint.last_save_model_only=true: the last checkpoint of this run holds weights only, so a "
@@ -108,17 +107,16 @@ def check_job_config(job_config, n_layers: int, on_cpu: bool) -> None:
                 "there is no Lighthouse phase to switch from"
             )
         return
-    if cp > 1:
-        raise ValueError(
-            f"parallelism.context_parallel_degree={cp} with [lighthouse] enable=true is not supported by "
-            "model llama3_lighthouse; use data parallelism or run with enable=false"
-        )
+    check_context_parallel_layout(job_config)
     config = section.to_config()
     seq_lens = {"training.seq_len": job_config.training.seq_len}
     if job_config.validation.enable:
         seq_lens["validation.seq_len"] = job_config.validation.seq_len
     for name, seq_len in seq_lens.items():
         try:
-            config.validate(seq_len)
+            if cp > 1:
+                check_context_parallel(config, seq_len, cp)
+            else:
+                config.validate(seq_len)
         except ValueError as err:
             raise ValueError(f"[lighthouse] does not fit {name}={seq_len}: {err}") from err

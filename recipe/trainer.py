@@ -12,7 +12,6 @@ from torchtitan.protocols.train_spec import get_train_spec
 from torchtitan.tools.logging import init_logger, logger
 from torchtitan.train import Trainer
 
-from .cpu_compat import on_cpu_only
 from .job_config import check_job_config
 from .lighthouse_stats import attach_observers
 
@@ -25,12 +24,13 @@ def check_job(job_config: JobConfig) -> None:
         raise ValueError(f"model.flavor={flavor!r} is not one of {sorted(spec.model_args)}")
     if not hasattr(spec.model_args[flavor], "lighthouse_layers"):
         raise ValueError(f"model.name={job_config.model.name!r} has no Lighthouse layers; use 'llama3_lighthouse'")
-    check_job_config(job_config, spec.model_args[flavor].n_layers, on_cpu=on_cpu_only())
+    check_job_config(job_config, spec.model_args[flavor].n_layers)
 
 
 class LighthouseTrainer(Trainer):
     """Checks the job first; runs dense SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics
-    of the Lighthouse layers on every log step."""
+    of the Lighthouse layers on every log step (not under context parallelism, where each rank holds only
+    its chunks of the sequence)."""
 
     def __init__(self, job_config: JobConfig) -> None:
         check_job(job_config)
@@ -52,7 +52,9 @@ class LighthouseTrainer(Trainer):
     def train_step(self, data_iterator: Iterator) -> None:
         if self.lighthouse_on and 0 < self.switch_step < self.step:
             self.switch_to_dense()
-        observe = self.lighthouse_on and self.metrics_processor.should_log(self.step)
+        observe = (
+            self.lighthouse_on and not self.parallel_dims.cp_enabled and self.metrics_processor.should_log(self.step)
+        )
         if observe:
             attach_observers(self.model_parts, self.metrics_processor.selection_stats)
         try:

@@ -86,14 +86,29 @@ def test_5_fsdp_modules_reduce_with_plain_sum(one_rank_gloo_group):
     # The 2-process FSDP run in test_recipe_train exercises the gloo reduce-scatter itself.
 
 
-def test_6_context_parallel_is_rejected_on_cpu_before_any_work():
-    from torchtitan.config import ConfigManager
+def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
+    """A CP=2 run on two gloo processes, from the same seed checkpoint, gives the losses of a 1-process run."""
+    from tests.test_recipe_train import child_env, free_port
+    from recipe.metrics import METRICS_FILE, read_metrics
 
-    from recipe.trainer import check_job
-
-    config = ConfigManager().parse_args(
-        ["--job.config_file", str(REPO / "configs/debug.toml"), "--parallelism.context_parallel_degree", "2",
-         "--lighthouse.no-enable"]
-    )
-    with pytest.raises(ValueError, match="context_parallel_degree=2 needs a GPU"):
-        check_job(config)
+    common = ["train.py", "--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",
+              "--training.steps", "3", "--checkpoint.enable", "--checkpoint.interval", "100"]
+    seed = [*common, "--job.dump_folder", str(tmp_path / "seed"), "--checkpoint.create_seed_checkpoint"]
+    load = ["--checkpoint.initial_load_path", str(tmp_path / "seed" / "checkpoint" / "step-0")]
+    runs = {
+        "seed": (1, seed),
+        "cp1": (1, [*common, *load, "--job.dump_folder", str(tmp_path / "cp1")]),
+        "cp2": (2, [*common, *load, "--job.dump_folder", str(tmp_path / "cp2"),
+                    "--parallelism.context_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"]),
+    }
+    for name, (procs, argv) in runs.items():
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={procs}",
+               "--master_port", str(free_port()), *argv]
+        out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, f"{name}: " + out.stderr[-4000:]
+        if name == "cp2":
+            assert "Applied context parallel to 3 Lighthouse layers (degree 2)" in out.stdout + out.stderr
+    cp1, cp2 = (read_metrics(str(tmp_path / name / METRICS_FILE)) for name in ("cp1", "cp2"))
+    loss = lambda records: [r["loss_metrics/global_avg_loss"] for r in records]  # noqa: E731
+    assert [r["step"] for r in cp2] == [1, 2, 3]
+    assert loss(cp2) == pytest.approx(loss(cp1), rel=1e-5)

@@ -6,6 +6,9 @@ from torch.distributed.fsdp import FSDPModule
 from torchtitan.distributed import ParallelDims
 from torchtitan.models.llama3 import parallelize_llama
 from torchtitan.tools import utils
+from torchtitan.tools.logging import logger
+
+from recipe.context_parallel import enable_context_parallel, parallelize_lighthouse_attention
 
 
 def force_sum_reduction(model: nn.Module) -> None:
@@ -19,8 +22,15 @@ def parallelize_lighthouse_llama(model: nn.Module, parallel_dims: ParallelDims, 
     """torchtitan's `parallelize_llama`; on CPU (gloo) FSDP is switched to SUM reductions.
 
     Lighthouse layers add no parameters and keep the stock module names, so TP plans, the AC policy and
-    per-block compile apply unchanged. Context parallel is rejected at start-up for Lighthouse layers.
+    per-block compile apply unchanged. Under context parallelism, each Lighthouse call becomes its
+    context-parallel version (selection on owned chunks, ring attention over the gathered sub-sequence,
+    halo exchange); torchtitan's CP hooks stay on the dense SDPA modules.
     """
+    if parallel_dims.cp_enabled:
+        cp_mesh = parallel_dims.get_mesh("cp")
+        swapped = parallelize_lighthouse_attention(model, cp_mesh)
+        logger.info(f"Applied context parallel to {swapped} Lighthouse layers (degree {cp_mesh.size()})")
+        enable_context_parallel(cp_mesh, job_config.parallelism.context_parallel_rotate_method)
     model = parallelize_llama(model, parallel_dims, job_config)
     if utils.device_type == "cpu" and parallel_dims.fsdp_enabled:
         force_sum_reduction(model)
