@@ -1,6 +1,8 @@
 """The Lighthouse layer: pyramid -> scores -> selection -> order -> gather -> SDPA -> scatter-back."""
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
@@ -40,10 +42,30 @@ def reference_lighthouse_attention(
     return scatter_back(o_t, flat_index, n, pool, levels)
 
 
+FORCE_REFERENCE_ENV = "LIGHTHOUSE_FORCE_REFERENCE"
+
+
+def uses_fused_kernels(q: torch.Tensor, config: LighthouseConfig) -> bool:
+    """The fused Triton path runs on CUDA inputs it supports, unless `backend="reference"` or the
+    environment sets LIGHTHOUSE_FORCE_REFERENCE=1 (both force the pure-PyTorch pipeline, for debugging)."""
+    if not q.is_cuda or config.backend == "reference" or os.environ.get(FORCE_REFERENCE_ENV) == "1":
+        return False
+    from kernels import supports  # Triton is imported only where the kernels can run
+
+    return supports(q, config)
+
+
 def lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig) -> torch.Tensor:
-    """Lighthouse attention on q [B, N, H, D], k/v [B, N, G, D] (after RoPE) -> o [B, N, H, D] in q's dtype."""
+    """Lighthouse attention on q [B, N, H, D], k/v [B, N, G, D] (after RoPE) -> o [B, N, H, D] in q's dtype.
+
+    On CUDA this runs the fused kernels (`kernels.fused_lighthouse_attention`), elsewhere the reference.
+    """
     check_inputs(q, k, v)
     config.validate(q.shape[1])
+    if uses_fused_kernels(q, config):
+        from kernels import fused_lighthouse_attention
+
+        return fused_lighthouse_attention(q, k, v, config)
     return reference_lighthouse_attention(q, k, v, config)
 
 
