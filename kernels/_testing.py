@@ -3,6 +3,11 @@ from __future__ import annotations
 
 import torch
 
+from lighthouse import pyramid_index, pyramid_scores
+
+from .ordering import slot_map
+from .selection import select_packed, selection_of
+
 # Kernels run on CUDA, or on the CPU through Triton's interpreter (conftest.py sets TRITON_INTERPRET=1).
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -37,11 +42,6 @@ def random_qkv(batch: int, seq_len: int, heads: int, kv_heads: int, dim: int, dt
 def random_selection(batch: int, kv_heads: int, seq_len: int, config):
     """(packed, slots, flat_index) of a selection drawn from fresh random scores: the kernels' gather order,
     its inverse map, and the reference's index into the concatenated pyramid."""
-    from lighthouse import pyramid_index, pyramid_scores
-
-    from .ordering import slot_map
-    from .selection import select_packed, selection_of
-
     sq, sk = (torch.cat(pyramid_scores(torch.rand(batch, kv_heads, seq_len, device=DEVICE), config.pool,
                                        config.levels), dim=-1) for _ in range(2))
     packed = select_packed(sq, sk, seq_len, config)

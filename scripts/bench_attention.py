@@ -214,11 +214,20 @@ def capture(fn):
     return graph, outputs
 
 
-def graph_capture_report(n: int, config: LighthouseConfig, step, layer, eager) -> list[str]:
+def graph_capture_report(n: int, config: LighthouseConfig, layer) -> list[str]:
     """Capture each stage alone in a CUDA graph (to find any that cannot be captured), plain cuDNN SDPA and
     the reference layer for comparison, then the fused layer's forward+backward. All inputs are drawn
-    first: a failed capture leaves the random generator unusable."""
+    first (a failed capture leaves the random generator unusable), and the leaves that are captured have
+    no autograd graph alive from an eager run on the default stream (which breaks capture)."""
     q, k, v = qkv(n, grad=False)
+    leaves = qkv(n)
+    grad_o = torch.randn_like(leaves[0])
+
+    def step(fn):
+        o = fn(*leaves)
+        return (o, *torch.autograd.grad(o, leaves, grad_o))
+
+    eager = tuple(x.detach() for x in step(layer))
     pyramid = pool_and_score(q, k, v, POOL, LEVELS)
     packed = select_packed(pyramid.sq, pyramid.sk, n, config)
     slots = slot_map(packed, n, POOL, LEVELS)
@@ -226,35 +235,40 @@ def graph_capture_report(n: int, config: LighthouseConfig, step, layer, eager) -
     qg, kg, vg = (x.detach().requires_grad_() for x in (qt, kt, vt))
     grad_t = torch.randn_like(qt)
     others = {b: LighthouseConfig(levels=LEVELS, pool=POOL, topk=config.topk, backend=b) for b in ("flash", "efficient")}
-    attempts = {
+    forward_only = {
         "pool+scores": lambda: pool_and_score(q, k, v, POOL, LEVELS),
         "select": lambda: select_packed(pyramid.sq, pyramid.sk, n, config),
         "slot map": lambda: slot_map(packed, n, POOL, LEVELS),
         "gather": lambda: gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS),
         "scatter": lambda: scatter_back(qt, packed, slots, n, POOL, LEVELS),
-        "cuDNN SDPA fwd (no grad)": lambda: cudnn(qt, kt, vt),
+        "cuDNN SDPA fwd": lambda: cudnn(qt, kt, vt),
+        "fused layer fwd": lambda: fused_lighthouse_attention(q, k, v, config),
+    }
+    with_backward = {
         "cuDNN SDPA fwd+bwd": lambda: torch.autograd.grad(cudnn(qg, kg, vg), (qg, kg, vg), grad_t),
-        "fused layer fwd (no grad)": lambda: fused_lighthouse_attention(q, k, v, config),
         "reference layer fwd+bwd": lambda: step(lambda *x: reference_lighthouse_attention(*x, config)),
         "fused layer fwd+bwd, backend=flash": lambda: step(lambda *x: fused_lighthouse_attention(*x, others["flash"])),
         "fused layer fwd+bwd, backend=efficient":
             lambda: step(lambda *x: fused_lighthouse_attention(*x, others["efficient"])),
     }
-    notes = []
-    for name, fn in attempts.items():
+
+    def attempt(name, fn, grad):
         try:
-            with torch.set_grad_enabled("bwd" in name):
+            with torch.set_grad_enabled(grad):
                 capture(fn)
-            notes.append(f"capture of {name}: ok")
+            return f"capture of {name}: ok"
         except Exception as err:
-            notes.append(f"capture of {name}: {type(err).__name__}: {str(err).splitlines()[0][:160]}")
-    try:
+            return f"capture of {name}: {type(err).__name__}: {str(err).splitlines()[0][:160]}"
+
+    notes = [attempt(name, fn, False) for name, fn in forward_only.items()]
+    try:  # the layer itself first, before any other capture touches the leaves
         graph, captured = capture(lambda: step(layer))
         notes.append(f"CUDA graph of the fused layer fwd+bwd (cuDNN): replays in {median_ms(graph.replay):.3f} ms "
                      f"(eager {median_ms(lambda: step(layer)):.3f} ms); {agreement(eager, captured)}")
     except Exception as err:
         notes.append(f"CUDA graph of the fused layer fwd+bwd (cuDNN): {type(err).__name__}: "
                      f"{str(err).splitlines()[0][:200]}")
+    notes += [attempt(name, fn, True) for name, fn in with_backward.items()]
     return notes
 
 
@@ -271,7 +285,7 @@ def check_compile_and_graphs(n: int) -> list[str]:
     def layer(q_, k_, v_):
         return fused_lighthouse_attention(q_, k_, v_, config)
 
-    eager = step(layer)
+    eager = tuple(x.detach() for x in step(layer))
     notes = []
     for fullgraph in (True, False):
         try:
@@ -282,7 +296,7 @@ def check_compile_and_graphs(n: int) -> list[str]:
             break
         except Exception as err:
             notes.append(f"torch.compile(fullgraph={fullgraph}): {type(err).__name__}: {str(err)[:400]}")
-    notes += graph_capture_report(n, config, step, layer, eager)
+    notes += graph_capture_report(n, config, layer)
     return [f"N={n}: {x}" for x in notes]
 
 
