@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import log2, row_block
+from .launch import log2, program_block, row_block
 from .ordering import decode_entry, level_offset, static_level_offset
 from .pyramid import Pyramid
 
@@ -35,12 +35,8 @@ def _gather_head(x_ptr, pyr_ptr, out_ptr, b, h, s, smask, is_base, idx, pidx, N,
 def _gather_kernel(packed_ptr, q_ptr, k_ptr, v_ptr, qp_ptr, kp_ptr, vp_ptr, qo_ptr, ko_ptr, vo_ptr,
                    N, NP, S, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
                    LOG2P: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-    bg = tl.program_id(1).to(tl.int64)
-    b = bg // G
-    g = bg % G
+    bg, b, g, s, smask = program_block(G, BLOCK_S, S)
     REP: tl.constexpr = H // G
-    s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
-    smask = s < S
     lvl, idx, _ = decode_entry(tl.load(packed_ptr + bg * S + s, mask=smask, other=0), L, LOG2P)
     pidx = level_offset(lvl, N, L, LOG2P) - N + idx  # row in the pooled levels (level >= 1)
     is_base = lvl == 0
@@ -70,12 +66,8 @@ def _pool_gather_bwd_head(dxt_ptr, dx_ptr, slots_row, b, h, j, jmask, N, S, HX: 
 def _pool_gather_bwd_kernel(slots_ptr, dqt_ptr, dkt_ptr, dvt_ptr, dq_ptr, dk_ptr, dv_ptr, N, NTOT, S,
                             H: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
                             LOG2P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    bg = tl.program_id(1).to(tl.int64)
-    b = bg // G
-    g = bg % G
+    bg, b, g, j, jmask = program_block(G, BLOCK_N, N)
     REP: tl.constexpr = H // G
-    j = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    jmask = j < N
     slots_row = slots_ptr + bg * NTOT
     for r in tl.static_range(REP):
         _pool_gather_bwd_head(dqt_ptr, dq_ptr, slots_row, b, g * REP + r, j, jmask, N, S, H, D, L, LOG2P, BLOCK_N, BLOCK_D)

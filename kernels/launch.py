@@ -1,7 +1,8 @@
-"""Launch shapes shared by the row-copying kernels."""
+"""Launch shapes and program coordinates shared by the row-copying kernels."""
 from __future__ import annotations
 
 import triton
+import triton.language as tl
 
 
 def row_block(head_dim: int) -> tuple[int, int]:
@@ -13,3 +14,12 @@ def row_block(head_dim: int) -> tuple[int, int]:
 def log2(pool: int) -> int:
     """log2 of a power-of-two pooling factor (kernels shift instead of multiplying)."""
     return pool.bit_length() - 1
+
+
+@triton.jit
+def program_block(G: tl.constexpr, BLOCK: tl.constexpr, limit):
+    """This program's (batch*kv-head row, batch, kv head, block of positions, mask of positions < limit)
+    on a grid of (position blocks, B*G)."""
+    bg = tl.program_id(1).to(tl.int64)
+    pos = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    return bg, bg // G, bg % G, pos, pos < limit

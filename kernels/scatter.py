@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import log2, row_block
+from .launch import log2, program_block, row_block
 from .ordering import decode_entry, static_level_offset
 
 
@@ -19,12 +19,8 @@ from .ordering import decode_entry, static_level_offset
 def _scatter_fwd_kernel(ot_ptr, slots_ptr, o_ptr, N, NOUT, NTOT, S, H: tl.constexpr, G: tl.constexpr,
                         D: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_D: tl.constexpr):
-    bg = tl.program_id(1).to(tl.int64)
-    b = bg // G
-    g = bg % G
+    bg, b, g, j, jmask = program_block(G, BLOCK_N, NOUT)
     REP: tl.constexpr = H // G
-    j = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    jmask = j < NOUT
     d = tl.arange(0, BLOCK_D)
     dmask = (d < D)[None, :]
     slots_row = slots_ptr + bg * NTOT
@@ -46,12 +42,8 @@ def _scatter_fwd_kernel(ot_ptr, slots_ptr, o_ptr, N, NOUT, NTOT, S, H: tl.conste
 def _scatter_bwd_kernel(do_ptr, packed_ptr, dot_ptr, NOUT, S, H: tl.constexpr, G: tl.constexpr,
                         D: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr, BLOCK_S: tl.constexpr,
                         BLOCK_D: tl.constexpr):
-    bg = tl.program_id(1).to(tl.int64)
-    b = bg // G
-    g = bg % G
+    bg, b, g, s, smask = program_block(G, BLOCK_S, S)
     REP: tl.constexpr = H // G
-    s = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
-    smask = s < S
     d = tl.arange(0, BLOCK_D)
     dmask = (d < D)[None, :]
     _, idx, span = decode_entry(tl.load(packed_ptr + bg * S + s, mask=smask, other=0), L, LOG2P)
