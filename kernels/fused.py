@@ -14,7 +14,6 @@ from lighthouse.config import LighthouseConfig
 from lighthouse.layer import check_inputs
 from lighthouse.scoring import pyramid_scores, token_scores
 
-from .flash_attn_backend import flash_attn_causal
 from .gather import gather_pyramid
 from .ordering import slot_map
 from .pyramid import Pyramid, pool_and_score
@@ -34,13 +33,6 @@ def supports(q: torch.Tensor, config: LighthouseConfig) -> bool:
         and q.shape[-1] <= MAX_HEAD_DIM
         and config.coarsest_span <= MAX_COARSEST_SPAN
     )
-
-
-def inner_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str) -> torch.Tensor:
-    """Causal attention on the gathered sub-sequence with the configured backend."""
-    if backend == "flash_attn":
-        return flash_attn_causal(q, k, v)
-    return causal_attention(q, k, v, backend)
 
 
 def _score_pyramids(q, k, v, pyramid: Pyramid, config: LighthouseConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,7 +60,7 @@ def fused_lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
             f"pool**(levels-1)={config.coarsest_span}"
         )
     if config.levels == 1:
-        return inner_attention(q, k, v, config.backend)
+        return causal_attention(q, k, v, config.backend)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     with torch.no_grad():
         pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=config.scorer == "norm")
@@ -85,5 +77,5 @@ def attend_selected(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: 
         packed = select_packed(sq, sk, n, config)
         slots = slot_map(packed, n, pool, levels)
     q_t, k_t, v_t = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
-    o_t = inner_attention(q_t, k_t, v_t, config.backend)
+    o_t = causal_attention(q_t, k_t, v_t, config.backend)
     return scatter_back(o_t, packed, slots, n, pool, levels, spill)

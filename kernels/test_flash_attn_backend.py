@@ -8,7 +8,7 @@ import torch
 from lighthouse import LighthouseConfig
 
 from ._testing import random_qkv
-from .flash_attn_backend import IMPLEMENTATIONS, flash_attn_causal, load_flash_attn
+from lighthouse.flash_attn import IMPLEMENTATIONS, flash_attn_causal, load_flash_attn
 from .fused import fused_lighthouse_attention
 
 MODULES = [module for module, _ in IMPLEMENTATIONS]

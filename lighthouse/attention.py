@@ -5,6 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .flash_attn import flash_attn_causal
+
 SDPA_BACKENDS = {
     "cudnn": SDPBackend.CUDNN_ATTENTION,
     "flash": SDPBackend.FLASH_ATTENTION,
@@ -15,30 +17,21 @@ SDPA_BACKENDS = {
 _NATIVE_GQA = ("flash", "math")
 
 
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """'auto' and 'reference' mean cuDNN on CUDA and math elsewhere; other names pass through."""
+def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype) -> str:
+    """'auto' and 'reference' mean cuDNN on CUDA (the efficient kernel for float32, which cuDNN lacks) and
+    math elsewhere; other names pass through."""
     if backend in ("auto", "reference"):
-        return "cudnn" if device.type == "cuda" else "math"
+        if device.type != "cuda":
+            return "math"
+        return "cudnn" if dtype in (torch.bfloat16, torch.float16) else "efficient"
     return backend
-
-
-def _flash_attn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    try:
-        from flash_attn import flash_attn_func
-    except ImportError as err:
-        raise RuntimeError(
-            "backend='flash_attn' needs the flash-attn package (pip install flash-attn); "
-            "use backend='cudnn' or 'auto' for torch SDPA"
-        ) from err
-    out = flash_attn_func(q, k, v, causal=True)
-    return out[0] if isinstance(out, tuple) else out
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     """Causal softmax attention, scale 1/sqrt(D), on q [B, S, H, D], k/v [B, S, G, D] -> [B, S, H, D]."""
-    name = resolve_backend(backend, q.device)
+    name = resolve_backend(backend, q.device, q.dtype)
     if name == "flash_attn":
-        return _flash_attn(q, k, v)
+        return flash_attn_causal(q, k, v)
     heads, groups = q.shape[2], k.shape[2]
     if groups != heads and name not in _NATIVE_GQA:
         k, v = (x.repeat_interleave(heads // groups, dim=2) for x in (k, v))

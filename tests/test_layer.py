@@ -123,14 +123,13 @@ def test_mismatched_inputs_are_rejected_by_name(shapes, message):
         lighthouse_attention(q, k, v, LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=2))
 
 
-def test_flash_attn_backend_without_the_package_says_how_to_get_it():
-    pytest.importorskip("torch")
-    try:
-        import flash_attn  # noqa: F401
+@pytest.mark.parametrize(
+    "device, dtype, expected",
+    [("cpu", torch.float32, "math"), ("cuda", torch.bfloat16, "cudnn"), ("cuda", torch.float16, "cudnn"),
+     ("cuda", torch.float32, "efficient")],
+)
+def test_auto_backend_is_cudnn_on_cuda_where_cudnn_has_kernels(device, dtype, expected):
+    from lighthouse.attention import resolve_backend
 
-        pytest.skip("flash-attn is installed")
-    except ImportError:
-        pass
-    q, k, v = random_qkv(1, 64, 2, 2, 8, dtype=torch.float32)
-    with pytest.raises(RuntimeError, match="pip install flash-attn"):
-        lighthouse_attention(q, k, v, LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=2, backend="flash_attn"))
+    assert resolve_backend("auto", torch.device(device), dtype) == expected
+    assert resolve_backend("flash", torch.device(device), dtype) == "flash"
