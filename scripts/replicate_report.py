@@ -3,7 +3,9 @@
     python scripts/replicate_report.py --run outputs/replicate --steps 800 --out docs
 
 Reads each arm's metrics.jsonl, the process wall times (walltime.jsonl), the held-out and NIAH JSONs
-(eval/) and the corpus manifest. Every arm sees the same batch at the same step, so the switch analysis
+(eval/) and the corpus manifest. Time is reported two ways: `wall_clock_s`, the elapsed time of the
+arm's training processes (start-up, first-step kernel compilation and checkpoint saves included), and
+`loop_s`, each stage's steps x tokens per step / its median logged tok/s (the steady-state training loop). Every arm sees the same batch at the same step, so the switch analysis
 compares an arm with the dense arm step by step (`gap` = arm loss - dense loss on the same batch):
 
 - gap before the switch: mean gap over the last 5 logged Lighthouse steps (stage 1 logs every 10 steps);
@@ -97,9 +99,9 @@ def stage_seconds(walltimes: dict[str, float], entries: list[str]) -> float:
 
 
 def median_tps(run: Path, folder: str, first: int, last: int) -> float:
-    """Median logged tok/s of a run's steps in [first, last], without each process's first logged step."""
+    """Median logged tok/s of a run's steps in [first, last] (robust to each process's slow first step)."""
     records = [r for r in read_jsonl(run / folder / "metrics.jsonl") if first <= r["step"] <= last]
-    return statistics.median(r[TPS] for r in records[1:] or records)
+    return statistics.median(r[TPS] for r in records)
 
 
 def eval_json(run: Path, kind: str, name: str) -> dict:
@@ -118,6 +120,10 @@ def summarize(run: Path, steps: int, tokens_per_step: int) -> dict:
     results = []
     for arm in arms:
         heldout = eval_json(run, "heldout", arm.name)
+        stage_steps = {"lighthouse": arm.lighthouse_steps, "dense": steps - arm.lighthouse_steps}
+        stage_tok_s = {"lighthouse": median_tps(run, "lighthouse", 1, arm.lighthouse_steps)} if arm.lighthouse_steps else {}
+        stage_tok_s["dense"] = median_tps(run, arm.name, arm.lighthouse_steps + 1, steps)
+        stage_loop_s = {name: stage_steps[name] * tokens_per_step / tps for name, tps in stage_tok_s.items()}
         entry = {
             "name": arm.name,
             "lighthouse_steps": arm.lighthouse_steps,
@@ -127,13 +133,12 @@ def summarize(run: Path, steps: int, tokens_per_step: int) -> dict:
             "wall_clock_s": sum(stage_seconds(walltimes, e) for _, e in arm.stages),
             "niah_mean": eval_json(run, "niah", arm.name)["mean"],
             "stage_wall_clock_s": {name: stage_seconds(walltimes, e) for name, e in arm.stages},
+            "stage_tok_s": stage_tok_s,
+            "stage_loop_s": stage_loop_s,
+            "loop_s": sum(stage_loop_s.values()),
         }
         if arm.lighthouse_steps:
-            entry["stage1_tok_s"] = median_tps(run, "lighthouse", 1, arm.lighthouse_steps)
-            entry["stage2_tok_s"] = median_tps(run, arm.name, arm.lighthouse_steps + 1, steps)
             entry.update(switch_analysis(arm, dense, steps))
-        else:
-            entry["tok_s"] = median_tps(run, "dense", 1, steps)
         results.append(entry)
     stage1 = {str(s): {**eval_json(run, "heldout", f"stage1_{s}")["loss"],
                        "niah_mean_lighthouse": eval_json(run, "niah", f"stage1_{s}")["mean"]} for s in switches}
@@ -194,13 +199,13 @@ def markdown(results: dict) -> str:
         return "never" if x is None else format(x, spec) if isinstance(x, float) else str(x)
 
     lines = ["| arm | Lighthouse steps | dense steps | final train loss | gap to dense (last 20 steps) | "
-             "held-out loss | NIAH mean | wall-clock s (stage 1 + stage 2) | spike at switch | recovery steps | "
-             "steps to match dense |", "| --- " * 11 + "|"]
+             "held-out loss | NIAH mean | wall-clock s (stage 1 + stage 2) | training-loop s | spike at switch | "
+             "recovery steps | steps to match dense |", "| --- " * 12 + "|"]
     for a in results["arms"]:
         stages = " + ".join(f"{v:.0f}" for v in a["stage_wall_clock_s"].values())
         lines.append(f"| {a['name']} | {a['lighthouse_steps']} | {a['dense_steps']} | {a['final_train_loss']:.4f} | "
                      f"{fmt(a.get('final_gap_to_dense', 0.0), '+.4f')} | {a['final_heldout_loss']:.4f} | "
-                     f"{a['niah_mean']:.3f} | {a['wall_clock_s']:.0f} ({stages}) | "
+                     f"{a['niah_mean']:.3f} | {a['wall_clock_s']:.0f} ({stages}) | {a['loop_s']:.1f} | "
                      f"{fmt(a.get('switch_spike'), '+.4f') if a['lighthouse_steps'] else '-'} | "
                      f"{fmt(a.get('recovery_steps')) if a['lighthouse_steps'] else '-'} | "
                      f"{fmt(a.get('steps_to_match_dense')) if a['lighthouse_steps'] else '-'} |")

@@ -200,7 +200,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     times = attention_times(model_args, job.lighthouse.to_config(), args.seq_len, device)
 
     env = environment(device)
-    model = (f"{args.config} ({job.model.flavor}: d {model_args.dim}, {model_args.n_layers} layers, "
+    config_path = Path(args.config).resolve()
+    shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
+    model = (f"{shown} ({job.model.flavor}: d {model_args.dim}, {model_args.n_layers} layers, "
              f"{model_args.n_heads} heads; dense layers {list(job.lighthouse.dense_layers)}; "
              f"L={job.lighthouse.levels} p={job.lighthouse.pool} k={job.lighthouse.topk} {job.lighthouse.scorer})")
     records = []

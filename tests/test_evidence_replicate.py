@@ -129,12 +129,13 @@ def _fabricate_run(run: Path, steps: int, rng: random.Random) -> dict[str, float
 def test_report_of_a_run_has_the_issues_keys_and_sums_each_arms_stages(tmp_path):
     rng, steps = random.Random(), 160
     walltimes = _fabricate_run(tmp_path / "run", steps, rng)
+    rates = {"dense": 1000.0, "lighthouse": 2500.0}  # the tok/s _fabricate_run logs (within 5%)
     results = replicate_report.main(["--run", str(tmp_path / "run"), "--steps", str(steps), "--out",
                                      str(tmp_path / "docs"), "--config", "configs/replicate/small.toml"])
     assert json.loads((tmp_path / "docs" / "results.json").read_text()) == results
     assert (tmp_path / "docs" / "replicate_loss.png").stat().st_size > 0
     assert results["device"] == "NVIDIA H100 80GB HBM3"
-    assert results["tokens_per_arm"] == steps * 8 * 16384  # configs/replicate/small.toml: batch 8 x 16,384
+    assert results["tokens_per_arm"] == steps * 4 * 16384  # configs/replicate/small.toml: batch 4 x 16,384
     arms = {a["name"]: a for a in results["arms"]}
     assert list(arms) == ["dense", "switch_100", "switch_120"]
     assert all(ISSUE_ARM_KEYS <= set(a) for a in arms.values())
@@ -143,6 +144,12 @@ def test_report_of_a_run_has_the_issues_keys_and_sums_each_arms_stages(tmp_path)
     assert arms["switch_100"]["wall_clock_s"] == pytest.approx(30.0 + 40.0)
     assert arms["switch_120"]["wall_clock_s"] == pytest.approx(30.0 + 8.0 + 27.0)
     assert arms["switch_120"]["final_gap_to_dense"] == pytest.approx(-0.01)
+    for arm in arms.values():
+        assert arm["loop_s"] == pytest.approx(sum(arm["stage_loop_s"].values()))
+        steps_of = {"lighthouse": arm["lighthouse_steps"], "dense": arm["dense_steps"]}
+        for stage, tok_s in arm["stage_tok_s"].items():
+            assert 0.95 * rates[stage] <= tok_s <= 1.05 * rates[stage]
+            assert arm["stage_loop_s"][stage] == pytest.approx(steps_of[stage] * 4 * 16384 / tok_s)
     assert arms["switch_100"]["gap_before_switch"] == pytest.approx(0.05)
     heldout = json.loads((tmp_path / "run" / "eval" / "heldout_switch_100.json").read_text())
     assert arms["switch_100"]["final_heldout_loss"] == heldout["loss"]["dense"]
