@@ -20,7 +20,6 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import torch  # noqa: E402
 
-import train_fused  # noqa: E402  (registers llama3_lighthouse_fused and its `small` flavor)
 from torchtitan.config import JobConfig  # noqa: E402
 
 from eval.checkpoint import build_model, lighthouse_setting, load_weights, logits_function, parse_job_config  # noqa: E402
@@ -44,7 +43,7 @@ def pick_device(name: str) -> torch.device:
 
 
 def load(args: argparse.Namespace, job_argv: list[str], check: Callable[[JobConfig], None] | None = None):
-    """(job config, model, logits function, device) for the checkpoint, with the fused kernels on a GPU.
+    """(job config, model, logits function, device) for the checkpoint (fused kernels on a GPU, as in training).
 
     `check` sees the job config before any model is built (to reject bad options early)."""
     device = pick_device(args.device)
@@ -53,8 +52,6 @@ def load(args: argparse.Namespace, job_argv: list[str], check: Callable[[JobConf
         check(job_config)
     model = build_model(job_config, device)
     load_weights(model, args.checkpoint)
-    if device.type == "cuda":
-        train_fused.use_fused_kernels(model)
     return job_config, model, logits_function(model, job_config, device), device
 
 

@@ -52,7 +52,7 @@ timed() {
 train() {
   local folder=$1 steps=$2
   shift 2
-  timed "$(basename "$folder")-to-$steps" "$PYTHON" scripts/train_fused.py "${JOB[@]}" \
+  timed "$(basename "$folder")-to-$steps" "$PYTHON" train.py "${JOB[@]}" \
     --job.dump_folder "$folder" --training.steps "$steps" "$@"
 }
 

@@ -42,9 +42,8 @@ import torchtitan  # noqa: E402
 from torchtitan.config import ConfigManager  # noqa: E402
 from torchtitan.protocols.train_spec import get_train_spec  # noqa: E402
 
-from lighthouse import causal_attention  # noqa: E402
+from lighthouse import LighthouseAttention, causal_attention  # noqa: E402
 from recipe.metrics import METRICS_FILE, read_metrics  # noqa: E402
-from train_fused import FUSED_NAME, FusedLighthouseAttention  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k1536_norm.toml"
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
@@ -59,7 +58,7 @@ def free_port() -> int:
 def job_args(config: str, seq_len: int, steps: int, lighthouse: bool, ac: str, folder: Path) -> list[str]:
     """Job arguments of one variant: only the attention and the checkpointing mode differ between variants."""
     return [
-        "--job.config_file", config, "--job.dump_folder", str(folder), "--model.name", FUSED_NAME,
+        "--job.config_file", config, "--job.dump_folder", str(folder), "--model.name", "llama3_lighthouse",
         "--training.seq_len", str(seq_len), "--training.steps", str(steps),
         "--training.local_batch_size", "1", "--training.global_batch_size", "1",
         "--training.dataset", "synthetic", "--checkpoint.no-enable", "--metrics.log_freq", str(steps),
@@ -74,7 +73,7 @@ def run_variant(argv: list[str], folder: Path, steps: int) -> dict:
            "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "train_fused.py"), *argv], cwd=REPO, env=env,
+    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *argv], cwd=REPO, env=env,
                           capture_output=True, text=True)
     (folder / "train.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -118,7 +117,7 @@ def attention_times(model_args, config, seq_len: int, device: torch.device) -> d
     k, v = (torch.randn(1, seq_len, kv_heads, head_dim, device=device, dtype=dtype, requires_grad=True)
             for _ in range(2))
     grad = torch.randn_like(q)
-    calls = {"lighthouse": FusedLighthouseAttention(config), "dense": lambda a, b, c: causal_attention(a, b, c)}
+    calls = {"lighthouse": LighthouseAttention(config), "dense": lambda a, b, c: causal_attention(a, b, c)}
     times = {}
     for name, call in calls.items():
         def forward():
@@ -183,7 +182,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     modes = args.ac.split(",")
 
     job = ConfigManager().parse_args(["--job.config_file", args.config, "--training.seq_len", str(args.seq_len)])
-    spec = get_train_spec(FUSED_NAME)
+    spec = get_train_spec("llama3_lighthouse")
     model_args = copy.deepcopy(spec.model_args[job.model.flavor])
     model_args.update_from_config(job)
     n_lighthouse = len([i for i in range(model_args.n_layers) if i not in job.lighthouse.dense_layers])

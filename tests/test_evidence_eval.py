@@ -1,7 +1,6 @@
 """scripts/niah.py and scripts/heldout_loss.py on a tiny checkpoint written by a short training run on CPU.
 
-The run: scripts/train_fused.py (train.py with the fused-kernel TrainSpec; on CPU the Lighthouse call is the
-reference), the debug flavor at sequence 256, three steps on a byte corpus of this repository's own sources.
+The run: train.py (on CPU the Lighthouse call is the reference), the debug flavor at sequence 256, three steps on a byte corpus of this repository's own sources.
 """
 from __future__ import annotations
 
@@ -45,7 +44,7 @@ def trained(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
-    out = subprocess.run([sys.executable, "scripts/train_fused.py", *argv], cwd=REPO, env=env,
+    out = subprocess.run([sys.executable, "train.py", *argv], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
     return root / "corpus", root / "run" / "checkpoint" / f"step-{STEPS}"

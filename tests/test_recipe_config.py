@@ -43,7 +43,7 @@ def test_toml_section_is_read_and_cli_overrides_it():
     (["--lighthouse.switch_to_dense_at_step", "-3"], r"switch_to_dense_at_step=-3 must be >= 0"),
     (["--lighthouse.no-enable", "--lighthouse.switch_to_dense_at_step", "5"], r"switch_to_dense_at_step=5 with enable=false"),
     (["--validation.enable", "--validation.seq_len", "100"], r"validation.seq_len=100"),
-    (["--model.flavor", "huge"], r"model.flavor='huge' is not one of \['debug', 'paper'\]"),
+    (["--model.flavor", "huge"], r"model.flavor='huge' is not one of \['debug', 'paper', 'small'\]"),
     (["--model.name", "llama3", "--model.flavor", "debugmodel"], r"model.name='llama3' has no Lighthouse layers"),
 ], ids=["topk", "seq_len", "tile-too-small", "scorer", "pool", "dense-range", "dense-repeat", "switch-negative",
         "switch-without-lighthouse", "validation-seq-len", "flavor", "model-name"])

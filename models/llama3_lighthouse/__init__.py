@@ -28,6 +28,12 @@ FLAVORS = {
         dim=128, n_layers=4, n_heads=4, n_kv_heads=2, vocab_size=VOCAB_SIZE, multiple_of=64,
         rope_theta=500000, eos_id=EOS_ID,
     ),
+    # The paper's shape ratios at about 1/16 of its parameters (d 384, 12 layers, 6 heads of dim 64, FFN 576):
+    # the one-GPU recoverability replication.
+    "small": LighthouseLlamaArgs(
+        dim=384, n_layers=12, n_heads=6, vocab_size=VOCAB_SIZE, ffn_dim_multiplier=0.5625, multiple_of=64,
+        rope_theta=500000, eos_id=EOS_ID,
+    ),
     "paper": LighthouseLlamaArgs(
         dim=1024, n_layers=30, n_heads=8, vocab_size=VOCAB_SIZE, ffn_dim_multiplier=0.5625, multiple_of=256,
         rope_theta=500000, eos_id=EOS_ID,
