@@ -7,12 +7,14 @@ bf16 parts). The selection itself matches the reference index for index on the s
 """
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from lighthouse.attention import causal_attention
 from lighthouse.config import LighthouseConfig
 from lighthouse.layer import check_inputs
-from lighthouse.scoring import pyramid_scores, token_scores
+from lighthouse.scoring import CausalAttention, pyramid_scores, token_scores
 
 from .gather import gather_pyramid
 from .ordering import slot_map
@@ -35,12 +37,27 @@ def supports(q: torch.Tensor, config: LighthouseConfig) -> bool:
     )
 
 
+def check_supported(q: torch.Tensor, config: LighthouseConfig) -> None:
+    """Raise ValueError naming the values where `supports(q, config)` is false."""
+    if not supports(q, config):
+        raise ValueError(
+            f"the fused path needs dtype in {SUPPORTED_DTYPES}, head dim <= {MAX_HEAD_DIM} and "
+            f"pool**(levels-1) <= {MAX_COARSEST_SPAN}; got dtype={q.dtype}, head dim={q.shape[-1]}, "
+            f"pool**(levels-1)={config.coarsest_span}"
+        )
+
+
+def score_pyramid(s: torch.Tensor, config: LighthouseConfig) -> torch.Tensor:
+    """Level-0 scores [B, G, N] max-pooled upward and laid end to end, level 0 first: [B, G, sum_l N/p^l],
+    the layout the selection kernel reads."""
+    return torch.cat(pyramid_scores(s, config.pool, config.levels), dim=-1)
+
+
 def _score_pyramids(q, k, v, pyramid: Pyramid, config: LighthouseConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """sq, sk [B, G, sum_l N/p^l]: from the pooling pass (norm scorer) or the reference scorer (dilated)."""
     if config.scorer == "norm":
         return pyramid.sq, pyramid.sk
-    return tuple(torch.cat(pyramid_scores(s, config.pool, config.levels), dim=-1)
-                 for s in token_scores(q, k, v, config))
+    return tuple(score_pyramid(s, config) for s in token_scores(q, k, v, config))
 
 
 def fused_lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -53,12 +70,7 @@ def fused_lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     check_inputs(q, k, v)
     n = q.shape[1]
     config.validate(n)
-    if not supports(q, config):
-        raise ValueError(
-            f"the fused path needs dtype in {SUPPORTED_DTYPES}, head dim <= {MAX_HEAD_DIM} and "
-            f"pool**(levels-1) <= {MAX_COARSEST_SPAN}; got dtype={q.dtype}, head dim={q.shape[-1]}, "
-            f"pool**(levels-1)={config.coarsest_span}"
-        )
+    check_supported(q, config)
     if config.levels == 1:
         return causal_attention(q, k, v, config.backend)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
@@ -72,10 +84,23 @@ def attend_selected(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: 
                     sk: torch.Tensor, config: LighthouseConfig, spill: bool = False) -> torch.Tensor:
     """Selection, gather, attention and scatter-back, given contiguous q, k, v, their pooled levels and the
     score pyramids sq, sk (float32 [B, G, sum_l N/p^l]); levels >= 2."""
-    n, pool, levels = q.shape[1], config.pool, config.levels
     with torch.no_grad():
-        packed = select_packed(sq, sk, n, config)
+        packed = select_packed(sq, sk, q.shape[1], config)
+    return attend_packed(q, k, v, pyramid, packed, config, spill)
+
+
+def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, packed: torch.Tensor,
+                  config: LighthouseConfig, spill: bool = False,
+                  attention: CausalAttention | None = None) -> torch.Tensor:
+    """Gather, attention and scatter-back for the gather order `packed` (int64 [B, G, S] packed keys), given
+    contiguous q, k, v and their pooled levels; levels >= 2.
+
+    `attention` maps the gathered Q~ [B, S, H, D], K~, V~ [B, S, G, D] to O~ [B, S, H, D]; by default the
+    causal SDPA of `config.backend` (context parallelism passes its ring attention).
+    """
+    n, pool, levels = q.shape[1], config.pool, config.levels
+    attention = attention or partial(causal_attention, backend=config.backend)
+    with torch.no_grad():
         slots = slot_map(packed, n, pool, levels)
     q_t, k_t, v_t = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
-    o_t = causal_attention(q_t, k_t, v_t, config.backend)
-    return scatter_back(o_t, packed, slots, n, pool, levels, spill)
+    return scatter_back(attention(q_t, k_t, v_t), packed, slots, n, pool, levels, spill)

@@ -12,6 +12,9 @@ balanced). Scatter-back ranges spill up to pool**(levels-1) - 1 positions into t
 sent to the chunk's owner (`HaloExchange`). The prefix guarantee applies to chunk 0 only (global token 0).
 The dilated scorer attends over strided sub-sequences of the whole sequence; with chunks divisible by the
 dilation those are sharded head/tail too, so its attention also runs as ring attention.
+
+Per chunk, the stages run as the single-device layer does: the fused Triton kernels where
+`lighthouse.layer.uses_fused_kernels` says so (`kernels.shard`), else the pure-PyTorch pipeline.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from torch.nn.attention import sdpa_kernel
 from .attention import SDPA_BACKENDS
 from .config import LighthouseConfig
 from .gather import gather_subsequence, pyramid_index
-from .layer import LighthouseAttention, check_inputs
+from .layer import LighthouseAttention, check_inputs, uses_fused_kernels
 from .pyramid import pool_pyramid
 from .scatter import scatter_back
 from .scoring import dilated_scores, norm_scores, pyramid_scores
@@ -42,6 +45,10 @@ _RING_OPS = {
     "cpu": torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
     "cuda": torch.ops.aten._scaled_dot_product_flash_attention.default,
 }
+
+
+HEAD, TAIL = 0, 1
+Slot = tuple[int, int]  # (rank, HEAD or TAIL): one owned chunk
 
 
 def owned_chunks(rank: int, cp_degree: int) -> tuple[int, int]:
@@ -162,28 +169,59 @@ def _ring_scorer_attention(mesh: DeviceMesh, device: torch.device):
     return ring
 
 
+def shard_token_scores(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Level-0 scores sq, sk [B, G, 2C] of this rank's shard; the dilated scorer's attention rings over the
+    whole sequence."""
+    if config.scorer == "dilated":
+        return dilated_scores(q, k, v, config.dilation, _ring_scorer_attention(mesh, q.device))
+    return norm_scores(q, k)
+
+
+def _prefixes(mesh: DeviceMesh) -> tuple[bool, bool]:
+    """Whether this rank's head, resp. tail, chunk keeps the prefix guarantee: only chunk 0 (global token 0)."""
+    return tuple(chunk == 0 for chunk in owned_chunks(mesh.get_local_rank(), mesh.size()))
+
+
 def shard_selections(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
 ) -> list[Selection]:
     """Selections of this rank's (head, tail) chunks, each in chunk-local coordinates, in gather order.
 
     q [B, 2C, H, D], k/v [B, 2C, G, D] are the rank's head and tail chunks of length C. Scores are per token
-    (the dilated scorer's attention rings over the whole sequence); each chunk then descends on its own tiles
-    with `chunk_config`, and only chunk 0 applies the prefix guarantee.
+    (`shard_token_scores`); each chunk then descends on its own tiles with `chunk_config`, and only chunk 0
+    applies the prefix guarantee.
     """
-    cp_degree, rank = mesh.size(), mesh.get_local_rank()
-    chunk_len = q.shape[1] // 2
-    local = chunk_config(config, cp_degree)
-    if config.scorer == "dilated":
-        sq, sk = dilated_scores(q, k, v, config.dilation, _ring_scorer_attention(mesh, q.device))
-    else:
-        sq, sk = norm_scores(q, k)
+    chunk_len, local = q.shape[1] // 2, chunk_config(config, mesh.size())
+    sq, sk = shard_token_scores(q, k, v, config, mesh)
     selections = []
-    for half, chunk in enumerate(owned_chunks(rank, cp_degree)):
+    for half, prefix in enumerate(_prefixes(mesh)):
         part = slice(half * chunk_len, (half + 1) * chunk_len)
         sq_levels, sk_levels = (pyramid_scores(s[..., part], config.pool, config.levels) for s in (sq, sk))
-        selections.append(descend(sq_levels, sk_levels, local, prefix=chunk == 0))
+        selections.append(descend(sq_levels, sk_levels, local, prefix=prefix))
     return selections
+
+
+def _fused_token_scores(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Level-0 scores for `kernels.shard`: None for the norm scorer (the pooling kernel takes them)."""
+    return shard_token_scores(q, k, v, config, mesh) if config.scorer == "dilated" else None
+
+
+@torch.no_grad()
+def fused_shard_selections(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
+) -> list[Selection]:
+    """`shard_selections` computed by the fused kernels (`kernels.shard.select_shard`): what the fused CP layer
+    gathers."""
+    from kernels.selection import selection_of
+    from kernels.shard import select_shard
+
+    local = chunk_config(config, mesh.size())
+    _, packed = select_shard(q, k, v, local, _prefixes(mesh), _fused_token_scores(q, k, v, config, mesh))
+    return [selection_of(packed[half::2], local) for half in (HEAD, TAIL)]
 
 
 def _all_gather(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
@@ -192,10 +230,6 @@ def _all_gather(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, x, group=group)
     return torch.stack(parts)
-
-
-HEAD, TAIL = 0, 1
-Slot = tuple[int, int]  # (rank, HEAD or TAIL): one owned chunk
 
 
 def halo_sources(rank: int, cp_degree: int) -> tuple[Slot | None, Slot]:
@@ -247,16 +281,58 @@ class HaloExchange(torch.autograd.Function):
         return grad_head, grad_tail, None
 
 
+def _add_halos(spilled: torch.Tensor, chunk_len: int, group: dist.ProcessGroup) -> torch.Tensor:
+    """Per-chunk scatter-backs with spill [B, 2, C + h, H, D] -> this rank's output [B, 2C, H, D]: each
+    chunk's spill goes to the next chunk's owner (`HaloExchange`), which adds it to its first h positions."""
+    width = spilled.shape[2] - chunk_len
+    into_head, into_tail = HaloExchange.apply(spilled[:, HEAD, chunk_len:], spilled[:, TAIL, chunk_len:], group)
+    halo = torch.stack([into_head, into_tail], dim=1)
+    return torch.cat([spilled[:, :, :width] + halo, spilled[:, :, width:chunk_len]], dim=2).flatten(1, 2)
+
+
 def _gather_chunks(x: torch.Tensor, flat_index: list[torch.Tensor], pool: int, levels: int) -> torch.Tensor:
     """The gathered sub-sequences of x's head and tail chunks, laid out [head part, tail part]."""
     parts = [gather_subsequence(pool_pyramid(c, pool, levels), idx) for c, idx in zip(x.chunk(2, dim=1), flat_index)]
     return torch.cat(parts, dim=1)
 
 
-def _add_halo(body: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
-    """body [B, C, H, D] with `halo` [B, h, H, D] added to its first h positions (out of place)."""
-    width = halo.shape[1]
-    return torch.cat([body[:, :width] + halo, body[:, width:]], dim=1)
+def reference_shard_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
+) -> torch.Tensor:
+    """The CP layer with the pure-PyTorch pipeline per chunk (levels >= 2; inputs checked by the caller).
+
+    Scatter-back sums in float32 and casts once after the halos are added, as the single-device reference.
+    """
+    pool, levels, chunk_len = config.pool, config.levels, q.shape[1] // 2
+    flat_index = [pyramid_index(sel, chunk_len, pool, levels) for sel in shard_selections(q, k, v, config, mesh)]
+    q_t, k_t, v_t = (_gather_chunks(x, flat_index, pool, levels) for x in (q, k, v))
+    o_t = ring_causal_attention(q_t, k_t, v_t, mesh, config.backend)
+    acc = torch.promote_types(o_t.dtype, torch.float32)
+    spilled = torch.stack(
+        [scatter_back(part.to(acc), idx, chunk_len, pool, levels, spill=True)
+         for part, idx in zip(o_t.chunk(2, 1), flat_index)],
+        dim=1,
+    )
+    return _add_halos(spilled, chunk_len, mesh.get_group()).to(q.dtype)
+
+
+def fused_shard_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
+) -> torch.Tensor:
+    """The CP layer with the fused kernels per chunk (`kernels.shard`; levels >= 2, inputs checked by the
+    caller, Triton on CUDA or in its CPU interpreter).
+
+    The scatter kernel sums each chunk in float32 and casts once; the received halo is added after that
+    cast, so a chunk's first p**(L-1)-1 positions are rounded twice in 16-bit dtypes.
+    """
+    from kernels.shard import shard_attention
+
+    spilled = shard_attention(
+        q, k, v, chunk_config(config, mesh.size()), _prefixes(mesh),
+        lambda *gathered: ring_causal_attention(*gathered, mesh, config.backend),
+        _fused_token_scores(q, k, v, config, mesh),
+    )
+    return _add_halos(spilled, q.shape[1] // 2, mesh.get_group()).to(q.dtype)
 
 
 def context_parallel_lighthouse_attention(
@@ -265,7 +341,8 @@ def context_parallel_lighthouse_attention(
     """Lighthouse attention on this rank's head/tail shards: q [B, 2C, H, D], k/v [B, 2C, G, D] -> o [B, 2C, H, D].
 
     Equals the matching rows of the single-device `lighthouse_attention` on the whole sequence (same tiles,
-    same selection), forward and backward. `mesh` is the 1-D context-parallel mesh.
+    same selection), forward and backward. `mesh` is the 1-D context-parallel mesh. The fused kernels run
+    where the single-device layer would run them (`uses_fused_kernels`), else the reference pipeline.
     """
     check_inputs(q, k, v)
     if mesh.ndim != 1:
@@ -276,19 +353,9 @@ def context_parallel_lighthouse_attention(
     check_context_parallel(config, local_len * cp_degree, cp_degree)
     if config.levels == 1:
         return ring_causal_attention(q, k, v, mesh, config.backend)
-    pool, levels, chunk_len = config.pool, config.levels, local_len // 2
-    flat_index = [pyramid_index(sel, chunk_len, pool, levels) for sel in shard_selections(q, k, v, config, mesh)]
-    q_t, k_t, v_t = (_gather_chunks(x, flat_index, pool, levels) for x in (q, k, v))
-    o_t = ring_causal_attention(q_t, k_t, v_t, mesh, config.backend)
-    # Scatter in float32 and cast once after the halos are added, as the single-device layer does.
-    acc = torch.promote_types(o_t.dtype, torch.float32)
-    head, tail = (
-        scatter_back(part.to(acc), idx, chunk_len, pool, levels, spill=True)
-        for part, idx in zip(o_t.chunk(2, 1), flat_index)
-    )
-    into_head, into_tail = HaloExchange.apply(head[:, chunk_len:], tail[:, chunk_len:], mesh.get_group())
-    out = torch.cat([_add_halo(head[:, :chunk_len], into_head), _add_halo(tail[:, :chunk_len], into_tail)], dim=1)
-    return out.to(q.dtype)
+    if uses_fused_kernels(q, config):
+        return fused_shard_attention(q, k, v, config, mesh)
+    return reference_shard_attention(q, k, v, config, mesh)
 
 
 class ContextParallelLighthouseAttention(LighthouseAttention):

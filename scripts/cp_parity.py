@@ -8,8 +8,11 @@
 Every rank builds the same full-sequence q, k, v (one seed), runs the single-device `lighthouse_attention`
 on the whole sequence, runs `context_parallel_lighthouse_attention` on its head/tail shards and compares its
 rows, forward and backward (errors are the maximum over ranks). Both are also compared with a float32
-single-device run, so the CP error can be read against the layer's own rounding error. Timings are
-per rank, the slowest rank's median over `--iters` runs.
+single-device run, so the CP error can be read against the layer's own rounding error. Both layers take
+the fused kernels where `lighthouse.layer.uses_fused_kernels` says so (the output names the path), and
+the per-chunk selection of that path is compared with the single-device reference selection (fused scores
+differ by float32 summation order, so a near-tie may count there). Timings are per rank, the slowest
+rank's median over `--iters` runs.
 """
 from __future__ import annotations
 
@@ -32,11 +35,13 @@ from lighthouse import LighthouseConfig, lighthouse_attention, select  # noqa: E
 from lighthouse.context_parallel import (  # noqa: E402
     check_context_parallel,
     context_parallel_lighthouse_attention,
+    fused_shard_selections,
     offset_selection,
     owned_chunks,
     ring_causal_attention,
     shard_selections,
 )
+from lighthouse.layer import uses_fused_kernels  # noqa: E402
 from recipe.context_parallel import enable_context_parallel  # noqa: E402
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -150,10 +155,12 @@ def main() -> None:
         lambda *x: lighthouse_attention(*x, truth_config), [x.float() for x in (q, k, v)], grad_out.float()
     )
 
+    fused = uses_fused_kernels(q, config)
     full_sel = select(q, k, config, v=v)
+    chunk_selections = (fused_shard_selections if fused else shard_selections)(*local, config, mesh)
     per_chunk = config.gathered_len(n) // (2 * world)
     mismatched = torch.zeros((), dtype=torch.int64, device=device)
-    for sel, c in zip(shard_selections(*local, config, mesh), owned_chunks(rank, world)):
+    for sel, c in zip(chunk_selections, owned_chunks(rank, world)):
         got = offset_selection(sel, c, chunk, config.pool)
         part = slice(c * per_chunk, (c + 1) * per_chunk)
         mismatched += (got.index != full_sel.index[..., part]).sum() + (got.level != full_sel.level[..., part]).sum()
@@ -194,7 +201,8 @@ def main() -> None:
               f"{'NCCL' if device.type == 'cuda' else 'gloo'}, CP degree {world}, rotate {args.rotate_method}")
         print(f"# B={args.batch} N={n} H={args.heads} G={args.kv_heads} D={args.head_dim} {args.dtype}; {config}; "
               f"S={config.gathered_len(n)}")
-        print(f"selection entries differing from the single-device selection: {int(mismatched)}")
+        print(f"# per-chunk pipeline (CP and single-device layers): {'fused kernels' if fused else 'reference'}")
+        print(f"selection entries differing from the single-device reference selection: {int(mismatched)}")
         print("| tensor | max abs err | max abs err / max abs | RMSE ratio | CP vs fp32 RMSE ratio "
               "| 1-device vs fp32 RMSE ratio |")
         print("| --- | --- | --- | --- | --- | --- |")

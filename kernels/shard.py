@@ -1,0 +1,78 @@
+"""The fused stages on a context-parallel shard: a rank's head and tail chunks, run as a batch of chunks.
+
+Under context parallelism (`lighthouse.context_parallel`) a rank holds two chunks of C tokens laid out
+[head, tail] along the sequence. Viewed as [2B, C, heads, D], its q, k, v are a batch of whole chunks
+(row 2b + half). Pooling windows and tiles never cross a chunk, so pooling+scores, gather and scatter-back
+run on that batch exactly as on 2B sequences of C tokens, with the per-chunk config (topk / 2W). Only the
+prefix guarantee tells the chunks apart (it belongs to the chunk holding token 0), so selection runs once
+per half. Scatter-back keeps each chunk's spill for the caller's halo exchange.
+"""
+from __future__ import annotations
+
+import torch
+
+from lighthouse.config import LighthouseConfig
+from lighthouse.scoring import CausalAttention
+
+from .fused import attend_packed, check_supported, score_pyramid
+from .pyramid import Pyramid, pool_and_score
+from .selection import select_packed
+
+
+def chunk_rows(x: torch.Tensor) -> torch.Tensor:
+    """[B, 2C, heads, D] laid out [head, tail] -> [2B, C, heads, D], one chunk per row (row 2b + half)."""
+    b, n, heads, d = x.shape
+    return x.contiguous().view(2 * b, n // 2, heads, d)
+
+
+def chunk_scores(s: torch.Tensor) -> torch.Tensor:
+    """Token scores [B, G, 2C] of a [head, tail] shard -> [2B, G, C], rows as in `chunk_rows`."""
+    b, g, n = s.shape
+    return s.view(b, g, 2, n // 2).transpose(1, 2).reshape(2 * b, g, n // 2)
+
+
+@torch.no_grad()
+def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
+                 prefixes: tuple[bool, bool],
+                 token_scores: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[Pyramid, torch.Tensor]:
+    """Pooled levels of the chunk rows and their gather order (packed keys, int64 [2B, G, S_c]).
+
+    q [B, 2C, H, D], k/v [B, 2C, G, D] hold a head and a tail chunk; `config` is the per-chunk config
+    (levels >= 2, valid for C tokens). `prefixes[half]` says whether that chunk keeps the prefix guarantee.
+    Scores are the pooling pass's norms, or the shard's level-0 `token_scores` (sq, sk float32
+    [B, G, 2C], the dilated scorer's) max-pooled per chunk.
+    """
+    chunk_len, pool, levels = q.shape[1] // 2, config.pool, config.levels
+    pyramid = pool_and_score(*(chunk_rows(x) for x in (q, k, v)), pool, levels, scores=token_scores is None)
+    if token_scores is None:
+        sq, sk = pyramid.sq, pyramid.sk
+    else:
+        sq, sk = (score_pyramid(chunk_scores(s), config) for s in token_scores)
+    halves = [select_packed(sq[half::2], sk[half::2], chunk_len, config, prefix) for half, prefix in enumerate(prefixes)]
+    return pyramid, torch.stack(halves, dim=1).flatten(0, 1)
+
+
+def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
+                    prefixes: tuple[bool, bool], attention: CausalAttention,
+                    token_scores: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """The Lighthouse layer on a head/tail shard up to the halo exchange: [B, 2, C + p**(L-1) - 1, H, D].
+
+    Row [b, half] is that chunk's scatter-back with its spill past the chunk's end kept, in the
+    attention output's dtype (summed in float32 in the kernel, cast once). `attention` maps the gathered
+    sequence laid out [head part, tail part] (Q~ [B, 2S_c, H, D], K~, V~ [B, 2S_c, G, D]) to O~; context
+    parallelism passes ring attention. Selection as `select_shard`; differentiable in q, k, v.
+    """
+    check_supported(q, config)
+    b = q.shape[0]
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    with torch.no_grad():
+        pyramid, packed = select_shard(q, k, v, config, prefixes, token_scores)
+
+    def shard_sequence_attention(q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor) -> torch.Tensor:
+        # chunk rows [2B, S_c, ...] <-> the shard's gathered sequence [B, 2S_c, ...]
+        o_t = attention(*(x.view(b, -1, *x.shape[2:]) for x in (q_t, k_t, v_t)))
+        return o_t.reshape(q_t.shape)
+
+    qc, kc, vc = (chunk_rows(x) for x in (q, k, v))
+    spilled = attend_packed(qc, kc, vc, pyramid, packed, config, spill=True, attention=shard_sequence_attention)
+    return spilled.unflatten(0, (b, 2))

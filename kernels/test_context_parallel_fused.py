@@ -1,0 +1,129 @@
+"""The context-parallel layer on the fused kernels equals it on the reference pipeline (2 gloo ranks).
+
+On a machine without CUDA the kernels run in Triton's interpreter (conftest.py; the worker processes
+inherit the setting). The dispatch rule takes the fused path on CUDA only, so the checks call the fused
+CP path directly: per-chunk selection index for index, then the layer's output and input gradients.
+q and k get a random permutation of well separated norms, so the pooling kernel's float32 norms and the
+reference's (summed in another order) rank tokens alike and both paths select the same entries.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import lighthouse.context_parallel as cp
+from lighthouse.context_parallel import (
+    context_parallel_lighthouse_attention,
+    fused_shard_attention,
+    fused_shard_selections,
+    reference_shard_attention,
+    shard_selections,
+)
+from tests.helpers import vectors_with_norms
+from tests.test_context_parallel import (
+    DILATED,
+    NORM,
+    PARITY,
+    RankPool,
+    _fresh_seed,
+    _rising_norm_inputs,
+    _shard_positions,
+)
+
+from ._testing import assert_close
+
+DTYPE = torch.float32  # the CPU ring runs float32; the interpreter compares 16-bit dtypes less faithfully
+
+
+@pytest.fixture(scope="module")
+def ranks():
+    pool = RankPool(2)
+    yield pool
+    pool.close()
+
+
+def _distinct_norm_qkv(local_len: int, heads: int, kv_heads: int, dim: int, seed: int):
+    """This rank's q [2, N, H, D], k, v [2, N, G, D] (float32, fresh per seed and rank); the norms of q, resp.
+    k, a random permutation of 1 + i/count, i < count: no two tokens' scores are within float32 rounding."""
+    torch.manual_seed(seed)
+    q_norms, k_norms = (1 + torch.randperm(2 * local_len * h).view(2, local_len, h) / (2 * local_len * h)
+                        for h in (heads, kv_heads))
+    q, k = (vectors_with_norms(n.double(), dim) for n in (q_norms, k_norms))
+    return q.to(DTYPE), k.to(DTYPE), torch.randn(2, local_len, kv_heads, dim, dtype=DTYPE)
+
+
+def _local_inputs(mesh, inputs: str, seq_len: int, heads: int, kv_heads: int, seed: int):
+    local_len = seq_len // mesh.size()
+    seed += mesh.get_local_rank()
+    if inputs == "distinct-norms":
+        return _distinct_norm_qkv(local_len, heads, kv_heads, 8, seed)
+    # rising norms over the whole sequence: only the prefix guarantee expands a tile's first entry
+    pos = _shard_positions(mesh.get_local_rank(), mesh.size(), seq_len)
+    return tuple(x[:, pos].to(DTYPE) for x in _rising_norm_inputs(seq_len, heads, kv_heads, seed))
+
+
+def _check_selection(mesh, config, seq_len, inputs, seed):
+    q, k, v = _local_inputs(mesh, inputs, seq_len, 4, 2, seed)
+    fused, ref = fused_shard_selections(q, k, v, config, mesh), shard_selections(q, k, v, config, mesh)
+    for half, (got, want) in enumerate(zip(fused, ref)):
+        for field in ("level", "index", "expanded"):
+            assert torch.equal(getattr(got, field), getattr(want, field)), f"{field} of chunk half {half} (seed {seed})"
+
+
+def _check_layer(mesh, config, seq_len, heads, kv_heads, seed):
+    inputs = _local_inputs(mesh, "distinct-norms", seq_len, heads, kv_heads, seed)
+    grad_out = torch.randn(inputs[0].shape, generator=torch.Generator().manual_seed(seed + 7), dtype=DTYPE)
+    results = {}
+    for name, path in (("fused", fused_shard_attention), ("reference", reference_shard_attention)):
+        leaves = [x.clone().requires_grad_(True) for x in inputs]
+        out = path(*leaves, config, mesh)
+        out.backward(grad_out)
+        results[name] = (out.detach(), *(x.grad for x in leaves))
+    assert results["fused"][0].dtype == DTYPE
+    for name, ref, fast in zip(("o", "dq", "dk", "dv"), results["reference"], results["fused"]):
+        assert_close(f"{name} (seed {seed})", ref, fast, DTYPE)
+
+
+def _check_dispatch(mesh, seed):
+    q, k, v = _local_inputs(mesh, "distinct-norms", 256, 4, 2, seed)
+    # on CPU the rule says reference; where it says fused, the fused path runs
+    assert torch.equal(context_parallel_lighthouse_attention(q, k, v, NORM, mesh),
+                       reference_shard_attention(q, k, v, NORM, mesh))
+    rule = cp.uses_fused_kernels
+    cp.uses_fused_kernels = lambda q, config: True
+    try:
+        dispatched = context_parallel_lighthouse_attention(q, k, v, NORM, mesh)
+    finally:
+        cp.uses_fused_kernels = rule
+    assert torch.equal(dispatched, fused_shard_attention(q, k, v, NORM, mesh))
+
+
+@pytest.mark.parametrize(
+    "config, inputs",
+    [(NORM, "distinct-norms"), (NORM, "rising-norms"), (DILATED, "distinct-norms")],
+    ids=["norm-random", "norm-rising-norms-prefix", "dilated-random"],
+)
+def test_fused_per_chunk_selection_equals_the_reference_index_for_index(ranks, config, inputs):
+    ranks.run(_check_selection, 2, config, 256, inputs, _fresh_seed())
+
+
+# The CP parity cases of tests/test_context_parallel.py with levels >= 2 (the fused path), in float32.
+LAYER_CASES = ["L3-p2-k16-m4-MHA", "L3-p4-k8-m2-GQA-halo15", "L4-p2-k8-m2-MQA", "L3-p2-dilated"]
+
+
+def _layer_case(name: str):
+    config, seq_len, heads, kv_heads, *_ = PARITY[name]
+    return config, seq_len, heads, kv_heads
+
+
+@pytest.mark.parametrize("name", LAYER_CASES)
+def test_fused_cp_layer_equals_the_reference_cp_layer_forward_and_backward(ranks, name):
+    ranks.run(_check_layer, 2, *_layer_case(name), _fresh_seed())
+
+
+def test_cp1_fused_layer_equals_the_reference(ranks):
+    ranks.run(_check_layer, 1, *_layer_case("L3-p4-k8-m2-GQA-halo15"), _fresh_seed())
+
+
+def test_cp_layer_takes_the_path_the_dispatch_rule_names(ranks):
+    ranks.run(_check_dispatch, 2, _fresh_seed())
