@@ -6,16 +6,13 @@
 CLI flags override the TOML file (`--training.steps 100`, `--lighthouse.topk 2048`, ...).
 """
 import os
-import socket
 
 import recipe  # noqa: F401  (first: prepares torchtitan on machines without an accelerator)
 import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
+from recipe.launch import single_process_env
 from recipe.trainer import main
 
 if __name__ == "__main__":
     if "RANK" not in os.environ:  # a plain `python train.py` is a one-process job; torchrun sets these itself
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        os.environ.update(single_process_env())
     main()

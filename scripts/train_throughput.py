@@ -24,7 +24,6 @@ import copy
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,16 +42,11 @@ from torchtitan.config import ConfigManager  # noqa: E402
 from torchtitan.protocols.train_spec import get_train_spec  # noqa: E402
 
 from lighthouse import LighthouseAttention, causal_attention  # noqa: E402
+from recipe.launch import single_process_env  # noqa: E402
 from recipe.metrics import METRICS_FILE, read_metrics  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k1536_norm.toml"
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_args(config: str, seq_len: int, steps: int, lighthouse: bool, ac: str, folder: Path) -> list[str]:
@@ -69,8 +63,7 @@ def job_args(config: str, seq_len: int, steps: int, lighthouse: bool, ac: str, f
 
 def run_variant(argv: list[str], folder: Path, steps: int) -> dict:
     """Train one variant in its own process; its last logged step's throughput and memory, or the error."""
-    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "RANK": "0", "LOCAL_RANK": "0",
-           "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **single_process_env()}
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, str(REPO / "train.py"), *argv], cwd=REPO, env=env,

@@ -13,7 +13,6 @@ import multiprocessing as std_mp
 import queue
 import random
 import re
-import socket
 import traceback
 from datetime import timedelta
 
@@ -38,17 +37,12 @@ from lighthouse.context_parallel import (
     shard_selections,
 )
 from recipe.context_parallel import enable_context_parallel, parallelize_lighthouse_attention
+from recipe.launch import free_port
 
 from .helpers import random_qkv, vectors_with_norms
 
 WORLD = 2
 TASK_TIMEOUT_S = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, world: int, port: int, tasks: std_mp.Queue, results: std_mp.Queue) -> None:
@@ -76,7 +70,7 @@ class RankPool:
         ctx = mp.get_context("spawn")
         self.tasks = [ctx.Queue() for _ in range(world)]
         self.results = ctx.Queue()
-        port = _free_port()
+        port = free_port()
         self.procs = [
             ctx.Process(target=_worker, args=(r, world, port, self.tasks[r], self.results), daemon=True)
             for r in range(world)

@@ -88,7 +88,8 @@ def test_5_fsdp_modules_reduce_with_plain_sum(one_rank_gloo_group):
 
 def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     """A CP=2 run on two gloo processes, from the same seed checkpoint, gives the losses of a 1-process run."""
-    from tests.test_recipe_train import child_env, free_port
+    from recipe.launch import free_port
+    from tests.test_recipe_train import child_env
     from recipe.metrics import METRICS_FILE, read_metrics
 
     common = ["train.py", "--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",

@@ -2,7 +2,6 @@
 switch agree, and FSDP runs on two gloo processes."""
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lighthouse import LighthouseConfig
+from recipe.launch import free_port, single_process_env
 from recipe.metrics import METRICS_FILE, read_metrics
 
 REPO = Path(__file__).resolve().parent.parent
@@ -17,12 +17,6 @@ STEPS, HALF = 8, 4
 # Every run: the debug config with one LR schedule over 8 steps, logged at every step.
 COMMON = ["--job.config_file", "configs/debug.toml", "--lr_scheduler.total_steps", str(STEPS),
           "--metrics.log_freq", "1", "--checkpoint.interval", str(HALF)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def child_env() -> dict[str, str]:
@@ -48,8 +42,7 @@ def runs(tmp_path_factory):
     }
     folder = {name: root / ("half" if name.startswith("half") else name) for name in jobs}
     argvs = [COMMON + ["--job.dump_folder", str(folder[name])] + extra for name, extra in jobs.items()]
-    env = {**child_env(), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port())}
+    env = {**child_env(), **single_process_env()}
     code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]

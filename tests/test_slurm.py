@@ -10,12 +10,13 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from recipe.launch import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = sorted([*REPO.glob("slurm/*.sbatch"), *REPO.glob("slurm/*.sh"), *REPO.glob("scripts/*.sh")])
@@ -235,9 +236,7 @@ def test_the_launch_line_trains_with_real_torchrun(cluster, tmp_path):
     """The built command line is valid for torchrun: c10d rendezvous on the head host, then train.py runs."""
     _, log, env = cluster
     _write_executable(Path(env["PATH"].split(":")[0]) / "srun", REAL_SRUN)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     dump = tmp_path / "run"
     job_env = _job_env(env, REPO, 1, ["localhost"], 31, GPUS_PER_NODE="1", RDZV_PORT=str(port), SLURM_CPUS_PER_TASK="2")
     result = subprocess.run(
