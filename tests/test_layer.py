@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from lighthouse import LighthouseAttention, LighthouseConfig, lighthouse_attention, select
 
-from .helpers import random_qkv, vectors_with_norms
+from .helpers import random_qkv
 
 CONFIGS = {
     "L3-p2-k8-m4": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4), 128),
