@@ -91,16 +91,17 @@ def attend_selected(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: 
 
 def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, packed: torch.Tensor,
                   config: LighthouseConfig, spill: bool = False,
-                  attention: CausalAttention | None = None) -> torch.Tensor:
+                  attention: CausalAttention | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Gather, attention and scatter-back for the gather order `packed` (int64 [B, G, S] packed keys), given
     contiguous q, k, v and their pooled levels; levels >= 2.
 
     `attention` maps the gathered Q~ [B, S, H, D], K~, V~ [B, S, G, D] to O~ [B, S, H, D]; by default the
-    causal SDPA of `config.backend` (context parallelism passes its ring attention).
+    causal SDPA of `config.backend` (context parallelism passes its ring attention). The output is
+    `out_dtype` (q's dtype if None), summed in float32.
     """
     n, pool, levels = q.shape[1], config.pool, config.levels
     attention = attention or partial(causal_attention, backend=config.backend)
     with torch.no_grad():
         slots = slot_map(packed, n, pool, levels)
     q_t, k_t, v_t = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
-    return scatter_back(attention(q_t, k_t, v_t), packed, slots, n, pool, levels, spill)
+    return scatter_back(attention(q_t, k_t, v_t), packed, slots, n, pool, levels, spill, out_dtype)

@@ -66,40 +66,45 @@ def _scatter_bwd_kernel(do_ptr, packed_ptr, dot_ptr, NOUT, S, H: tl.constexpr, G
 
 
 class ScatterBack(torch.autograd.Function):
-    """o_tilde [B, S, H, D] -> o [B, N(+spill), H, D] given the gather order and its inverse map."""
+    """o_tilde [B, S, H, D] -> o [B, N(+spill), H, D] given the gather order and its inverse map.
+
+    Sums in float32 and stores in `out_dtype` (o_tilde's dtype if None); the gradient is o_tilde's dtype.
+    """
 
     @staticmethod
-    def forward(ctx, o_tilde, packed, slots, seq_len: int, pool: int, levels: int, spill: bool):
+    def forward(ctx, o_tilde, packed, slots, seq_len: int, pool: int, levels: int, spill: bool,
+                out_dtype: torch.dtype | None):
         b, s, h, d = o_tilde.shape
         g = packed.shape[1]
         n_out = seq_len + (pool ** (levels - 1) - 1 if spill else 0)
-        o = o_tilde.new_empty(b, n_out, h, d)
+        o = o_tilde.new_empty(b, n_out, h, d, dtype=out_dtype or o_tilde.dtype)
         block_n, block_d = row_block(d)
         _scatter_fwd_kernel[(triton.cdiv(n_out, block_n), b * g)](
             o_tilde.contiguous(), slots, o, seq_len, n_out, slots.shape[-1], s, H=h, G=g, D=d, L=levels,
             LOG2P=log2(pool), BLOCK_N=block_n, BLOCK_D=block_d,
         )
         ctx.save_for_backward(packed)
-        ctx.meta = (pool, levels)
+        ctx.meta = (pool, levels, o_tilde.dtype)
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
         (packed,) = ctx.saved_tensors
-        pool, levels = ctx.meta
+        pool, levels, ot_dtype = ctx.meta
         b, n_out, h, d = grad_o.shape
         g, s = packed.shape[1], packed.shape[2]
-        grad_ot = grad_o.new_empty(b, s, h, d)
+        grad_ot = grad_o.new_empty(b, s, h, d, dtype=ot_dtype)
         block_s, block_d = row_block(d)
         _scatter_bwd_kernel[(triton.cdiv(s, block_s), b * g)](
             grad_o.contiguous(), packed, grad_ot, n_out, s, H=h, G=g, D=d, L=levels,
             LOG2P=log2(pool), BLOCK_S=block_s, BLOCK_D=block_d,
         )
-        return grad_ot, None, None, None, None, None, None
+        return grad_ot, None, None, None, None, None, None, None
 
 
 def scatter_back(o_tilde: torch.Tensor, packed: torch.Tensor, slots: torch.Tensor, seq_len: int, pool: int,
-                 levels: int, spill: bool = False) -> torch.Tensor:
+                 levels: int, spill: bool = False, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Sum every gathered row into its shifted range R(l, i), clipped to [0, N) (or kept up to
-    N + p^(L-1) - 1 with `spill`, as `lighthouse.scatter_back`); see ScatterBack."""
-    return ScatterBack.apply(o_tilde, packed, slots, seq_len, pool, levels, spill)
+    N + p^(L-1) - 1 with `spill`, as `lighthouse.scatter_back`); see ScatterBack. `out_dtype=torch.float32`
+    keeps the float32 sums for a caller that still adds to them (context parallelism's halos)."""
+    return ScatterBack.apply(o_tilde, packed, slots, seq_len, pool, levels, spill, out_dtype)

@@ -57,8 +57,8 @@ def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: L
                     token_scores: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """The Lighthouse layer on a head/tail shard up to the halo exchange: [B, 2, C + p**(L-1) - 1, H, D].
 
-    Row [b, half] is that chunk's scatter-back with its spill past the chunk's end kept, in the
-    attention output's dtype (summed in float32 in the kernel, cast once). `attention` maps the gathered
+    Row [b, half] is that chunk's scatter-back with its spill past the chunk's end kept, in float32: the
+    caller adds the received halos and casts once, as the single-device layer casts its sums once. `attention` maps the gathered
     sequence laid out [head part, tail part] (Q~ [B, 2S_c, H, D], K~, V~ [B, 2S_c, G, D]) to O~; context
     parallelism passes ring attention. Selection as `select_shard`; differentiable in q, k, v.
     """
@@ -74,5 +74,6 @@ def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: L
         return o_t.reshape(q_t.shape)
 
     qc, kc, vc = (chunk_rows(x) for x in (q, k, v))
-    spilled = attend_packed(qc, kc, vc, pyramid, packed, config, spill=True, attention=shard_sequence_attention)
+    spilled = attend_packed(qc, kc, vc, pyramid, packed, config, spill=True, attention=shard_sequence_attention,
+                            out_dtype=torch.float32)
     return spilled.unflatten(0, (b, 2))

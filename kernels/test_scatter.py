@@ -43,3 +43,16 @@ def test_scatter_is_bit_identical_across_runs():
         out = scatter_back(o_tilde, packed, slots, 128, 2, 3)
         runs.append((out, *torch.autograd.grad(out, o_tilde, grad_o)))
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_float32_output_keeps_the_sums_of_16_bit_rows_unrounded():
+    o_tilde, packed, slots, flat = _inputs(1, 128, 2, 1, 16, 3, 2, 16, 4, torch.float16)
+    fast = scatter_back(o_tilde, packed, slots, 128, 2, 3, spill=True, out_dtype=torch.float32)
+    ref = reference_scatter_back(o_tilde.float(), flat, 128, 2, 3, spill=True)
+    assert fast.dtype == torch.float32
+    assert_close("o", ref, fast, torch.float32)
+    grad_o = torch.randn_like(ref)
+    (grad,) = torch.autograd.grad(fast, o_tilde, grad_o)
+    (ref_grad,) = torch.autograd.grad(ref, o_tilde, grad_o)
+    assert grad.dtype == torch.float16
+    assert_close("do_tilde", ref_grad, grad, torch.float16)

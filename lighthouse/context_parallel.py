@@ -322,8 +322,8 @@ def fused_shard_attention(
     """The CP layer with the fused kernels per chunk (`kernels.shard`; levels >= 2, inputs checked by the
     caller, Triton on CUDA or in its CPU interpreter).
 
-    The scatter kernel sums each chunk in float32 and casts once; the received halo is added after that
-    cast, so a chunk's first p**(L-1)-1 positions are rounded twice in 16-bit dtypes.
+    The scatter kernel keeps each chunk's float32 sums; the received halos are added to them and the
+    result is cast once, as in the single-device layer.
     """
     from kernels.shard import shard_attention
 
