@@ -49,6 +49,10 @@ class Lighthouse:
     """Run Lighthouse for steps 1..N, then dense SDPA in every layer from step N+1 (0 = never). One run
     that matches a stage-1 run of `training.steps = N` followed by a stage-2 dense resume."""
 
+    log_stats: bool = True
+    """Log selection statistics (S, expanded share, evenness) at every log step: one extra selection pass
+    per Lighthouse layer on those steps. Not collected under context parallelism."""
+
     def to_config(self) -> LighthouseConfig:
         """The layer settings as the algorithm's frozen config."""
         return LighthouseConfig(

@@ -61,12 +61,18 @@ def job_args(config: str, seq_len: int, steps: int, lighthouse: bool, ac: str, f
     ]
 
 
-def run_variant(argv: list[str], folder: Path, steps: int) -> dict:
-    """Train one variant in its own process; its last logged step's throughput and memory, or the error."""
-    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **single_process_env()}
+def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1) -> dict:
+    """Train one variant in its own job (`nproc` processes through torchrun); rank 0's last logged step's
+    throughput (torchtitan's, per rank) and memory, or the error."""
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    if nproc == 1:
+        launcher = [sys.executable]
+        env.update(single_process_env())
+    else:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, str(REPO / "train.py"), *argv], cwd=REPO, env=env,
+    proc = subprocess.run([*launcher, str(REPO / "train.py"), *argv], cwd=REPO, env=env,
                           capture_output=True, text=True)
     (folder / "train.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:

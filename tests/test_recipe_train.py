@@ -27,7 +27,8 @@ def child_env() -> dict[str, str]:
 def runs(tmp_path_factory):
     """Run, one after another in a single process (one import), the jobs the tests compare:
 
-    full: 8 Lighthouse steps; half: the first 4 with a full checkpoint, then resumed for steps 5..8;
+    full: 8 Lighthouse steps; half: the first 4 with a full checkpoint, then resumed for steps 5..8
+    without selection statistics;
     stage2: the step-4 checkpoint resumed with Lighthouse off; switch: 8 steps, dense after step 4.
     """
     root = tmp_path_factory.mktemp("runs")
@@ -35,7 +36,7 @@ def runs(tmp_path_factory):
     jobs = {
         "full": ["--training.steps", str(STEPS)],
         "half": ["--training.steps", str(HALF), "--checkpoint.enable"],
-        "half_resumed": ["--training.steps", str(STEPS), "--checkpoint.enable"],
+        "half_resumed": ["--training.steps", str(STEPS), "--checkpoint.enable", "--lighthouse.no-log-stats"],
         "stage2": ["--training.steps", str(STEPS), "--checkpoint.enable", "--checkpoint.initial_load_path",
                    str(half_ckpt), "--checkpoint.no-initial-load-model-only", "--lighthouse.no-enable"],
         "switch": ["--training.steps", str(STEPS), "--lighthouse.switch_to_dense_at_step", str(HALF)],
@@ -73,6 +74,13 @@ def test_resuming_4_plus_4_steps_reproduces_the_uninterrupted_8(runs):
     assert [r["step"] for r in half] == list(range(1, STEPS + 1))
     assert losses(half, range(1, STEPS + 1)) == losses(records["full"], range(1, STEPS + 1))
     assert f"Training starts at step {HALF + 1}" in log
+
+
+def test_log_stats_false_drops_the_statistics_and_leaves_training_unchanged(runs):
+    records, _ = runs
+    half = records["half"]
+    assert all(("lighthouse/S" in r) == (r["step"] <= HALF) for r in half)
+    assert losses(half, range(HALF + 1, STEPS + 1)) == losses(records["full"], range(HALF + 1, STEPS + 1))
 
 
 def test_stage2_continues_step_lr_optimizer_and_data_with_dense_attention(runs):
