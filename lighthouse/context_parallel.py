@@ -9,7 +9,7 @@ same number of entries and the sort key is monotone in position, so the single-d
 the concatenation of the chunks' gathered parts in chunk order: laid out [head part, tail part], it is
 sharded exactly like the dense sequence and goes through torch's stock ring attention (causal, load
 balanced). Scatter-back ranges spill up to pool**(levels-1) - 1 positions into the next chunk; that halo is
-sent to the chunk's owner (`HaloExchange`). The prefix guarantee applies to chunk 0 only (global token 0).
+sent to the chunk's owner (`FoldHalos`). The prefix guarantee applies to chunk 0 only (global token 0).
 The dilated scorer attends over strided sub-sequences of the whole sequence; with chunks divisible by the
 dilation those are sharded head/tail too, so its attention also runs as ring attention.
 
@@ -258,36 +258,41 @@ def _pick(per_rank: torch.Tensor, slot: Slot | None, like: torch.Tensor) -> torc
     return per_rank[slot] if slot is not None else torch.zeros_like(like)
 
 
-class HaloExchange(torch.autograd.Function):
-    """Send each owned chunk's scatter-back spill to the owner of the next chunk.
+class FoldHalos(torch.autograd.Function):
+    """Per-chunk scatter-backs with spill [B, 2, C + h, H, D] -> this rank's output [B, 2C, H, D] in `dtype`.
 
-    forward(head_spill, tail_spill) -> (into_head, into_tail): what this rank adds to the first positions of
-    its head and tail chunks (zeros before chunk 0). backward returns to each sender the gradient of the
-    positions its halo was added to. One all-gather of the small halos each way (gloo and NCCL).
+    Each owned chunk's spill (its last h rows) goes to the owner of the next chunk, which adds it to its
+    first h positions before the one cast to `dtype` (zeros before chunk 0; the last chunk's spill is
+    dropped, as on one device). backward returns to each sender the gradient of the positions its halo was
+    added to. One all-gather of the small halos each way (gloo and NCCL); one pass over the output each way.
     """
 
     @staticmethod
-    def forward(ctx, head_spill: torch.Tensor, tail_spill: torch.Tensor, group: dist.ProcessGroup):
+    def forward(ctx, spilled: torch.Tensor, chunk_len: int, dtype: torch.dtype, group: dist.ProcessGroup):
         rank, cp_degree = dist.get_rank(group), dist.get_world_size(group)
-        sent = _all_gather(torch.stack([head_spill, tail_spill]), group)
-        ctx.group = group
-        return tuple(_pick(sent, src, head_spill) for src in halo_sources(rank, cp_degree))
+        width = spilled.shape[2] - chunk_len
+        spills = spilled[:, :, chunk_len:].transpose(0, 1)  # [2, B, h, H, D]
+        sent = _all_gather(spills, group)
+        halo = torch.stack([_pick(sent, src, spills[0]) for src in halo_sources(rank, cp_degree)], dim=1)
+        out = spilled[:, :, :chunk_len].to(dtype, copy=True)
+        out[:, :, :width] = spilled[:, :, :width] + halo
+        ctx.meta = (group, width, spilled.dtype)
+        return out.flatten(1, 2)
 
     @staticmethod
-    def backward(ctx, grad_into_head: torch.Tensor, grad_into_tail: torch.Tensor):
-        rank, cp_degree = dist.get_rank(ctx.group), dist.get_world_size(ctx.group)
-        received = _all_gather(torch.stack([grad_into_head, grad_into_tail]), ctx.group)
-        grad_head, grad_tail = (_pick(received, dst, grad_into_head) for dst in halo_destinations(rank, cp_degree))
-        return grad_head, grad_tail, None
-
-
-def _add_halos(spilled: torch.Tensor, chunk_len: int, group: dist.ProcessGroup) -> torch.Tensor:
-    """Per-chunk scatter-backs with spill [B, 2, C + h, H, D] -> this rank's output [B, 2C, H, D]: each
-    chunk's spill goes to the next chunk's owner (`HaloExchange`), which adds it to its first h positions."""
-    width = spilled.shape[2] - chunk_len
-    into_head, into_tail = HaloExchange.apply(spilled[:, HEAD, chunk_len:], spilled[:, TAIL, chunk_len:], group)
-    halo = torch.stack([into_head, into_tail], dim=1)
-    return torch.cat([spilled[:, :, :width] + halo, spilled[:, :, width:chunk_len]], dim=2).flatten(1, 2)
+    def backward(ctx, grad_out: torch.Tensor):
+        group, width, acc = ctx.meta
+        rank, cp_degree = dist.get_rank(group), dist.get_world_size(group)
+        b, n, *rest = grad_out.shape
+        grad_out = grad_out.reshape(b, 2, n // 2, *rest)
+        heads = grad_out[:, :, :width].transpose(0, 1)  # [2, B, h, H, D]: the halos' gradients
+        received = _all_gather(heads, group)
+        grad = grad_out.new_empty(b, 2, n // 2 + width, *rest, dtype=acc)
+        grad[:, :, : n // 2] = grad_out
+        grad[:, :, n // 2:] = torch.stack(
+            [_pick(received, dst, heads[0]) for dst in halo_destinations(rank, cp_degree)], dim=1
+        )
+        return grad, None, None, None
 
 
 def _gather_chunks(x: torch.Tensor, flat_index: list[torch.Tensor], pool: int, levels: int) -> torch.Tensor:
@@ -313,7 +318,7 @@ def reference_shard_attention(
          for part, idx in zip(o_t.chunk(2, 1), flat_index)],
         dim=1,
     )
-    return _add_halos(spilled, chunk_len, mesh.get_group()).to(q.dtype)
+    return FoldHalos.apply(spilled, chunk_len, q.dtype, mesh.get_group())
 
 
 def fused_shard_attention(
@@ -332,7 +337,7 @@ def fused_shard_attention(
         lambda *gathered: ring_causal_attention(*gathered, mesh, config.backend),
         _fused_token_scores(q, k, v, config, mesh),
     )
-    return _add_halos(spilled, q.shape[1] // 2, mesh.get_group()).to(q.dtype)
+    return FoldHalos.apply(spilled, q.shape[1] // 2, q.dtype, mesh.get_group())
 
 
 def context_parallel_lighthouse_attention(

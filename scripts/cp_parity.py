@@ -17,6 +17,7 @@ rank's median over `--iters` runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import platform
@@ -31,7 +32,7 @@ from torch.distributed.device_mesh import init_device_mesh
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lighthouse import LighthouseConfig, lighthouse_attention, select  # noqa: E402
+from lighthouse import LighthouseConfig, causal_attention, lighthouse_attention, select  # noqa: E402
 from lighthouse.context_parallel import (  # noqa: E402
     check_context_parallel,
     context_parallel_lighthouse_attention,
@@ -66,6 +67,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--iters", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", type=Path, help="also profile CP fwd+bwd: rank 0 writes a Chrome trace here and "
+                   "prints the top operators")
     return p.parse_args()
 
 
@@ -100,6 +103,23 @@ def median_ms(fn, device: torch.device, warmup: int, iters: int) -> float:
     slowest = torch.tensor(statistics.median(times), dtype=torch.float64, device=device)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return slowest.item()
+
+
+def profile_cp(fn, device: torch.device, trace: Path, rank: int, steps: int = 3) -> None:
+    """Profile `steps` calls of `fn` on every rank; rank 0 writes a Chrome trace and prints the top operators."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            fn()
+        synchronize(device)
+    if rank == 0:
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        prof.export_chrome_trace(str(trace))
+        sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+        print(f"\n# profile of {steps} CP fwd+bwd calls, rank 0 (trace: {trace})")
+        print(prof.key_averages().table(sort_by=sort, row_limit=30, max_name_column_width=70))
 
 
 def errors(test: torch.Tensor, ref: torch.Tensor) -> tuple[float, float, float]:
@@ -142,6 +162,7 @@ def main() -> None:
     chunk = n // (2 * world)
     pos = torch.cat([torch.arange(c * chunk, (c + 1) * chunk, device=device) for c in owned_chunks(rank, world)])
     local = [x[:, pos].contiguous() for x in (q, k, v)]
+    grad_local = grad_out[:, pos].contiguous()
 
     def single(*x):
         return lighthouse_attention(*x, config)
@@ -150,7 +171,7 @@ def main() -> None:
         return context_parallel_lighthouse_attention(*x, config, mesh)
 
     out_ref, grads_ref = forward_backward(single, (q, k, v), grad_out)
-    out_cp, grads_cp = forward_backward(cp, local, grad_out[:, pos])
+    out_cp, grads_cp = forward_backward(cp, local, grad_local)
     out_truth, grads_truth = forward_backward(
         lambda *x: lighthouse_attention(*x, truth_config), [x.float() for x in (q, k, v)], grad_out.float()
     )
@@ -175,9 +196,9 @@ def main() -> None:
     fb = dict(warmup=args.warmup, iters=args.iters)
     leaves = [x.detach().requires_grad_(True) for x in local]
     timings["CP Lighthouse fwd"] = median_ms(lambda: cp(*local), device, **fb)
-    timings["CP Lighthouse fwd+bwd"] = median_ms(lambda: cp(*leaves).backward(grad_out[:, pos]), device, **fb)
+    timings["CP Lighthouse fwd+bwd"] = median_ms(lambda: cp(*leaves).backward(grad_local), device, **fb)
     timings["CP dense ring fwd+bwd"] = median_ms(
-        lambda: ring_causal_attention(*leaves, mesh, config.backend).backward(grad_out[:, pos]), device, **fb
+        lambda: ring_causal_attention(*leaves, mesh, config.backend).backward(grad_local), device, **fb
     )
     full_leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
     timings[f"1-device Lighthouse fwd+bwd, N={n}"] = median_ms(
@@ -191,6 +212,23 @@ def main() -> None:
         )
     except ValueError as err:
         timings[f"1-device Lighthouse at N={n // world}: {err}"] = float("nan")
+    # Where the time goes: the attention over the gathered sequence alone, ring (S/W rows per rank) and one
+    # device at N/W tokens.
+    def gathered_leaves(rows: int) -> list[torch.Tensor]:
+        return [torch.randn(args.batch, rows, h, args.head_dim, generator=gen, device=device, dtype=dtype,
+                            requires_grad=True) for h in (args.heads, args.kv_heads, args.kv_heads)]
+
+    ring_in = gathered_leaves(config.gathered_len(n) // world)
+    timings[f"CP ring attention alone, gathered S={config.gathered_len(n)}, fwd+bwd"] = median_ms(
+        lambda: ring_causal_attention(*ring_in, mesh, config.backend).sum().backward(), device, **fb
+    )
+    with contextlib.suppress(ValueError):  # N/W may not be a valid single-device length (reported above)
+        one_in = gathered_leaves(config.gathered_len(n // world))
+        timings[f"1-device attention alone, gathered S={one_in[0].shape[1]} (tokens per rank), fwd+bwd"] = median_ms(
+            lambda: causal_attention(*one_in, config.backend).sum().backward(), device, **fb
+        )
+    if args.profile:
+        profile_cp(lambda: cp(*leaves).backward(grad_local), device, args.profile, rank)
     peak_gib = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
     peak = torch.tensor(peak_gib, device=device)
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)  # CPU: a zero, so every rank takes part

@@ -7,7 +7,7 @@ rank, Lighthouse against dense at the same geometry.
     python scripts/cp_throughput.py --records docs/cp_throughput.json --plot docs/cp_throughput.png   # replot
 
 For every degree W in `--cp` and both attentions, trains the config (default: the paper's L=3, p=4,
-k=1536 stage 1, full activation checkpointing) on W processes with `parallelism.context_parallel_degree
+k=1536 stage 1, full activation checkpointing; its 12 tiles split over 2W chunks for W = 1, 2, 3, 6) on W processes with `parallelism.context_parallel_degree
 = W` and `seq_len = W * --tokens-per-rank`, so every rank holds the same number of tokens; everything
 else as `train_throughput.py` (local batch 1, synthetic data, no checkpoints, no compile, each variant its
 own job), and no selection statistics (they are not collected under CP; off at W = 1 too for a fair baseline). torchtitan's tok/s is per rank (tokens of the step / (time * CP degree)). Reports, per W: tok/s
@@ -96,7 +96,8 @@ def plot(records: list[dict], path: Path) -> None:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
-    parser.add_argument("--tokens-per-rank", type=int, default=65536)
+    parser.add_argument("--tokens-per-rank", type=int, default=49152,
+                        help="the default makes CP=2 the paper's stage-1 length, 98,304")
     parser.add_argument("--cp", default="1,2", help="CP degrees, comma-separated; 1 is the baseline")
     parser.add_argument("--steps", type=int, default=6, help="steps per variant; all after the first are timed")
     parser.add_argument("--ac", default="full", choices=("none", "selective", "full"))
