@@ -55,6 +55,12 @@ def summarize(runs: dict[tuple[int, str], dict], degrees: list[int]) -> list[dic
     return records
 
 
+def describe(record: dict) -> str:
+    """The config file, with the topk override if any."""
+    override = record.get("topk_override")
+    return record["config"] + (f" with lighthouse.topk={override}" if override else "")
+
+
 def table(records: list[dict]) -> str:
     lines = ["| CP degree | seq len | Lighthouse tok/s per rank | kept of CP=1 | dense tok/s per rank | kept of CP=1 "
              "| Lighthouse speedup | Lighthouse / dense peak GiB |", "| --- " * 8 + "|"]
@@ -85,8 +91,8 @@ def plot(records: list[dict], path: Path) -> None:
     ax.set_xticks(range(len(records)), [f"CP={r['cp_degree']}\nN={r['seq_len']:,}" for r in records])
     ax.set_ylabel("tok/s per rank")
     env = records[0]["environment"]
-    ax.set_title(f"{env['device']}: {records[0]['tokens_per_rank']:,} tokens per rank\n(bar labels: share of CP=1 kept)",
-                 fontsize=9)
+    ax.set_title(f"{env['device']}, {records[0]['tokens_per_rank']:,} tokens per rank\n{describe(records[0])}\n"
+                 "(bar labels: share of the CP=1 tok/s kept)", fontsize=8)
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +136,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         records = [{**r, "seq_len": r["cp_degree"] * args.tokens_per_rank, **common} for r in summarize(runs, degrees)]
 
     first = records[0]
-    print(f"\n{first['config']}, {first['tokens_per_rank']:,} tokens per rank, batch 1, "
+    print(f"\n{describe(first)}, {first['tokens_per_rank']:,} tokens per rank, batch 1, "
           f"activation checkpointing {first['activation_checkpointing']}, {first['steps']} steps (first not timed)")
     print(" | ".join(f"{k} {v}" for k, v in first["environment"].items()))
     print(table(records))

@@ -1,0 +1,60 @@
+"""scripts/cp_throughput.py: the per-rank arithmetic, and a CPU run of the debug model at CP degree 1 and 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import cp_throughput  # noqa: E402
+
+
+def test_share_kept_and_speedup_are_per_rank_ratios_and_a_failed_run_leaves_gaps():
+    runs = {
+        (1, "lighthouse"): {"tok_s": 1000.0, "peak_gib": 2.0}, (1, "dense"): {"tok_s": 500.0, "peak_gib": 2.5},
+        (2, "lighthouse"): {"tok_s": 900.0, "peak_gib": 1.5}, (2, "dense"): {"tok_s": 250.0, "peak_gib": 1.8},
+        (4, "lighthouse"): {"tok_s": 700.0, "peak_gib": 1.2}, (4, "dense"): {"error": "out of memory"},
+    }
+    cp1, cp2, cp4 = cp_throughput.summarize(runs, [1, 2, 4])
+    assert cp1["lighthouse_kept_of_cp1"] == cp1["dense_kept_of_cp1"] == 1.0
+    assert cp2["lighthouse_kept_of_cp1"] == pytest.approx(0.9) and cp2["dense_kept_of_cp1"] == pytest.approx(0.5)
+    assert cp2["lighthouse_speedup"] == pytest.approx(3.6)
+    assert cp4["lighthouse_kept_of_cp1"] == pytest.approx(0.7)
+    assert cp4["dense_tok_s_per_rank"] is None and cp4["dense_kept_of_cp1"] is None
+    assert cp4["lighthouse_speedup"] is None
+    assert cp4["runs"]["dense"] == {"error": "out of memory"}
+
+
+def test_every_degree_runs_on_as_many_processes_with_w_times_the_tokens(tmp_path):
+    args = argparse.Namespace(config="configs/debug.toml", tokens_per_rank=512, steps=3, ac="none", topk=64)
+    argv = cp_throughput.variant_args(args, 2, "lighthouse", tmp_path)
+    assert argv[argv.index("--training.seq_len") + 1] == "1024"
+    assert argv[argv.index("--parallelism.context_parallel_degree") + 1] == "2"
+    assert argv[argv.index("--lighthouse.topk") + 1] == "64"
+    assert "--lighthouse.enable" in argv and "--lighthouse.no-log-stats" in argv
+    assert "--lighthouse.no-enable" in cp_throughput.variant_args(args, 1, "dense", tmp_path)
+
+
+def test_cp1_is_required_as_the_baseline():
+    with pytest.raises(SystemExit, match="include 1"):
+        cp_throughput.main(["--cp", "2,4"])
+
+
+def test_cpu_run_of_the_debug_model_at_cp_1_and_2(tmp_path):
+    out = tmp_path / "cp.json"
+    records = cp_throughput.main(["--config", "configs/debug.toml", "--tokens-per-rank", "512", "--steps", "2",
+                                  "--topk", "64", "--ac", "none", "--cp", "1,2", "--json", str(out),
+                                  "--plot", str(tmp_path / "cp.png")])
+    assert json.loads(out.read_text()) == records
+    assert [(r["cp_degree"], r["seq_len"]) for r in records] == [(1, 512), (2, 1024)]
+    for r in records:
+        assert r["lighthouse_tok_s_per_rank"] > 0 and r["dense_tok_s_per_rank"] > 0
+        assert r["lighthouse_speedup"] == pytest.approx(r["lighthouse_tok_s_per_rank"] / r["dense_tok_s_per_rank"])
+    assert records[1]["lighthouse_kept_of_cp1"] == pytest.approx(
+        records[1]["lighthouse_tok_s_per_rank"] / records[0]["lighthouse_tok_s_per_rank"])
+    assert (tmp_path / "cp.png").stat().st_size > 0
