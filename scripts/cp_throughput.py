@@ -5,6 +5,8 @@ rank, Lighthouse against dense at the same geometry.
     python scripts/cp_throughput.py --config configs/debug.toml --tokens-per-rank 512 --steps 3 \\
         --topk 64 --ac none                                                        # CPU smoke run, gloo
     python scripts/cp_throughput.py --records docs/cp_throughput.json --plot docs/cp_throughput.png   # replot
+    python scripts/cp_throughput.py --cp 1,4 --topk 2048 --attentions lighthouse -- --lighthouse.dense_layers
+                                                           # every layer Lighthouse (arguments after -- go to train.py)
 
 For every degree W in `--cp` and both attentions, trains the config (default: the paper's L=3, p=4,
 k=1536 stage 1, full activation checkpointing; its 12 tiles split over 2W chunks for W = 1, 2, 3, 6) on W processes with `parallelism.context_parallel_degree
@@ -29,36 +31,38 @@ ATTENTIONS = ("lighthouse", "dense")
 
 
 def variant_args(args: argparse.Namespace, cp: int, attention: str, folder: Path) -> list[str]:
-    """train.py arguments of one (CP degree, attention) variant."""
+    """train.py arguments of one (CP degree, attention) variant; `args.train_args` last, so they win."""
     argv = job_args(args.config, cp * args.tokens_per_rank, args.steps, attention == "lighthouse", args.ac, folder)
     argv += ["--parallelism.context_parallel_degree", str(cp), "--parallelism.data_parallel_shard_degree", "1",
              "--lighthouse.no-log-stats"]
-    return argv + (["--lighthouse.topk", str(args.topk)] if args.topk else [])
+    argv += ["--lighthouse.topk", str(args.topk)] if args.topk else []
+    return argv + [a for a in args.train_args if a != "--"]
 
 
 def summarize(runs: dict[tuple[int, str], dict], degrees: list[int]) -> list[dict]:
-    """One record per CP degree: per-rank tok/s and memory of both attentions, the share of the degree-1
-    throughput kept, and the Lighthouse speedup over dense."""
+    """One record per CP degree: per-rank tok/s and memory of each attention (None where not run or
+    failed), the share of the degree-1 throughput kept, and the Lighthouse speedup over dense."""
     records = []
     for cp in degrees:
         record = {"cp_degree": cp}
         for attention in ATTENTIONS:
-            run, base = runs[cp, attention], runs.get((1, attention), {})
+            run, base = runs.get((cp, attention), {}), runs.get((1, attention), {})
             record[f"{attention}_tok_s_per_rank"] = run.get("tok_s")
             record[f"{attention}_peak_gib"] = run.get("peak_gib")
             kept = run.get("tok_s") and base.get("tok_s") and run["tok_s"] / base["tok_s"]
             record[f"{attention}_kept_of_cp1"] = kept or None
         lh, dense = record["lighthouse_tok_s_per_rank"], record["dense_tok_s_per_rank"]
         record["lighthouse_speedup"] = lh / dense if lh and dense else None
-        record["runs"] = {attention: runs[cp, attention] for attention in ATTENTIONS}
+        record["runs"] = {attention: runs[cp, attention] for attention in ATTENTIONS if (cp, attention) in runs}
         records.append(record)
     return records
 
 
 def describe(record: dict) -> str:
-    """The config file, with the topk override if any."""
-    override = record.get("topk_override")
-    return record["config"] + (f" with lighthouse.topk={override}" if override else "")
+    """The config file, with the topk override and extra train.py arguments if any."""
+    override, extra = record.get("topk_override"), record.get("train_args")
+    return (record["config"] + (f" with lighthouse.topk={override}" if override else "")
+            + (f" {' '.join(extra)}" if extra else ""))
 
 
 def table(records: list[dict]) -> str:
@@ -75,16 +79,17 @@ def table(records: list[dict]) -> str:
 
 
 def plot(records: list[dict], path: Path) -> None:
-    """Bars of per-rank tok/s, Lighthouse and dense, per CP degree; the card in the title."""
+    """Bars of per-rank tok/s of each attention run, per CP degree; the card in the title."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    width = 0.38
-    for i, attention in enumerate(ATTENTIONS):
-        xs = [j + (i - 0.5) * width for j in range(len(records))]
+    shown = [a for a in ATTENTIONS if any(r[f"{a}_tok_s_per_rank"] for r in records)]
+    width = 0.76 / len(shown)
+    for i, attention in enumerate(shown):
+        xs = [j + (i - (len(shown) - 1) / 2) * width for j in range(len(records))]
         ys = [r[f"{attention}_tok_s_per_rank"] or 0 for r in records]
         bars = ax.bar(xs, ys, width, label=attention)
         ax.bar_label(bars, labels=[fmt(r[f"{attention}_kept_of_cp1"], ".0%") for r in records], fontsize=8)
@@ -111,6 +116,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--plot", type=Path, help="write a PNG bar chart here")
     parser.add_argument("--records", type=Path, help="read records from this JSON instead of training")
+    parser.add_argument("--attentions", default=",".join(ATTENTIONS), help="comma-separated subset of "
+                        f"{ATTENTIONS}")
+    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py arguments for every variant")
     args = parser.parse_args(argv)
 
     if args.records:
@@ -121,10 +129,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
             raise SystemExit(f"--cp={args.cp}: include 1, the baseline every degree is compared with")
         if args.steps < 2:
             raise SystemExit(f"--steps={args.steps}: at least 2 (the first step is not timed)")
+        attentions = args.attentions.split(",")
+        if not set(attentions) <= set(ATTENTIONS):
+            raise SystemExit(f"--attentions={args.attentions}: choose from {ATTENTIONS}")
         runs: dict[tuple[int, str], dict] = {}
         with tempfile.TemporaryDirectory() as tmp:
             for cp in degrees:
-                for attention in ATTENTIONS:
+                for attention in attentions:
                     folder = Path(tmp) / f"{attention}_cp{cp}"
                     runs[cp, attention] = run_variant(variant_args(args, cp, attention, folder), folder, args.steps, cp)
                     print(f"cp={cp} {attention:10s} {runs[cp, attention]}", flush=True)
@@ -132,7 +143,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         config_path = Path(args.config).resolve()
         shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
         common = {"config": str(shown), "tokens_per_rank": args.tokens_per_rank, "activation_checkpointing": args.ac,
-                  "topk_override": args.topk, "steps": args.steps, "environment": environment(device)}
+                  "topk_override": args.topk, "train_args": [a for a in args.train_args if a != "--"],
+                  "steps": args.steps, "environment": environment(device)}
         records = [{**r, "seq_len": r["cp_degree"] * args.tokens_per_rank, **common} for r in summarize(runs, degrees)]
 
     first = records[0]

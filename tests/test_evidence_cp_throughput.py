@@ -14,13 +14,14 @@ sys.path.insert(0, str(REPO / "scripts"))
 import cp_throughput  # noqa: E402
 
 
-def test_share_kept_and_speedup_are_per_rank_ratios_and_a_failed_run_leaves_gaps():
-    runs = {
+def test_share_kept_and_speedup_are_per_rank_ratios_and_a_failed_or_missing_run_leaves_gaps():
+    runs = {  # CP=8 ran Lighthouse only
         (1, "lighthouse"): {"tok_s": 1000.0, "peak_gib": 2.0}, (1, "dense"): {"tok_s": 500.0, "peak_gib": 2.5},
         (2, "lighthouse"): {"tok_s": 900.0, "peak_gib": 1.5}, (2, "dense"): {"tok_s": 250.0, "peak_gib": 1.8},
         (4, "lighthouse"): {"tok_s": 700.0, "peak_gib": 1.2}, (4, "dense"): {"error": "out of memory"},
+        (8, "lighthouse"): {"tok_s": 600.0, "peak_gib": 1.0},
     }
-    cp1, cp2, cp4 = cp_throughput.summarize(runs, [1, 2, 4])
+    cp1, cp2, cp4, cp8 = cp_throughput.summarize(runs, [1, 2, 4, 8])
     assert cp1["lighthouse_kept_of_cp1"] == cp1["dense_kept_of_cp1"] == 1.0
     assert cp2["lighthouse_kept_of_cp1"] == pytest.approx(0.9) and cp2["dense_kept_of_cp1"] == pytest.approx(0.5)
     assert cp2["lighthouse_speedup"] == pytest.approx(3.6)
@@ -28,15 +29,19 @@ def test_share_kept_and_speedup_are_per_rank_ratios_and_a_failed_run_leaves_gaps
     assert cp4["dense_tok_s_per_rank"] is None and cp4["dense_kept_of_cp1"] is None
     assert cp4["lighthouse_speedup"] is None
     assert cp4["runs"]["dense"] == {"error": "out of memory"}
+    assert cp8["lighthouse_kept_of_cp1"] == pytest.approx(0.6) and cp8["dense_tok_s_per_rank"] is None
+    assert set(cp8["runs"]) == {"lighthouse"}
 
 
 def test_every_degree_runs_on_as_many_processes_with_w_times_the_tokens(tmp_path):
-    args = argparse.Namespace(config="configs/debug.toml", tokens_per_rank=512, steps=3, ac="none", topk=64)
+    args = argparse.Namespace(config="configs/debug.toml", tokens_per_rank=512, steps=3, ac="none", topk=64,
+                              train_args=["--", "--lighthouse.dense_layers"])
     argv = cp_throughput.variant_args(args, 2, "lighthouse", tmp_path)
     assert argv[argv.index("--training.seq_len") + 1] == "1024"
     assert argv[argv.index("--parallelism.context_parallel_degree") + 1] == "2"
     assert argv[argv.index("--lighthouse.topk") + 1] == "64"
     assert "--lighthouse.enable" in argv and "--lighthouse.no-log-stats" in argv
+    assert argv[-1] == "--lighthouse.dense_layers"  # extra train.py arguments come last, so they win
     assert "--lighthouse.no-enable" in cp_throughput.variant_args(args, 1, "dense", tmp_path)
 
 
