@@ -48,7 +48,8 @@ def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: Ligh
         sq, sk = pyramid.sq, pyramid.sk
     else:
         sq, sk = (score_pyramid(chunk_scores(s), config) for s in token_scores)
-    halves = [select_packed(sq[half::2], sk[half::2], chunk_len, config, prefix) for half, prefix in enumerate(prefixes)]
+    halves = [select_packed(sq[half::2], sk[half::2], chunk_len, config, prefix)
+              for half, prefix in enumerate(prefixes)]
     return pyramid, torch.stack(halves, dim=1).flatten(0, 1)
 
 
@@ -58,9 +59,10 @@ def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: L
     """The Lighthouse layer on a head/tail shard up to the halo exchange: [B, 2, C + p**(L-1) - 1, H, D].
 
     Row [b, half] is that chunk's scatter-back with its spill past the chunk's end kept, in float32: the
-    caller adds the received halos and casts once, as the single-device layer casts its sums once. `attention` maps the gathered
-    sequence laid out [head part, tail part] (Q~ [B, 2S_c, H, D], K~, V~ [B, 2S_c, G, D]) to O~; context
-    parallelism passes ring attention. Selection as `select_shard`; differentiable in q, k, v.
+    caller adds the received halos and casts once, as the single-device layer casts its sums once.
+    `attention` maps the gathered sequence laid out [head part, tail part] (Q~ [B, 2S_c, H, D], K~, V~
+    [B, 2S_c, G, D]) to O~; context parallelism passes ring attention. Selection as `select_shard`;
+    differentiable in q, k, v.
     """
     check_supported(q, config)
     b = q.shape[0]

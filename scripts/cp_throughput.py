@@ -6,14 +6,16 @@ rank, Lighthouse against dense at the same geometry.
         --topk 64 --ac none                                                        # CPU smoke run, gloo
     python scripts/cp_throughput.py --records docs/cp_throughput.json --plot docs/cp_throughput.png   # replot
     python scripts/cp_throughput.py --cp 1,4 --topk 2048 --attentions lighthouse -- --lighthouse.dense_layers
-                                                           # every layer Lighthouse (arguments after -- go to train.py)
+        # every layer Lighthouse: arguments after -- go to train.py
 
-For every degree W in `--cp` and both attentions, trains the config (default: the paper's L=3, p=4,
-k=1536 stage 1, full activation checkpointing; its 12 tiles split over 2W chunks for W = 1, 2, 3, 6) on W processes with `parallelism.context_parallel_degree
-= W` and `seq_len = W * --tokens-per-rank`, so every rank holds the same number of tokens; everything
-else as `train_throughput.py` (local batch 1, synthetic data, no checkpoints, no compile, each variant its
-own job), and no selection statistics (they are not collected under CP; off at W = 1 too for a fair baseline). torchtitan's tok/s is per rank (tokens of the step / (time * CP degree)). Reports, per W: tok/s
-per rank, the share of the W = 1 throughput kept, and the Lighthouse speedup over dense.
+For every degree W in `--cp` and each attention, trains the config (default: the paper's L=3, p=4, k=1536
+stage 1, full activation checkpointing; its 12 tiles split over 2W chunks for W = 1, 2, 3, 6) on W
+processes with `parallelism.context_parallel_degree = W` and `seq_len = W * --tokens-per-rank`, so every
+rank holds the same number of tokens. Everything else as `train_throughput.py` (local batch 1, synthetic
+data, no checkpoints, no compile, each variant its own job), without selection statistics (not collected
+under CP, so off at W = 1 too). torchtitan's tok/s is per rank (tokens of the step / (time * CP degree)).
+Reports, per W: tok/s per rank, the share of the W = 1 throughput kept, and the Lighthouse speedup over
+dense.
 """
 from __future__ import annotations
 
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--cp", default="1,2", help="CP degrees, comma-separated; 1 is the baseline")
     parser.add_argument("--steps", type=int, default=6, help="steps per variant; all after the first are timed")
     parser.add_argument("--ac", default="full", choices=("none", "selective", "full"))
-    parser.add_argument("--topk", type=int, help="override lighthouse.topk (topk/tile_budget must split over 2W chunks)")
+    parser.add_argument("--topk", type=int,
+                        help="override lighthouse.topk (topk/tile_budget must split over 2W chunks)")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--plot", type=Path, help="write a PNG bar chart here")
     parser.add_argument("--records", type=Path, help="read records from this JSON instead of training")
