@@ -224,8 +224,8 @@ def fused_shard_selections(
     return [selection_of(packed[half::2], local) for half in (HEAD, TAIL)]
 
 
-def _all_gather(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-    """[W, *x.shape]: every rank's `x`."""
+def all_gather_stacked(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """[W, *x.shape]: every rank's `x` (gloo and NCCL)."""
     x = x.contiguous()
     parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, x, group=group)
@@ -272,7 +272,7 @@ class FoldHalos(torch.autograd.Function):
         rank, cp_degree = dist.get_rank(group), dist.get_world_size(group)
         width = spilled.shape[2] - chunk_len
         spills = spilled[:, :, chunk_len:].transpose(0, 1)  # [2, B, h, H, D]
-        sent = _all_gather(spills, group)
+        sent = all_gather_stacked(spills, group)
         halo = torch.stack([_pick(sent, src, spills[0]) for src in halo_sources(rank, cp_degree)], dim=1)
         out = spilled[:, :, :chunk_len].to(dtype, copy=True)
         out[:, :, :width] = spilled[:, :, :width] + halo
@@ -286,7 +286,7 @@ class FoldHalos(torch.autograd.Function):
         b, n, *rest = grad_out.shape
         grad_out = grad_out.reshape(b, 2, n // 2, *rest)
         heads = grad_out[:, :, :width].transpose(0, 1)  # [2, B, h, H, D]: the halos' gradients
-        received = _all_gather(heads, group)
+        received = all_gather_stacked(heads, group)
         grad = grad_out.new_empty(b, 2, n // 2 + width, *rest, dtype=acc)
         grad[:, :, : n // 2] = grad_out
         grad[:, :, n // 2:] = torch.stack(

@@ -51,7 +51,7 @@ class Lighthouse:
 
     log_stats: bool = True
     """Log selection statistics (S, expanded share, evenness) at every log step: one extra selection pass
-    per Lighthouse layer on those steps. Not collected under context parallelism."""
+    per Lighthouse layer on those steps. Under context parallelism the values are the whole sequence's."""
 
     def to_config(self) -> LighthouseConfig:
         """The layer settings as the algorithm's frozen config."""

@@ -15,8 +15,10 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from lighthouse import LighthouseConfig, Selection, select
+from lighthouse.context_parallel import all_gather_stacked, chunk_config, shard_selections
 
 SUBSPANS_PER_TILE = 8
 
@@ -34,20 +36,51 @@ def normalized_entropy(counts: torch.Tensor) -> torch.Tensor:
     return entropy / math.log(counts.shape[-1]) if counts.shape[-1] > 1 else torch.ones_like(entropy)
 
 
+def expansion_histogram(selection: Selection, config: LighthouseConfig, seq_len: int, level: int) -> torch.Tensor:
+    """Expanded level-`level` entries of a Selection ([B, G, S] fields) per evenness bin: float64 [B, G, bins]."""
+    entries = seq_len // config.pool**level
+    expanded = (selection.level == level) & selection.expanded
+    bins = evenness_bins(config, seq_len, level)
+    bin_of = (selection.index.clamp(0, entries - 1) * bins) // entries
+    counts = torch.zeros(*bin_of.shape[:-1], bins, dtype=torch.float64, device=bin_of.device)
+    return counts.scatter_add_(-1, bin_of, expanded.double())
+
+
+def _stats(gathered_len: int, histograms: dict[int, torch.Tensor], config: LighthouseConfig,
+           seq_len: int) -> dict[str, torch.Tensor]:
+    """The statistics from the per-level histograms of the whole sequence, averaged over batch and kv heads."""
+    stats = {"S": torch.tensor(float(gathered_len))}
+    for level, counts in histograms.items():
+        stats[f"expanded_share/l{level}"] = counts.sum(-1).mean().cpu() / (seq_len // config.pool**level)
+        stats[f"evenness/l{level}"] = normalized_entropy(counts).mean().cpu()
+    return stats
+
+
 @torch.no_grad()
 def selection_stats(selection: Selection, config: LighthouseConfig, seq_len: int) -> dict[str, torch.Tensor]:
     """Scalar statistics of one layer call's Selection ([B, G, S] fields), averaged over batch and kv heads."""
-    stats = {"S": torch.tensor(float(selection.level.shape[-1]))}
+    histograms = {level: expansion_histogram(selection, config, seq_len, level) for level in range(1, config.levels)}
+    return _stats(selection.level.shape[-1], histograms, config, seq_len)
+
+
+@torch.no_grad()
+def shard_selection_stats(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
+                          mesh: DeviceMesh) -> dict[str, torch.Tensor]:
+    """`selection_stats` of the whole sequence from this rank's head/tail shards under context parallelism.
+
+    Each chunk selects on its own tiles (`shard_selections`); chunks are whole tiles, so their evenness bins
+    are the whole sequence's bins, and the histograms all-gathered over the CP group give the single-device
+    statistics on every rank. Every CP rank must call it (collectives).
+    """
+    chunk_len, cp_degree = q.shape[1] // 2, mesh.size()
+    seq_len, local = 2 * chunk_len * cp_degree, chunk_config(config, cp_degree)
+    selections = shard_selections(q, k, v, config, mesh)
+    histograms = {}
     for level in range(1, config.levels):
-        entries = seq_len // config.pool**level
-        expanded = (selection.level == level) & selection.expanded
-        stats[f"expanded_share/l{level}"] = expanded.sum(-1).double().mean().cpu() / entries
-        bins = evenness_bins(config, seq_len, level)
-        bin_of = (selection.index.clamp(0, entries - 1) * bins) // entries
-        counts = torch.zeros(*bin_of.shape[:-1], bins, dtype=torch.float64, device=bin_of.device)
-        counts.scatter_add_(-1, bin_of, expanded.double())
-        stats[f"evenness/l{level}"] = normalized_entropy(counts).mean().cpu()
-    return stats
+        mine = torch.cat([expansion_histogram(sel, local, chunk_len, level) for sel in selections], dim=-1)
+        everyone = all_gather_stacked(mine, mesh.get_group())  # [W, B, G, 2 * bins per chunk]
+        histograms[level] = everyone.permute(1, 2, 0, 3).flatten(2)
+    return _stats(config.gathered_len(seq_len), histograms, config, seq_len)
 
 
 class SelectionStats:
@@ -57,11 +90,19 @@ class SelectionStats:
         self._sums: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
         self._calls: dict[str, int] = defaultdict(int)
 
-    def observer(self, layer: str) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor, LighthouseConfig], None]:
-        """A callback for one attention layer: selects on its q, k, v and records the statistics."""
+    def observer(self, layer: str) -> Callable[..., None]:
+        """A callback for one attention layer: selects on its q, k, v and records the statistics.
 
-        def observe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig) -> None:
-            stats = selection_stats(select(q, k, config, v=v), config, q.shape[1])
+        Under context parallelism (`mesh`, the CP mesh) q, k, v are this rank's shards and the statistics
+        are those of the whole sequence (`shard_selection_stats`).
+        """
+
+        def observe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
+                    mesh: DeviceMesh | None = None) -> None:
+            if mesh is None:
+                stats = selection_stats(select(q, k, config, v=v), config, q.shape[1])
+            else:
+                stats = shard_selection_stats(q, k, v, config, mesh)
             sums = self._sums[layer]
             for name, value in stats.items():
                 sums[name] = sums.get(name, 0.0) + value

@@ -53,8 +53,7 @@ class LighthouseTrainer(Trainer):
         if self.lighthouse_on and 0 < self.switch_step < self.step:
             self.switch_to_dense()
         observe = (
-            self.lighthouse_on and self.job_config.lighthouse.log_stats and not self.parallel_dims.cp_enabled
-            and self.metrics_processor.should_log(self.step)
+            self.lighthouse_on and self.job_config.lighthouse.log_stats and self.metrics_processor.should_log(self.step)
         )
         if observe:
             attach_observers(self.model_parts, self.metrics_processor.selection_stats)

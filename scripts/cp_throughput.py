@@ -12,8 +12,8 @@ For every degree W in `--cp` and each attention, trains the config (default: the
 stage 1, full activation checkpointing; its 12 tiles split over 2W chunks for W = 1, 2, 3, 6) on W
 processes with `parallelism.context_parallel_degree = W` and `seq_len = W * --tokens-per-rank`, so every
 rank holds the same number of tokens. Everything else as `train_throughput.py` (local batch 1, synthetic
-data, no checkpoints, no compile, each variant its own job), without selection statistics (not collected
-under CP, so off at W = 1 too). torchtitan's tok/s is per rank (tokens of the step / (time * CP degree)).
+data, no checkpoints, no compile, each variant its own job), without selection statistics (an extra
+selection pass on the timed last step). torchtitan's tok/s is per rank (tokens of the step / (time * CP degree)).
 Reports, per W: tok/s per rank, the share of the W = 1 throughput kept, and the Lighthouse speedup over
 dense.
 """

@@ -172,6 +172,19 @@ def _check_selection_slices(mesh, config, seq_len, inputs, seed):
             assert torch.equal(getattr(got, field), getattr(full, field)[..., part]), f"{field} of chunk {chunk}"
 
 
+def _check_statistics(mesh, config, seq_len, seed):
+    from recipe.lighthouse_stats import selection_stats, shard_selection_stats
+
+    q, k, v = random_qkv(2, seq_len, 4, 2, 8, seed=seed)
+    full = selection_stats(select(q, k, config, v=v), config, seq_len)
+    pos = _shard_positions(mesh.get_local_rank(), mesh.size(), seq_len)
+    sharded = shard_selection_stats(q[:, pos], k[:, pos], v[:, pos], config, mesh)
+    assert set(sharded) == set(full)
+    for name, value in full.items():
+        assert sharded[name].item() == pytest.approx(value.item(), rel=1e-12, abs=1e-12), name
+    assert 0 < full["evenness/l1"].item() < 1  # a histogram the chunks must really be merged for
+
+
 def _check_module_equals_function(mesh, seed):
     config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=2)
     q, k, v = random_qkv(1, 128, 4, 2, 8, seed=seed)
@@ -271,6 +284,11 @@ DILATED = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=2, scorer="dila
 )
 def test_each_rank_selects_its_slices_of_the_single_device_selection(ranks, config, inputs):
     ranks.run(_check_selection_slices, 2, config, 256, inputs, _fresh_seed())
+
+
+@pytest.mark.parametrize("config", [NORM, DILATED], ids=["norm", "dilated"])
+def test_statistics_from_the_shards_equal_the_single_device_statistics(ranks, config):
+    ranks.run(_check_statistics, 2, config, 256, _fresh_seed())
 
 
 def test_cp2_llama_equals_the_single_device_llama_in_loss_and_every_gradient(ranks):

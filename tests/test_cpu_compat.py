@@ -87,7 +87,8 @@ def test_5_fsdp_modules_reduce_with_plain_sum(one_rank_gloo_group):
 
 
 def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
-    """A CP=2 run on two gloo processes, from the same seed checkpoint, gives the losses of a 1-process run."""
+    """A CP=2 run on two gloo processes, from the same seed checkpoint, gives the losses and selection
+    statistics of a 1-process run."""
     from recipe.launch import free_port
     from tests.test_recipe_train import child_env
     from recipe.metrics import METRICS_FILE, read_metrics
@@ -113,3 +114,6 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     loss = lambda records: [r["loss_metrics/global_avg_loss"] for r in records]  # noqa: E731
     assert [r["step"] for r in cp2] == [1, 2, 3]
     assert loss(cp2) == pytest.approx(loss(cp1), rel=1e-5)
+    # Selection statistics under CP are those of the whole sequence, as in the 1-process run.
+    for name in ("lighthouse/S", "lighthouse/expanded_share/l1", "lighthouse/evenness/l1", "lighthouse/evenness/l2"):
+        assert [r[name] for r in cp2] == pytest.approx([r[name] for r in cp1], rel=1e-3), name
