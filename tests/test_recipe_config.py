@@ -1,4 +1,4 @@
-"""The [lighthouse] section, start-up validation, and the paper's configuration files."""
+"""The [lighthouse] section, start-up validation, and the paper's and the long-context configuration files."""
 import dataclasses
 import os
 import subprocess
@@ -97,6 +97,32 @@ def test_paper_configs_parse_validate_and_carry_the_paper_settings(name):
         assert not config.checkpoint.initial_load_model_only
 
 
+def test_long_context_config_files_are_exactly_what_the_generator_renders():
+    rendered = paper_configs.render_all_long_context()
+    on_disk = {p.name: p.read_text() for p in paper_configs.LONG_CONTEXT_DIR.glob("*.toml")}
+    assert on_disk == rendered
+
+
+@pytest.mark.parametrize("run", paper_configs.LONG_CONTEXT_RUNS, ids=lambda run: run.name)
+def test_long_context_configs_keep_the_paper_step_and_pass_the_cp_start_up_checks(run):
+    config = parse(config_file=str(paper_configs.LONG_CONTEXT_DIR / f"{run.name}.toml"))
+    check_job(config)
+    t, section = config.training, config.lighthouse
+    assert (t.seq_len, config.parallelism.context_parallel_degree) == (run.seq_len, run.cp_degree)
+    assert t.seq_len * t.global_batch_size == 98304 * 32  # the paper's tokens per step
+    assert (section.levels, section.pool, section.topk, section.scorer) == (3, 4, 2048, "norm")
+    assert section.to_config().num_tiles % (2 * run.cp_degree) == 0  # tiles never cross a CP chunk
+
+
+def test_256k_config_builds_as_cp4_times_fsdp2_on_8_fake_ranks(tmp_path):
+    run = paper_configs.LONG_CONTEXT_RUNS[0]
+    line, log = build_on_8_fake_ranks(f"configs/long_context/{run.name}.toml", tmp_path)
+    vocab, dim = FLAVORS["paper"].vocab_size, FLAVORS["paper"].dim
+    # Global batch 12 = 2 FSDP ranks x 1 sequence x 6 accumulation steps; FSDP shards over all 2 x 4 ranks.
+    assert line == f"RESULT 8 4 2 6 ({vocab}, {dim}) ({-(-vocab // 8)}, {dim})"
+    assert "Applied context parallel to 26 Lighthouse layers (degree 4)" in log
+
+
 def test_paper_model_builds_on_meta_device_from_its_config():
     config = parse(config_file=str(paper_configs.CONFIG_DIR / f"{paper_configs.HEADLINE.name}.toml"))
     args = dataclasses.replace(FLAVORS["paper"])
@@ -108,28 +134,32 @@ def test_paper_model_builds_on_meta_device_from_its_config():
     assert model.layers["5"].attention.lighthouse == config.lighthouse.to_config()
 
 
-def test_paper_trainer_builds_with_fsdp_over_8_fake_ranks(tmp_path):
-    # torchtitan's fake backend: 8 ranks simulated in one process, model sharded on meta then materialised.
+def build_on_8_fake_ranks(config_file: str, tmp_path: Path, *extra: str) -> tuple[str, str]:
+    """Build the trainer for `config_file` on torchtitan's fake backend (8 ranks simulated in one process,
+    model sharded on meta then materialised); (its RESULT line, the whole log)."""
     code = (
         "import recipe, models\n"
         "from torchtitan.tools.logging import init_logger; init_logger()\n"
         "from torchtitan.config import ConfigManager\n"
         "from recipe.trainer import LighthouseTrainer\n"
-        f"args = ['--job.config_file', 'configs/paper/{paper_configs.HEADLINE.name}.toml', '--comm.mode', "
-        "'fake_backend', '--training.dataset', 'synthetic', '--metrics.no-enable-tensorboard', "
-        f"'--job.dump_folder', {str(tmp_path)!r}]\n"
+        f"args = ['--job.config_file', {config_file!r}, '--comm.mode', 'fake_backend', '--training.dataset', "
+        f"'synthetic', '--metrics.no-enable-tensorboard', '--job.dump_folder', {str(tmp_path)!r}, *{list(extra)!r}]\n"
         "t = LighthouseTrainer(ConfigManager().parse_args(args))\n"
-        "p = t.model_parts[0].tok_embeddings.weight\n"
-        "print('RESULT', t.parallel_dims.world_size, t.gradient_accumulation_steps, tuple(p.shape), "
+        "p, dims = t.model_parts[0].tok_embeddings.weight, t.parallel_dims\n"
+        "print('RESULT', dims.world_size, dims.cp, dims.dp_shard, t.gradient_accumulation_steps, tuple(p.shape), "
         "tuple(p.to_local().shape))\n"
     )
     env = {**os.environ, "NGPU": "8", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "HF_HUB_OFFLINE": "1"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    line = next(l for l in out.stdout.splitlines() if l.startswith("RESULT"))
+    return next(l for l in out.stdout.splitlines() if l.startswith("RESULT")), out.stdout + out.stderr
+
+
+def test_paper_trainer_builds_with_fsdp_over_8_fake_ranks(tmp_path):
+    line, log = build_on_8_fake_ranks(f"configs/paper/{paper_configs.HEADLINE.name}.toml", tmp_path)
     vocab, dim = FLAVORS["paper"].vocab_size, FLAVORS["paper"].dim
     # Global batch 32 = 8 ranks x 1 sequence x 4 accumulation steps; FSDP gives rank 0 ceil(258 / 8) rows.
-    assert line == f"RESULT 8 4 ({vocab}, {dim}) ({-(-vocab // 8)}, {dim})"
+    assert line == f"RESULT 8 1 8 4 ({vocab}, {dim}) ({-(-vocab // 8)}, {dim})"
     with torch.device("meta"):
         count = sum(p.numel() for p in LighthouseLlama(FLAVORS["paper"]).parameters())
-    assert f"size: {count:,} total parameters" in out.stdout + out.stderr
+    assert f"size: {count:,} total parameters" in log
