@@ -80,8 +80,15 @@ def main(argv: list[str] | None = None) -> None:
             logger.info("Created seed checkpoint")
         else:
             trainer.train()
-    finally:
+    except BaseException:
         if trainer is not None:
             trainer.close()
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+        raise
+    trainer.close()
+    if torch.distributed.is_initialized():
+        # Every rank finished: tear the groups down together (a gloo rank destroying its group while another
+        # still runs can abort at exit).
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
