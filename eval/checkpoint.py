@@ -10,6 +10,7 @@ import copy
 from pathlib import Path
 
 import recipe  # noqa: F401  (first: prepares torchtitan on machines without an accelerator)
+import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec that build_model looks up)
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Callable
@@ -23,6 +22,7 @@ import torch  # noqa: E402
 from torchtitan.config import JobConfig  # noqa: E402
 
 from eval.checkpoint import build_model, lighthouse_setting, load_weights, logits_function, parse_job_config  # noqa: E402
+from source_commit import source_commit  # noqa: E402
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -57,10 +57,9 @@ def load(args: argparse.Namespace, job_argv: list[str], check: Callable[[JobConf
 
 def provenance(args: argparse.Namespace, job_config, device: torch.device) -> dict:
     """What a number needs to be traced back: command, commit, device, attention setting, date."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return {
         "command": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "commit": commit.stdout.strip() or "unknown",
+        "commit": source_commit(REPO),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,

@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import recipe  # noqa: E402,F401  (before torchtitan)
+import models  # noqa: E402,F401  (registers the llama3_lighthouse TrainSpec)
 import torch  # noqa: E402
 import torchtitan  # noqa: E402
 from torchtitan.config import ConfigManager  # noqa: E402
@@ -44,6 +45,7 @@ from torchtitan.protocols.train_spec import get_train_spec  # noqa: E402
 from lighthouse import LighthouseAttention, causal_attention  # noqa: E402
 from recipe.launch import single_process_env  # noqa: E402
 from recipe.metrics import METRICS_FILE, read_metrics  # noqa: E402
+from source_commit import source_commit  # noqa: E402
 
 DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k1536_norm.toml"
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
@@ -152,14 +154,13 @@ def amdahl(dense_tok_s: float | None, lighthouse_tok_s: float | None, tokens_per
 
 
 def environment(device: torch.device) -> dict[str, str]:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return {
         "device": torch.cuda.get_device_name() if device.type == "cuda" else f"CPU {platform.machine()}",
         "cuda": str(torch.version.cuda),
         "cudnn": str(torch.backends.cudnn.version()) if device.type == "cuda" else "none",
         "torch": torch.__version__,
         "torchtitan": torchtitan.__version__,
-        "commit": commit.stdout.strip() or "unknown",
+        "commit": source_commit(REPO),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
 

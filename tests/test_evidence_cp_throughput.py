@@ -1,8 +1,10 @@
-"""scripts/cp_throughput.py: the per-rank arithmetic, and a CPU run of the debug model at CP degree 1 and 2."""
+"""scripts/cp_throughput.py: the per-rank arithmetic, a CPU run of the debug model at CP degree 1 and 2, and
+the commit its records name."""
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -63,3 +65,17 @@ def test_cpu_run_of_the_debug_model_at_cp_1_and_2(tmp_path):
     assert records[1]["lighthouse_kept_of_cp1"] == pytest.approx(
         records[1]["lighthouse_tok_s_per_rank"] / records[0]["lighthouse_tok_s_per_rank"])
     assert (tmp_path / "cp.png").stat().st_size > 0
+
+
+def test_records_name_the_commit_and_flag_a_tree_that_differs_from_it(tmp_path):
+    from source_commit import source_commit
+
+    assert source_commit(tmp_path) == "unknown"
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "a.py").write_text("x = 1\n")
+    for args in (["init", "-q"], ["add", "a.py"], ["commit", "-qm", "a"]):
+        subprocess.run([*git, *args], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert source_commit(tmp_path) == head
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert source_commit(tmp_path) == f"{head}-dirty"
