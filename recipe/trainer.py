@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> None:
     init_logger()
     config = ConfigManager().parse_args(sys.argv[1:] if argv is None else argv)
     trainer: LighthouseTrainer | None = None
+    finished = False
     try:
         trainer = LighthouseTrainer(config)
         if config.comm.mode == "local_tensor":
@@ -80,15 +81,13 @@ def main(argv: list[str] | None = None) -> None:
             logger.info("Created seed checkpoint")
         else:
             trainer.train()
-    except BaseException:
+        finished = True
+    finally:
         if trainer is not None:
             trainer.close()
         if torch.distributed.is_initialized():
+            if finished:
+                # Every rank finished: tear the groups down together (a gloo rank destroying its group while
+                # another still runs can abort at exit).
+                torch.distributed.barrier()
             torch.distributed.destroy_process_group()
-        raise
-    trainer.close()
-    if torch.distributed.is_initialized():
-        # Every rank finished: tear the groups down together (a gloo rank destroying its group while another
-        # still runs can abort at exit).
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()

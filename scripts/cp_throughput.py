@@ -38,7 +38,7 @@ def variant_args(args: argparse.Namespace, cp: int, attention: str, folder: Path
     argv += ["--parallelism.context_parallel_degree", str(cp), "--parallelism.data_parallel_shard_degree", "1",
              "--lighthouse.no-log-stats"]
     argv += ["--lighthouse.topk", str(args.topk)] if args.topk else []
-    return argv + [a for a in args.train_args if a != "--"]
+    return argv + args.train_args
 
 
 def summarize(runs: dict[tuple[int, str], dict], degrees: list[int]) -> list[dict]:
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         f"{ATTENTIONS}")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py arguments for every variant")
     args = parser.parse_args(argv)
+    args.train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
 
     if args.records:
         records = json.loads(args.records.read_text())
@@ -146,7 +147,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         config_path = Path(args.config).resolve()
         shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
         common = {"config": str(shown), "tokens_per_rank": args.tokens_per_rank, "activation_checkpointing": args.ac,
-                  "topk_override": args.topk, "train_args": [a for a in args.train_args if a != "--"],
+                  "topk_override": args.topk, "train_args": args.train_args,
                   "steps": args.steps, "environment": environment(device)}
         records = [{**r, "seq_len": r["cp_degree"] * args.tokens_per_rank, **common} for r in summarize(runs, degrees)]
 

@@ -37,7 +37,7 @@ def test_share_kept_and_speedup_are_per_rank_ratios_and_a_failed_or_missing_run_
 
 def test_every_degree_runs_on_as_many_processes_with_w_times_the_tokens(tmp_path):
     args = argparse.Namespace(config="configs/debug.toml", tokens_per_rank=512, steps=3, ac="none", topk=64,
-                              train_args=["--", "--lighthouse.dense_layers"])
+                              train_args=["--lighthouse.dense_layers"])
     argv = cp_throughput.variant_args(args, 2, "lighthouse", tmp_path)
     assert argv[argv.index("--training.seq_len") + 1] == "1024"
     assert argv[argv.index("--parallelism.context_parallel_degree") + 1] == "2"
