@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SCORERS = ("norm", "dilated")
+SELECTIONS = ("paper", "causal")
 BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn", "reference")
 
 
@@ -18,6 +19,9 @@ class LighthouseConfig:
     levels: pyramid depth L (1 = plain dense causal attention); pool: factor p between levels;
     topk: selection budget k per level; tile_budget: per-tile budget m (k / m tiles per row);
     scorer: "norm" (default) or "dilated"; dilation: stride of the dilated scorer;
+    selection: "paper" (an entry's expansion score is the max over its whole window) or "causal" (the max
+    over the p**l tokens ending at its first token, so no score that decides what position j receives
+    reads a token after j; SPEC section 3);
     backend: inner attention ("auto" = cuDNN on CUDA, math on CPU; "reference" forces the pure
     PyTorch pipeline on GPU for debugging).
     """
@@ -28,6 +32,7 @@ class LighthouseConfig:
     tile_budget: int = 128
     scorer: str = "norm"
     dilation: int = 4
+    selection: str = "paper"
     backend: str = "auto"
 
     def check(self) -> None:
@@ -44,6 +49,8 @@ class LighthouseConfig:
             )
         if self.scorer not in SCORERS:
             raise ValueError(f"scorer={self.scorer!r} is not one of {SCORERS}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"selection={self.selection!r} is not one of {SELECTIONS}")
         if self.dilation < 1:
             raise ValueError(f"dilation={self.dilation} must be >= 1")
         if self.backend not in BACKENDS:

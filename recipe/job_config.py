@@ -38,6 +38,11 @@ class Lighthouse:
     dilation: int = 4
     """Stride of the dilated scorer."""
 
+    selection: str = "paper"
+    """"paper" (an entry's expansion score is the max over its whole window: a trained model learns to read
+    the next tokens through it, so stage-1 losses are optimistic) or "causal" (the max over the p**l tokens
+    ending at the entry's first token; docs/causality.md)."""
+
     dense_layers: list[int] = field(default_factory=list)
     """Layer indices that keep dense causal SDPA (the paper: 0, 1, 28, 29 of 30)."""
 
@@ -62,6 +67,7 @@ class Lighthouse:
             tile_budget=self.tile_budget,
             scorer=self.scorer,
             dilation=self.dilation,
+            selection=self.selection,
             backend=self.backend,
         )
 
