@@ -18,7 +18,7 @@ from lighthouse.scoring import CausalAttention, pyramid_scores, token_scores
 
 from .gather import gather_pyramid
 from .ordering import slot_map
-from .pyramid import Pyramid, pool_and_score
+from .pyramid import Pyramid, causal_score_levels, pool_and_score
 from .scatter import scatter_back
 from .selection import select_packed
 
@@ -47,16 +47,27 @@ def check_supported(q: torch.Tensor, config: LighthouseConfig) -> None:
         )
 
 
-def score_pyramid(s: torch.Tensor, config: LighthouseConfig) -> torch.Tensor:
-    """Level-0 scores [B, G, N] max-pooled upward and laid end to end, level 0 first: [B, G, sum_l N/p^l],
-    the layout the selection kernel reads."""
-    return torch.cat(pyramid_scores(s, config.pool, config.levels), dim=-1)
+def score_pyramid(s: torch.Tensor, config: LighthouseConfig, history: torch.Tensor | None = None) -> torch.Tensor:
+    """Level-0 scores [B, G, N] pooled upward as `config.selection` says and laid end to end, level 0 first:
+    [B, G, sum_l N/p^l], the layout the selection kernel reads. `history` as in `lighthouse.pyramid_scores`."""
+    return torch.cat(pyramid_scores(s, config.pool, config.levels, config.selection, history), dim=-1)
+
+
+def norm_score_pyramids(pyramid: Pyramid, seq_len: int, config: LighthouseConfig,
+                        history: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """sq, sk of the pooling pass (window maxima: "paper"), rewritten in place as trailing-window maxima
+    for selection="causal" (`history`: the level-0 scores of the tokens before each row, as in
+    `causal_score_levels`)."""
+    if config.selection == "paper":
+        return pyramid.sq, pyramid.sk
+    return tuple(causal_score_levels(s, seq_len, config.pool, config.levels, h)
+                 for s, h in zip((pyramid.sq, pyramid.sk), history or (None, None)))
 
 
 def _score_pyramids(q, k, v, pyramid: Pyramid, config: LighthouseConfig) -> tuple[torch.Tensor, torch.Tensor]:
     """sq, sk [B, G, sum_l N/p^l]: from the pooling pass (norm scorer) or the reference scorer (dilated)."""
     if config.scorer == "norm":
-        return pyramid.sq, pyramid.sk
+        return norm_score_pyramids(pyramid, q.shape[1], config)
     return tuple(score_pyramid(s, config) for s in token_scores(q, k, v, config))
 
 

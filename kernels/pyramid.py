@@ -1,4 +1,5 @@
-"""Stages 1-2, fused: one pass over q, k, v that writes the pooled levels and the max-pooled norm scores.
+"""Stages 1-2, fused: one pass over q, k, v that writes the pooled levels and the max-pooled norm scores,
+and (selection="causal") a pass that turns level-0 scores into trailing-window scores.
 
 Each program owns whole coarsest windows of one kv group: it reads the group's query heads, its key head
 and its value head from memory once, takes each level's window means in float32 (level l is the mean of
@@ -122,3 +123,45 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
         LOG2P=log2(pool), BLOCK_T=block_t, BLOCK_D=block_d, SCORE=scores, num_warps=num_warps,
     )
     return Pyramid(qp, kp, vp, sq, sk)
+
+
+@triton.jit
+def _causal_levels_kernel(s_ptr, hist_ptr, N, NTOT, L: tl.constexpr, LOG2P: tl.constexpr, HALO: tl.constexpr,
+                          HISTORY: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Levels 1..L-1 of one row's causal scores from its level 0: entry i of level l (span c, first token
+    s = i*c) gets the max over tokens [s - c + 1, s], tokens < 0 read from the row's history (or skipped).
+    A program writes the entries whose first token lies in its BLOCK_T tokens."""
+    row = tl.program_id(1).to(tl.int64)
+    t0 = tl.program_id(0) * BLOCK_T
+    s_row = s_ptr + row * NTOT
+    for lvl in tl.static_range(1, L):
+        SPAN: tl.constexpr = 1 << (lvl * LOG2P)
+        i = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
+        valid = i < (N >> (lvl * LOG2P))
+        t = (i * SPAN - SPAN + 1)[:, None] + tl.arange(0, SPAN)[None, :]
+        x = tl.load(s_row + t, mask=(t >= 0) & valid[:, None], other=float("-inf"))
+        if HISTORY:
+            earlier = tl.load(hist_ptr + row * HALO + HALO + t, mask=(t < 0) & valid[:, None], other=float("-inf"))
+            x = tl.maximum(x, earlier)
+        tl.store(s_row + static_level_offset(lvl, N, LOG2P) + i, tl.max(x, axis=1), mask=valid)
+
+
+def causal_score_levels(s: torch.Tensor, seq_len: int, pool: int, levels: int,
+                        history: torch.Tensor | None = None, tokens_per_program: int = 1024) -> torch.Tensor:
+    """Rewrite levels 1..L-1 of score pyramids `s` (float32 [R, G, sum_l N/p^l], level 0 first, contiguous)
+    in place as `lighthouse.pyramid_scores(..., selection="causal")` of their level 0, and return `s`.
+
+    `history` (float32 [R, G, p**(L-1) - 1]) holds each row's level-0 scores of the tokens right before it
+    (a sequence shard that does not start at token 0); None: every row starts the sequence. Maxima are
+    exact, so this equals the reference bit for bit.
+    """
+    rows, groups, ntot = s.shape
+    halo = pool ** (levels - 1) - 1
+    if history is not None and history.shape != (rows, groups, halo):
+        raise ValueError(f"history{tuple(history.shape)} must be [R, G, pool**(levels-1) - 1] = {(rows, groups, halo)}")
+    block_t = max(pool ** (levels - 1), triton.next_power_of_2(tokens_per_program))
+    _causal_levels_kernel[(triton.cdiv(seq_len, block_t), rows * groups)](
+        s, s if history is None else history.contiguous(), seq_len, ntot, L=levels, LOG2P=log2(pool), HALO=halo,
+        HISTORY=history is not None, BLOCK_T=block_t, num_warps=4,
+    )
+    return s

@@ -188,6 +188,6 @@ def select(q: torch.Tensor, k: torch.Tensor, config: LighthouseConfig, v: torch.
         return reference_select(q, k, config, v=v, prefix=prefix)
     if config.scorer == "dilated" and v is None:
         raise ValueError("scorer='dilated' needs v: call select(q, k, config, v=v)")
-    sq, sk = (torch.cat(pyramid_scores(s, config.pool, config.levels), dim=-1)
+    sq, sk = (torch.cat(pyramid_scores(s, config.pool, config.levels, config.selection), dim=-1)
               for s in token_scores(q, k, v, config))
     return selection_of(select_packed(sq, sk, q.shape[1], config, prefix), config)

@@ -5,16 +5,20 @@ Under context parallelism (`lighthouse.context_parallel`) a rank holds two chunk
 (row 2b + half). Pooling windows and tiles never cross a chunk, so pooling+scores, gather and scatter-back
 run on that batch exactly as on 2B sequences of C tokens, with the per-chunk config (topk / 2W). Only the
 prefix guarantee tells the chunks apart (it belongs to the chunk holding token 0), so selection runs once
-per half. Scatter-back keeps each chunk's spill for the caller's halo exchange.
+per half, and, with selection="causal", the trailing windows of a chunk's first entries, which reach
+p**(L-1) - 1 tokens into the previous chunk: the caller's `history` supplies those tokens' level-0 scores.
+Scatter-back keeps each chunk's spill for the caller's halo exchange.
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
 from lighthouse.config import LighthouseConfig
 from lighthouse.scoring import CausalAttention
 
-from .fused import attend_packed, check_supported, score_pyramid
+from .fused import attend_packed, check_supported, norm_score_pyramids, score_pyramid
 from .pyramid import Pyramid, pool_and_score
 from .selection import select_packed
 
@@ -31,23 +35,41 @@ def chunk_scores(s: torch.Tensor) -> torch.Tensor:
     return s.view(b, g, 2, n // 2).transpose(1, 2).reshape(2 * b, g, n // 2)
 
 
+ScoreHistory = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""(sq, sk) level-0 scores of the chunk rows, float32 [2B, G, C] -> the level-0 scores of the
+p**(L-1) - 1 tokens before each chunk row, [2B, G, p**(L-1) - 1] each (-inf before token 0)."""
+
+
+def _histories(sq0: torch.Tensor, sk0: torch.Tensor, config: LighthouseConfig,
+               history: ScoreHistory | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if config.selection == "paper":
+        return None
+    if history is None:
+        raise ValueError('selection="causal" on a shard needs `history`: the scores of the tokens before each chunk')
+    return history(sq0, sk0)
+
+
 @torch.no_grad()
 def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
-                 prefixes: tuple[bool, bool],
-                 token_scores: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[Pyramid, torch.Tensor]:
+                 prefixes: tuple[bool, bool], token_scores: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 history: ScoreHistory | None = None) -> tuple[Pyramid, torch.Tensor]:
     """Pooled levels of the chunk rows and their gather order (packed keys, int64 [2B, G, S_c]).
 
     q [B, 2C, H, D], k/v [B, 2C, G, D] hold a head and a tail chunk; `config` is the per-chunk config
     (levels >= 2, valid for C tokens). `prefixes[half]` says whether that chunk keeps the prefix guarantee.
     Scores are the pooling pass's norms, or the shard's level-0 `token_scores` (sq, sk float32
-    [B, G, 2C], the dilated scorer's) max-pooled per chunk.
+    [B, G, 2C], the dilated scorer's), pooled per chunk as `config.selection` says (causal: with
+    `history`, needed then).
     """
     chunk_len, pool, levels = q.shape[1] // 2, config.pool, config.levels
     pyramid = pool_and_score(*(chunk_rows(x) for x in (q, k, v)), pool, levels, scores=token_scores is None)
     if token_scores is None:
-        sq, sk = pyramid.sq, pyramid.sk
+        before = _histories(pyramid.sq[..., :chunk_len], pyramid.sk[..., :chunk_len], config, history)
+        sq, sk = norm_score_pyramids(pyramid, chunk_len, config, before)
     else:
-        sq, sk = (score_pyramid(chunk_scores(s), config) for s in token_scores)
+        rows = tuple(chunk_scores(s) for s in token_scores)
+        before = _histories(*rows, config, history) or (None, None)
+        sq, sk = (score_pyramid(s, config, h) for s, h in zip(rows, before))
     halves = [select_packed(sq[half::2], sk[half::2], chunk_len, config, prefix)
               for half, prefix in enumerate(prefixes)]
     return pyramid, torch.stack(halves, dim=1).flatten(0, 1)
@@ -55,20 +77,22 @@ def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: Ligh
 
 def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
                     prefixes: tuple[bool, bool], attention: CausalAttention,
-                    token_scores: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+                    token_scores: tuple[torch.Tensor, torch.Tensor] | None = None,
+                    history: ScoreHistory | None = None) -> torch.Tensor:
     """The Lighthouse layer on a head/tail shard up to the halo exchange: [B, 2, C + p**(L-1) - 1, H, D].
 
     Row [b, half] is that chunk's scatter-back with its spill past the chunk's end kept, in float32: the
     caller adds the received halos and casts once, as the single-device layer casts its sums once.
     `attention` maps the gathered sequence laid out [head part, tail part] (Q~ [B, 2S_c, H, D], K~, V~
-    [B, 2S_c, G, D]) to O~; context parallelism passes ring attention. Selection as `select_shard`;
+    [B, 2S_c, G, D]) to O~; context parallelism passes ring attention. Selection as `select_shard`
+    (`token_scores`, `history`);
     differentiable in q, k, v.
     """
     check_supported(q, config)
     b = q.shape[0]
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     with torch.no_grad():
-        pyramid, packed = select_shard(q, k, v, config, prefixes, token_scores)
+        pyramid, packed = select_shard(q, k, v, config, prefixes, token_scores, history)
 
     def shard_sequence_attention(q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor) -> torch.Tensor:
         # chunk rows [2B, S_c, ...] <-> the shard's gathered sequence [B, 2S_c, ...]

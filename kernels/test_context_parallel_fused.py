@@ -22,7 +22,9 @@ from lighthouse.context_parallel import (
 from tests.helpers import vectors_with_norms
 from tests.test_context_parallel import (
     DILATED,
+    DILATED_CAUSAL,
     NORM,
+    NORM_CAUSAL,
     PARITY,
     RankPool,
     _fresh_seed,
@@ -100,15 +102,17 @@ def _check_dispatch(mesh, seed):
 
 @pytest.mark.parametrize(
     "config, inputs",
-    [(NORM, "distinct-norms"), (NORM, "rising-norms"), (DILATED, "distinct-norms")],
-    ids=["norm-random", "norm-rising-norms-prefix", "dilated-random"],
+    [(NORM, "distinct-norms"), (NORM, "rising-norms"), (DILATED, "distinct-norms"), (NORM_CAUSAL, "distinct-norms"),
+     (DILATED_CAUSAL, "distinct-norms")],
+    ids=["norm-random", "norm-rising-norms-prefix", "dilated-random", "norm-causal-random", "dilated-causal-random"],
 )
 def test_fused_per_chunk_selection_equals_the_reference_index_for_index(ranks, config, inputs):
     ranks.run(_check_selection, 2, config, 256, inputs, _fresh_seed())
 
 
 # The CP parity cases of tests/test_context_parallel.py with levels >= 2 (the fused path), in float32.
-LAYER_CASES = ["L3-p2-k16-m4-MHA", "L3-p4-k8-m2-GQA-halo15", "L4-p2-k8-m2-MQA", "L3-p2-dilated"]
+LAYER_CASES = ["L3-p2-k16-m4-MHA", "L3-p4-k8-m2-GQA-halo15", "L4-p2-k8-m2-MQA", "L3-p2-dilated",
+               "L3-p4-k8-m2-GQA-causal"]
 
 
 def _layer_case(name: str):

@@ -5,7 +5,7 @@ import torch
 from lighthouse import norm_scores, pool_pyramid, pyramid_scores
 
 from ._testing import CPU_DTYPES, DEVICE, assert_close, random_qkv
-from .pyramid import pool_and_score
+from .pyramid import causal_score_levels, pool_and_score
 
 DTYPES = CPU_DTYPES + ((torch.bfloat16,) if DEVICE.type == "cuda" else ())
 # (batch, seq_len, heads, kv_heads, dim, pool, levels)
@@ -33,3 +33,13 @@ def test_without_scores_only_pools():
     assert_close("pooled v", pool_pyramid(v, 2, 2)[1], fused.v, torch.float32)
 
 
+
+
+@pytest.mark.parametrize("with_history", [False, True], ids=["sequence-start", "shard-with-history"])
+@pytest.mark.parametrize("b, n, h, g, d, pool, levels", SHAPES, ids=SHAPE_IDS)
+def test_causal_levels_equal_reference_bit_for_bit(b, n, h, g, d, pool, levels, with_history):
+    s = torch.rand(b, g, n, device=DEVICE)
+    history = torch.rand(b, g, pool ** (levels - 1) - 1, device=DEVICE) if with_history else None
+    paper = torch.cat(pyramid_scores(s, pool, levels), dim=-1)
+    fast = causal_score_levels(paper.clone(), n, pool, levels, history)
+    assert torch.equal(fast, torch.cat(pyramid_scores(s, pool, levels, "causal", history), dim=-1))

@@ -59,9 +59,10 @@ def test_prefix_guarantee_follows_the_flag(prefix):
     assert token0_chain_expanded.sum().item() == (2 * (config.levels - 1) if prefix else 0)
 
 
+@pytest.mark.parametrize("selection", ["paper", "causal"])
 @pytest.mark.parametrize("scorer", ["norm", "dilated"])
-def test_select_from_qkv_with_gqa_equals_reference(scorer):
-    config = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8, scorer=scorer, dilation=2)
+def test_select_from_qkv_with_gqa_equals_reference(scorer, selection):
+    config = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8, scorer=scorer, dilation=2, selection=selection)
     q, k, v = random_qkv(2, 256, 4, 2, 8, torch.float32)
     _assert_same_selection(select(q, k, config, v=v), reference_select(q, k, config, v=v))
 

@@ -10,6 +10,10 @@ the concatenation of the chunks' gathered parts in chunk order: laid out [head p
 sharded exactly like the dense sequence and goes through torch's stock ring attention (causal, load
 balanced). Scatter-back ranges spill up to pool**(levels-1) - 1 positions into the next chunk; that halo is
 sent to the chunk's owner (`FoldHalos`). The prefix guarantee applies to chunk 0 only (global token 0).
+With selection="causal" an entry scores the p**l tokens ending at its first token, so a chunk's first entries
+reach up to p**(L-1) - 1 tokens into the previous chunk: each rank all-gathers the level-0 scores of its
+chunks' last p**(L-1) - 1 tokens (`score_histories`), the same owner map as the output halos, and every
+chunk pools with the exact scores the single device sees.
 The dilated scorer attends over strided sub-sequences of the whole sequence; with chunks divisible by the
 dilation those are sharded head/tail too, so its attention also runs as ring attention.
 
@@ -194,13 +198,39 @@ def shard_selections(
     applies the prefix guarantee.
     """
     chunk_len, local = q.shape[1] // 2, chunk_config(config, mesh.size())
-    sq, sk = shard_token_scores(q, k, v, config, mesh)
+    scores = torch.stack(shard_token_scores(q, k, v, config, mesh))  # [sq/sk, B, G, 2C]
+    chunks = scores.unflatten(-1, (2, chunk_len)).transpose(0, 3)  # [half, B, G, sq/sk, C]
+    before = _chunk_histories(chunks, config, mesh)
     selections = []
     for half, prefix in enumerate(_prefixes(mesh)):
-        part = slice(half * chunk_len, (half + 1) * chunk_len)
-        sq_levels, sk_levels = (pyramid_scores(s[..., part], config.pool, config.levels) for s in (sq, sk))
+        sq_levels, sk_levels = (
+            pyramid_scores(chunks[half, :, :, i], config.pool, config.levels, config.selection,
+                           None if before is None else before[half, :, :, i])
+            for i in range(2)
+        )
         selections.append(descend(sq_levels, sk_levels, local, prefix=prefix))
     return selections
+
+
+def _chunk_histories(chunks: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh) -> torch.Tensor | None:
+    """Level-0 scores [2, ..., p**(L-1) - 1] before each owned chunk of `chunks` [2 (half), ..., C] for
+    selection="causal" (`score_histories`); None for "paper", which reads no token outside the chunk."""
+    if config.selection == "paper":
+        return None
+    halo = config.coarsest_span - 1
+    return score_histories(chunks[..., chunks.shape[-1] - halo:], mesh.get_group())
+
+
+def _fused_history(config: LighthouseConfig, mesh: DeviceMesh):
+    """`kernels.shard.ScoreHistory` of this rank: chunk rows [2B, G, C] (row 2b + half) in, histories out."""
+
+    def history(sq: torch.Tensor, sk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        rows, g, chunk_len = sq.shape
+        chunks = torch.stack((sq, sk), dim=2).view(rows // 2, 2, g, 2, chunk_len).transpose(0, 1)
+        before = _chunk_histories(chunks, config, mesh).transpose(0, 1).reshape(rows, g, 2, -1)
+        return before[:, :, 0].contiguous(), before[:, :, 1].contiguous()
+
+    return history
 
 
 def _fused_token_scores(
@@ -220,7 +250,8 @@ def fused_shard_selections(
     from kernels.shard import select_shard
 
     local = chunk_config(config, mesh.size())
-    _, packed = select_shard(q, k, v, local, _prefixes(mesh), _fused_token_scores(q, k, v, config, mesh))
+    _, packed = select_shard(q, k, v, local, _prefixes(mesh), _fused_token_scores(q, k, v, config, mesh),
+                             _fused_history(config, mesh))
     return [selection_of(packed[half::2], local) for half in (HEAD, TAIL)]
 
 
@@ -253,9 +284,20 @@ def halo_destinations(rank: int, cp_degree: int) -> tuple[Slot, Slot | None]:
     return head_to, tail_to
 
 
-def _pick(per_rank: torch.Tensor, slot: Slot | None, like: torch.Tensor) -> torch.Tensor:
-    """per_rank[rank, HEAD/TAIL] of an all-gathered [W, 2, ...] tensor; zeros where `slot` is None."""
-    return per_rank[slot] if slot is not None else torch.zeros_like(like)
+def _pick(per_rank: torch.Tensor, slot: Slot | None, like: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+    """per_rank[rank, HEAD/TAIL] of an all-gathered [W, 2, ...] tensor; `fill` where `slot` is None."""
+    return per_rank[slot] if slot is not None else torch.full_like(like, fill)
+
+
+def score_histories(tails: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
+    """The level-0 scores before each owned chunk, from every rank's chunk tails (one all-gather).
+
+    tails [2, ...]: this rank's head and tail chunks' last p**(L-1) - 1 level-0 scores. Returns [2, ...]:
+    those of the chunk before each (chunk c reads chunk c-1, the halo map), -inf before chunk 0.
+    """
+    rank, cp_degree = dist.get_rank(group), dist.get_world_size(group)
+    sent = all_gather_stacked(tails, group)
+    return torch.stack([_pick(sent, src, tails[0], float("-inf")) for src in halo_sources(rank, cp_degree)])
 
 
 class FoldHalos(torch.autograd.Function):
@@ -335,7 +377,7 @@ def fused_shard_attention(
     spilled = shard_attention(
         q, k, v, chunk_config(config, mesh.size()), _prefixes(mesh),
         lambda *gathered: ring_causal_attention(*gathered, mesh, config.backend),
-        _fused_token_scores(q, k, v, config, mesh),
+        _fused_token_scores(q, k, v, config, mesh), _fused_history(config, mesh),
     )
     return FoldHalos.apply(spilled, q.shape[1] // 2, q.dtype, mesh.get_group())
 

@@ -79,7 +79,28 @@ def token_scores(
 
 
 @torch.no_grad()
-def pyramid_scores(s: torch.Tensor, pool: int, levels: int) -> list[torch.Tensor]:
-    """Max-pool level-0 scores [B, G, N] upward: level l is [B, G, N / pool**l]."""
+def pyramid_scores(
+    s: torch.Tensor, pool: int, levels: int, selection: str = "paper", history: torch.Tensor | None = None
+) -> list[torch.Tensor]:
+    """Level-0 scores [B, G, N] pooled upward: level l is [B, G, N / pool**l] (SPEC sections 2 and 3).
+
+    "paper": entry i of level l scores the max over its window [i*c, (i+1)*c - 1], c = pool**l.
+    "causal": the max over the c tokens ending at its first token, [i*c - c + 1, i*c], clipped at the start
+    of the sequence. `history` [B, G, pool**(levels-1) - 1] holds the level-0 scores of the tokens right
+    before `s` (a sequence shard that does not start at token 0); None means `s` starts the sequence.
+    """
     b, g, n = s.shape
-    return [s if lvl == 0 else s.reshape(b, g, n // pool**lvl, pool**lvl).amax(dim=-1) for lvl in range(levels)]
+    if selection == "paper":
+        return [s if lvl == 0 else s.reshape(b, g, n // pool**lvl, pool**lvl).amax(dim=-1) for lvl in range(levels)]
+    halo = pool ** (levels - 1) - 1
+    if history is None:
+        history = s.new_full((b, g, halo), float("-inf"))
+    elif history.shape != (b, g, halo):
+        raise ValueError(f"history{tuple(history.shape)} must be [B, G, pool**(levels-1) - 1] = {(b, g, halo)}")
+    extended = torch.cat([history, s], dim=-1)  # token t at extended[halo + t]
+    out = [s]
+    for lvl in range(1, levels):
+        span = pool**lvl
+        trailing = extended[..., halo + 1 - span : halo + 1 - span + n]  # trailing[i*span + j] = token i*span - span + 1 + j
+        out.append(trailing.reshape(b, g, n // span, span).amax(dim=-1))
+    return out

@@ -109,7 +109,5 @@ def select(
     config.validate(q.shape[1])
     if config.scorer == "dilated" and v is None:
         raise ValueError("scorer='dilated' needs v: call select(q, k, config, v=v)")
-    sq, sk = token_scores(q, k, v, config)
-    return descend(
-        pyramid_scores(sq, config.pool, config.levels), pyramid_scores(sk, config.pool, config.levels), config, prefix
-    )
+    sq, sk = (pyramid_scores(s, config.pool, config.levels, config.selection) for s in token_scores(q, k, v, config))
+    return descend(sq, sk, config, prefix)

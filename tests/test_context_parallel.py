@@ -250,6 +250,10 @@ PARITY = {
     # id: (config, seq_len, heads, kv_heads, dtype, tolerance)
     "L3-p2-k16-m4-MHA": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4), 256, 4, 4, F64, 1e-12),
     "L3-p4-k8-m2-GQA-halo15": (LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2), 256, 4, 2, F64, 1e-12),
+    # causal scores of a chunk's first entries read the previous chunk's last 15 tokens (another rank's)
+    "L3-p4-k8-m2-GQA-causal": (
+        LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal"), 256, 4, 2, F64, 1e-12
+    ),
     "L4-p2-k8-m2-MQA": (LighthouseConfig(levels=4, pool=2, topk=8, tile_budget=2), 256, 4, 1, F64, 1e-12),
     "L3-p2-dilated": (
         LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, scorer="dilated"), 256, 4, 2, F64, 1e-12
@@ -273,14 +277,17 @@ def test_alltoall_rotation_gives_the_same_layer(ranks):
 
 NORM = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4)
 DILATED = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=2, scorer="dilated")
+NORM_CAUSAL = LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal")
+DILATED_CAUSAL = dataclasses.replace(DILATED, selection="causal")
 
 
 @pytest.mark.parametrize(
     "config, inputs",
     # Rising norms: only the prefix guarantee expands a tile's first entry, so CP must apply it to chunk 0 only.
     # (Not for the dilated scorer: its scores would then tie up to float rounding.)
-    [(NORM, "random"), (NORM, "rising-norms"), (DILATED, "random")],
-    ids=["norm-random", "norm-rising-norms", "dilated-random"],
+    [(NORM, "random"), (NORM, "rising-norms"), (DILATED, "random"), (NORM_CAUSAL, "random"),
+     (DILATED_CAUSAL, "random")],
+    ids=["norm-random", "norm-rising-norms", "dilated-random", "norm-causal-random", "dilated-causal-random"],
 )
 def test_each_rank_selects_its_slices_of_the_single_device_selection(ranks, config, inputs):
     ranks.run(_check_selection_slices, 2, config, 256, inputs, _fresh_seed())

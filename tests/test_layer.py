@@ -12,6 +12,7 @@ CONFIGS = {
     "L2-p4-k8-m8": (LighthouseConfig(levels=2, pool=4, topk=8, tile_budget=8), 256),
     "L4-p2-k4-m2": (LighthouseConfig(levels=4, pool=2, topk=4, tile_budget=2), 128),
     "L3-p2-dilated": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=4), 128),
+    "L3-p4-k8-m2-causal": (LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal"), 256),
 }
 
 
