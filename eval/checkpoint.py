@@ -28,12 +28,12 @@ def parse_job_config(argv: list[str]) -> JobConfig:
 
 
 def lighthouse_setting(job_config: JobConfig) -> str:
-    """A short label of the attention setting, e.g. 'lighthouse L3 p4 k256 m64 norm' or 'dense'."""
+    """A short label of the attention setting, e.g. 'lighthouse L3 p4 k256 m64 norm causal' or 'dense'."""
     section = job_config.lighthouse
     if not section.enable:
         return "dense"
     return (f"lighthouse L{section.levels} p{section.pool} k{section.topk} m{section.tile_budget} {section.scorer}"
-            f" (dense layers {list(section.dense_layers)})")
+            f" {section.selection} (dense layers {list(section.dense_layers)})")
 
 
 def check_lengths(job_config: JobConfig, lengths: list[int]) -> None:

@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
+import causality_audit  # noqa: E402
 import heldout_loss  # noqa: E402
 import make_corpus  # noqa: E402
 import niah  # noqa: E402
@@ -80,7 +81,7 @@ def test_niah_writes_the_grid_its_heatmap_and_the_setting_it_ran(trained, tmp_pa
     cells = [a for row in record["accuracy"] for a in row]
     assert len(cells) == 6 and all(round(10 * a) == 10 * a and 0 <= a <= 1 for a in cells)
     assert record["mean"] == pytest.approx(sum(cells) / 6)
-    assert record["attention"] == ("dense" if attention else "lighthouse L3 p2 k16 m8 norm (dense layers [0, 3])")
+    assert record["attention"] == ("dense" if attention else "lighthouse L3 p2 k16 m8 norm paper (dense layers [0, 3])")
     assert record["checkpoint"] == str(step)
 
 
@@ -117,3 +118,20 @@ def test_heldout_windows_are_the_training_windows_of_those_files(trained):
         assert torch.equal(row[:-1], inputs["input"]) and torch.equal(row[1:], labels)
     with pytest.raises(ValueError, match=r"fewer than count=100000"):
         heldout_windows(pattern, 64, 100000)
+
+
+def test_causality_audit_records_each_lookahead_and_combines_into_the_docs_layout(trained, tmp_path):
+    corpus, step = trained
+    common = ["--checkpoint", str(step), "--data", str(corpus / "heldout" / "*.jsonl"), "--windows", "2",
+              "--samples", "3", "--lookaheads", "1,8", "--device", "cpu"]
+    dense = causality_audit.main([*common, "--out", str(tmp_path / "dense"), *JOB, "--lighthouse.no-enable"])
+    causal = causality_audit.main([*common, "--out", str(tmp_path / "causal"), *JOB, "--lighthouse.selection", "causal"])
+    assert (dense["selection"], causal["selection"], causal["steps"]) == ("dense", "causal", STEPS)
+    assert [r["delta"] for r in dense["results"]] == [0.0, 0.0]
+    assert (tmp_path / "causal.png").stat().st_size > 0
+    rows = causality_audit.main(["--combine", str(tmp_path / "dense.json"), str(tmp_path / "causal.json"),
+                                 "--out", str(tmp_path / "docs" / "causality")])
+    assert json.loads((tmp_path / "docs" / "causality.json").read_text()) == rows
+    assert [(r["selection"], r["lookahead"]) for r in rows] == [("dense", 1), ("dense", 8), ("causal", 1), ("causal", 8)]
+    assert set(causality_audit.KEYS) <= set(rows[0])
+    assert (tmp_path / "docs" / "causality.png").stat().st_size > 0

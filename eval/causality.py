@@ -1,0 +1,118 @@
+"""Causality audit: how much of a model's next-token loss comes from reading tokens it should not see.
+
+For a sampled position c and lookahead b, the block [c, c + b) is scored twice: in the true window (`seen`),
+and with every input at positions >= c + b replaced by another window's tokens at the same positions
+(`honest`); the labels stay the true ones. A causal model gives the same loss both ways: its outputs at
+positions < c + b read only inputs < c + b. Under the paper's selection an entry's expansion depends on
+tokens after it, and a trained model learns to use that: `delta = honest - seen` > 0 is the loss the model
+owes to the future. Dense attention gives exactly 0.
+
+Every (window, c) sample is scored at every lookahead, so the lookaheads are paired. Samples are drawn with
+a fixed seed before any model runs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids [B, T] -> logits [B, T, V]
+
+
+@dataclass(frozen=True)
+class LookaheadResult:
+    """Mean block losses (nats per token) over all samples at one lookahead, and their paired difference."""
+
+    lookahead: int
+    honest_loss: float
+    seen_loss: float
+    delta: float
+    stderr: float
+    samples: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def sample_positions(windows: int, seq_len: int, samples: int, max_lookahead: int, seed: int,
+                     min_context: int | None = None) -> list[tuple[int, int]]:
+    """`samples` (window, c) pairs, c uniform in [min_context, seq_len - max_lookahead] (default min_context:
+    seq_len / 16, so every block has some context before it)."""
+    low = seq_len // 16 if min_context is None else min_context
+    high = seq_len - max_lookahead
+    if windows < 2:
+        raise ValueError(f"the audit needs at least 2 windows (one lends the replacement tokens); got {windows}")
+    if high < low:
+        raise ValueError(f"lookahead {max_lookahead} leaves no position to sample in a window of {seq_len} tokens "
+                         f"(positions start at {low})")
+    gen = torch.Generator().manual_seed(seed)
+    which = torch.randint(0, windows, (samples,), generator=gen)
+    where = torch.randint(low, high + 1, (samples,), generator=gen)
+    return list(zip(which.tolist(), where.tolist()))
+
+
+def _token_losses(logits_fn: LogitsFn, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Per-token cross-entropy [B, T] in float32."""
+    logits = logits_fn(inputs).float()
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten().to(logits.device), reduction="none").view(labels.shape)
+
+
+@torch.no_grad()
+def causality_audit(logits_fn: LogitsFn, windows: torch.Tensor, lookaheads: list[int], samples: int, seed: int = 0,
+                    batch_size: int = 4) -> list[LookaheadResult]:
+    """Audit `logits_fn` on token windows [W, T + 1] (inputs are the first T, labels the last T).
+
+    The replacement tokens of window w are window (w + 1) % W's, at the same positions.
+    """
+    if not lookaheads or min(lookaheads) < 1:
+        raise ValueError(f"lookaheads={lookaheads} must be positive integers")
+    count, seq_len = windows.shape[0], windows.shape[1] - 1
+    inputs, labels = windows[:, :-1], windows[:, 1:]
+    points = sample_positions(count, seq_len, samples, max(lookaheads), seed)
+
+    seen = torch.cat([_token_losses(logits_fn, inputs[i:i + batch_size], labels[i:i + batch_size]).cpu()
+                      for i in range(0, count, batch_size)])
+    rows = [(w, c, b) for w, c in points for b in lookaheads]
+    honest = []
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start:start + batch_size]
+        ids = torch.stack([inputs[w] for w, _, _ in chunk]).clone()
+        for r, (w, c, b) in enumerate(chunk):
+            ids[r, c + b:] = inputs[(w + 1) % count, c + b:]
+        losses = _token_losses(logits_fn, ids, torch.stack([labels[w] for w, _, _ in chunk])).cpu()
+        honest += [losses[r, c:c + b].mean().item() for r, (_, c, b) in enumerate(chunk)]
+
+    results = []
+    for i, b in enumerate(lookaheads):
+        h = torch.tensor(honest[i::len(lookaheads)], dtype=torch.float64)
+        s = torch.tensor([seen[w, c:c + b].mean().item() for w, c in points], dtype=torch.float64)
+        d = h - s
+        stderr = d.std(unbiased=True).item() / math.sqrt(len(d)) if len(d) > 1 else float("nan")
+        results.append(LookaheadResult(b, h.mean().item(), s.mean().item(), d.mean().item(), stderr, len(d)))
+    return results
+
+
+def plot_audit(records: list[dict], path: str, title: str) -> None:
+    """delta +- stderr against lookahead, one line per record ({"label": ..., "results": [LookaheadResult dicts]})."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for record in records:
+        res = record["results"]
+        ax.errorbar([r["lookahead"] for r in res], [r["delta"] for r in res], yerr=[r["stderr"] for r in res],
+                    marker="o", capsize=3, label=record["label"])
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("lookahead b (tokens of the block scored)")
+    ax.set_ylabel("loss with future replaced - loss with true future (nats)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,98 @@
+"""Causality audit of a checkpoint: the loss a model owes to tokens after the ones it predicts (eval.causality).
+
+    python scripts/causality_audit.py --checkpoint outputs/run/checkpoint/step-600 \\
+        --data 'outputs/replicate/corpus/heldout/*.jsonl' --out outputs/run/eval/causality \\
+        --job.config_file configs/replicate/small.toml --lighthouse.selection causal
+
+For each lookahead b, sampled blocks [c, c + b) of held-out windows are scored with the true continuation and
+with every input from c + b on replaced by another window's tokens; the difference is the leak. Writes
+`<out>.json` ({"selection", "steps", "results": [...], provenance}) and `<out>.png`.
+
+    python scripts/causality_audit.py --combine a.json b.json --out docs/causality
+
+merges audit records into `<out>.json`, a list of one object per (record, lookahead) with the keys
+selection, steps, lookahead, honest_loss, seen_loss, delta, stderr (plus samples and provenance), and
+`<out>.png`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from eval_common import load, parser, provenance
+
+from eval.causality import causality_audit, plot_audit
+from eval.heldout import heldout_windows
+
+KEYS = ("selection", "steps", "lookahead", "honest_loss", "seen_loss", "delta", "stderr", "samples")
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as err:
+        raise SystemExit(f"expected comma-separated integers, got {text!r}") from err
+
+
+def checkpoint_steps(path: Path) -> int | None:
+    """N of a step folder named step-N, else None."""
+    match = re.fullmatch(r"step-(\d+)", Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def label(record: dict) -> str:
+    return f"{record['selection']}, step {record['steps']}"
+
+
+def audit(argv: list[str]) -> dict:
+    p = parser(__doc__.split("\n\n")[0])
+    p.add_argument("--data", required=True, help="glob of held-out files (.txt/.jsonl/.json/.parquet)")
+    p.add_argument("--windows", type=int, default=16, help="held-out windows to sample from")
+    p.add_argument("--samples", type=int, default=192, help="sampled block starts c (each audited at every lookahead)")
+    p.add_argument("--lookaheads", type=int_list, default=[1, 4, 16, 64, 256])
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
+    p.add_argument("--batch-size", type=int, default=4)
+    args, job_argv = p.parse_known_args(argv)
+    job_config, _, logits, device = load(args, job_argv)
+    windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
+    results = causality_audit(logits, windows, args.lookaheads, args.samples, args.seed, args.batch_size)
+    section = job_config.lighthouse
+    record = {"selection": section.selection if section.enable else "dense", "steps": checkpoint_steps(args.checkpoint),
+              "results": [r.as_dict() for r in results], "data": args.data, "windows": args.windows,
+              "seed": args.seed, "seq_len": job_config.training.seq_len, **provenance(args, job_config, device)}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    plot_audit([{**record, "label": label(record)}], str(args.out.with_suffix(".png")), record["attention"])
+    for r in results:
+        print(f"lookahead {r.lookahead:4d}: honest {r.honest_loss:.4f} seen {r.seen_loss:.4f} "
+              f"delta {r.delta:+.4f} +- {r.stderr:.4f}")
+    return record
+
+
+def combine(argv: list[str]) -> list[dict]:
+    p = argparse.ArgumentParser(description="merge audit records into one list and one plot")
+    p.add_argument("--combine", nargs="+", required=True, type=Path, help="records written by an audit run")
+    p.add_argument("--out", required=True, type=Path, help="output path prefix (.json and .png)")
+    args = p.parse_args(argv)
+    records = [json.loads(path.read_text()) for path in args.combine]
+    rows = []
+    for record in records:
+        extra = {k: record.get(k) for k in ("checkpoint", "device", "commit", "attention", "command")}
+        rows += [{**{k: v for k, v in {**record, **r}.items() if k in KEYS}, **extra} for r in record["results"]]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n")
+    plot_audit([{**r, "label": label(r)} for r in records], str(args.out.with_suffix(".png")),
+               "causality audit: held-out loss owed to tokens after the block")
+    return rows
+
+
+def main(argv: list[str] | None = None):
+    argv = sys.argv[1:] if argv is None else argv
+    return combine(argv) if "--combine" in argv else audit(argv)
+
+
+if __name__ == "__main__":
+    main()
