@@ -94,7 +94,9 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     from recipe.metrics import METRICS_FILE, read_metrics
 
     common = ["train.py", "--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",
-              "--training.steps", "3", "--checkpoint.enable", "--checkpoint.interval", "100"]
+              "--training.steps", "3", "--checkpoint.enable", "--checkpoint.interval", "100",
+              "--validation.enable", "--validation.dataset", "synthetic", "--validation.freq", "3",
+              "--validation.steps", "1", "--validation.seq_len", "512"]
     seed = [*common, "--job.dump_folder", str(tmp_path / "seed"), "--checkpoint.create_seed_checkpoint"]
     load = ["--checkpoint.initial_load_path", str(tmp_path / "seed" / "checkpoint" / "step-0")]
     runs = {
@@ -111,6 +113,10 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
         if name == "cp2":
             assert "Applied context parallel to 3 Lighthouse layers (degree 2)" in out.stdout + out.stderr
     cp1, cp2 = (read_metrics(str(tmp_path / name / METRICS_FILE)) for name in ("cp1", "cp2"))
+    shadow = lambda records: [r[k] for r in records if "validation/dense_loss" in r  # noqa: E731
+                              for k in ("validation/lighthouse_loss", "validation/dense_loss")]
+    assert shadow(cp2) == pytest.approx(shadow(cp1), rel=1e-5) and len(shadow(cp1)) == 4  # steps 1 and 3
+    cp1, cp2 = ([r for r in records if "loss_metrics/global_avg_loss" in r] for records in (cp1, cp2))
     loss = lambda records: [r["loss_metrics/global_avg_loss"] for r in records]  # noqa: E731
     assert [r["step"] for r in cp2] == [1, 2, 3]
     assert loss(cp2) == pytest.approx(loss(cp1), rel=1e-5)

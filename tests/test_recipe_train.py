@@ -104,12 +104,15 @@ def test_switch_to_dense_at_step_gives_the_two_stage_losses(runs):
 def test_two_process_fsdp_on_gloo(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
            "train.py", "--job.config_file", "configs/debug.toml", "--training.steps", "3",
-           "--job.dump_folder", str(tmp_path)]
+           "--job.dump_folder", str(tmp_path), "--validation.enable", "--validation.dataset", "synthetic",
+           "--validation.freq", "2", "--validation.steps", "1", "--validation.seq_len", "512"]
     out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
     assert "Applied FSDP to the model" in out.stdout + out.stderr
-    records = read_metrics(str(tmp_path / METRICS_FILE))
+    records = [r for r in read_metrics(str(tmp_path / METRICS_FILE)) if "loss_metrics/global_avg_loss" in r]
     assert [r["step"] for r in records] == [1, 2, 3]
+    shadow = [r for r in read_metrics(str(tmp_path / METRICS_FILE)) if "validation/dense_loss" in r]
+    assert [r["step"] for r in shadow] == [1, 2] and all(r["validation/lighthouse_loss"] > 0 for r in shadow)
     # The two ranks read different data, so the per-rank maximum exceeds the global mean.
     assert all(r["loss_metrics/global_max_loss"] > r["loss_metrics/global_avg_loss"] for r in records)
     assert records[-1]["loss_metrics/global_avg_loss"] < records[0]["loss_metrics/global_avg_loss"]

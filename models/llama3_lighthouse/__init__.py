@@ -4,7 +4,6 @@ from __future__ import annotations
 from torchtitan.components.loss import build_cross_entropy_loss
 from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
-from torchtitan.components.validate import build_validator
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.models.llama3 import Llama3StateDictAdapter
 from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
@@ -12,6 +11,7 @@ from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 from recipe.data import build_lighthouse_dataloader
 from recipe.metrics import build_lighthouse_metrics_processor
 from recipe.tokenizer import EOS_ID, VOCAB_SIZE, build_byte_tokenizer
+from recipe.validation import build_dense_shadow_validator
 
 from .args import LighthouseLlamaArgs, attention_flops_per_token
 from .model import LighthouseLlama, LighthouseLlamaAttention
@@ -52,7 +52,7 @@ def get_train_spec() -> TrainSpec:
         build_dataloader_fn=build_lighthouse_dataloader,
         build_tokenizer_fn=build_byte_tokenizer,
         build_loss_fn=build_cross_entropy_loss,
-        build_validator_fn=build_validator,
+        build_validator_fn=build_dense_shadow_validator,
         build_metrics_processor_fn=build_lighthouse_metrics_processor,
         state_dict_adapter=Llama3StateDictAdapter,
     )

@@ -62,6 +62,11 @@ class LighthouseLlama(Transformer):
             dense = int(layer_id) in model_args.dense_layers
             block.attention = LighthouseLlamaAttention(model_args, None if dense else model_args.lighthouse)
 
+    def lighthouse_enabled(self) -> bool:
+        """Whether any layer runs Lighthouse now."""
+        return any(isinstance(module, LighthouseLlamaAttention) and module.lighthouse is not None
+                   and module.use_lighthouse for module in self.modules())
+
     def set_lighthouse_enabled(self, enabled: bool) -> None:
         """Switch every Lighthouse layer between Lighthouse and dense SDPA; dense layers stay dense."""
         for module in self.modules():

@@ -1,0 +1,103 @@
+"""Dense-shadow validation (recipe/validation.py): every `validation.freq` steps the same held-out windows are
+scored with Lighthouse and with dense attention on the same weights, and logged beside the training metrics."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from eval.checkpoint import build_model, load_weights, parse_job_config
+from eval.heldout import heldout_windows, mean_loss
+from recipe.launch import single_process_env
+from recipe.metrics import METRICS_FILE, read_metrics
+from recipe.validation import check_validation
+from tests.test_recipe_train import REPO, child_env
+
+sys.path.insert(0, str(REPO / "scripts"))
+import make_corpus  # noqa: E402
+
+SEQ_LEN, STEPS, BATCH, VAL_STEPS = 256, 4, 2, 2
+COMMON = ["--job.config_file", "configs/debug.toml", "--training.seq_len", str(SEQ_LEN), "--training.steps", str(STEPS),
+          "--lr_scheduler.warmup_steps", "1", "--metrics.log_freq", "1", "--checkpoint.enable",
+          "--checkpoint.interval", "100", "--validation.enable", "--validation.freq", "2",
+          "--validation.steps", str(VAL_STEPS), "--validation.seq_len", str(SEQ_LEN),
+          "--validation.local_batch_size", str(BATCH)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Four debug runs in one process: Lighthouse on local data (held-out files validated), one that switches
+    to dense after step 2, dense from scratch, and one whose weights never move (lr 0)."""
+    root = tmp_path_factory.mktemp("validation")
+    make_corpus.make_corpus([REPO / "lighthouse", REPO / "recipe", REPO / "kernels"], root / "corpus", heldout_every=3)
+    data = ["--training.dataset", "local", "--training.dataset_path", str(root / "corpus" / "train" / "*.jsonl"),
+            "--validation.dataset", "local", "--validation.dataset_path", str(root / "corpus" / "heldout" / "*.jsonl")]
+    jobs = {
+        "lighthouse": data,
+        "switch": [*data, "--lighthouse.switch_to_dense_at_step", "2"],
+        "dense": [*data, "--lighthouse.no-enable"],
+        "frozen": ["--validation.dataset", "synthetic", "--optimizer.lr", "0"],
+    }
+    argvs = [COMMON + ["--job.dump_folder", str(root / name)] + extra for name, extra in jobs.items()]
+    code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**child_env(), **single_process_env()},
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return root, out.stdout + out.stderr
+
+
+def validations(root: Path, name: str) -> list[dict]:
+    return [r for r in read_metrics(str(root / name / METRICS_FILE)) if "validation_metrics/loss" in r]
+
+
+def test_lighthouse_run_logs_both_losses_at_step_1_and_every_freq_steps(runs):
+    root, log = runs
+    records = validations(root, "lighthouse")
+    assert [r["step"] for r in records] == [1, 2, 4]
+    for r in records:
+        assert r["validation/lighthouse_loss"] != r["validation/dense_loss"]
+        assert r["validation_metrics/loss"] == r["validation/lighthouse_loss"]
+        assert 0 < r["validation/dense_loss"] < 2 * torch.log(torch.tensor(258.0)).item()
+    assert "validation  lighthouse_loss:" in log and "dense_loss:" in log
+
+
+def test_after_the_switch_and_without_lighthouse_only_the_dense_loss_is_logged(runs):
+    root, _ = runs
+    switch = validations(root, "switch")
+    assert ["validation/lighthouse_loss" in r for r in switch] == [True, True, False]
+    assert all("validation/lighthouse_loss" not in r and "validation/dense_loss" in r for r in validations(root, "dense"))
+    # up to its switch the switch run is the Lighthouse run, the dense shadow included
+    both = ("validation/lighthouse_loss", "validation/dense_loss")
+    assert [[r[k] for k in both] for r in switch[:2]] == [[r[k] for k in both] for r in validations(root, "lighthouse")[:2]]
+
+
+def test_every_evaluation_scores_the_same_windows(runs):
+    root, _ = runs
+    frozen = validations(root, "frozen")
+    assert len(frozen) == 3
+    assert len({(r["validation/lighthouse_loss"], r["validation/dense_loss"]) for r in frozen}) == 1
+
+
+def test_the_logged_losses_are_the_held_out_losses_of_the_checkpoint(runs):
+    root, _ = runs
+    job = parse_job_config([*COMMON, "--training.dataset", "local"])
+    model = build_model(job, torch.device("cpu"))
+    load_weights(model, root / "lighthouse" / "checkpoint" / f"step-{STEPS}")
+    windows = heldout_windows(str(root / "corpus" / "heldout" / "*.jsonl"), SEQ_LEN, VAL_STEPS * BATCH)
+    last = validations(root, "lighthouse")[-1]
+    assert mean_loss(model, windows, BATCH) == pytest.approx(last["validation/lighthouse_loss"], rel=1e-5)
+    model.set_lighthouse_enabled(False)
+    assert mean_loss(model, windows, BATCH) == pytest.approx(last["validation/dense_loss"], rel=1e-5)
+
+
+@pytest.mark.parametrize("override, message", [
+    (["--validation.dataset", "c4_validation"], r"validation.dataset='c4_validation' is not one of \('local', 'synthetic'\)"),
+    (["--validation.dataset", "local"], r"validation.dataset = \"local\" needs validation.dataset_path"),
+    (["--validation.dataset", "synthetic", "--validation.steps", "-1"], r"validation.steps=-1 must be >= 1"),
+])
+def test_validation_that_cannot_give_fixed_windows_is_rejected_naming_the_key(override, message):
+    job = parse_job_config(["--job.config_file", "configs/debug.toml", "--validation.enable", *override])
+    with pytest.raises(ValueError, match=message):
+        check_validation(job)
