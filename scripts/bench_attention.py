@@ -7,7 +7,8 @@ per point), markdown tables and log-log PNG plots. Optional: per-stage breakdown
 against the measured HBM copy bandwidth, torch.compile / CUDA-graph checks, and the pooling and gather
 kernels against torch.compile / torch.gather.
 
-Usage: python scripts/bench_attention.py [--ns 8192,65536] [--stages 524288] [--checks 8192] [--extras]
+Usage: python scripts/bench_attention.py [--ns 8192,65536] [--selection paper,causal] [--stages 524288]
+       [--checks 8192] [--extras] [--out docs]  (default out: outputs/bench_attention)
        [--once 524288]  (one fwd+bwd, e.g. under ncu)
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ from lighthouse import (  # noqa: E402
     pyramid_scores,
 )
 from lighthouse.gather import per_head_index  # noqa: E402
+from require_cuda import require_cuda  # noqa: E402  (scripts/, the script's own folder)
 
 B, H, G, D, DTYPE, LEVELS, POOL = 1, 8, 8, 128, torch.bfloat16, 3, 4
 DEFAULT_NS = [8192 * 2**i for i in range(7)]
@@ -95,13 +97,13 @@ def valid(n: int, topk: int) -> bool:
         return False
 
 
-def bench_points(ns: list[int], device: str) -> list[dict]:
+def bench_points(ns: list[int], device: str, selections: list[str]) -> list[dict]:
     points = []
     for n in ns:
         q, k, v = qkv(n)
         dense = fwd_and_fwd_bwd(cudnn, q, k, v)
-        for topk in budgets(n):
-            config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn")
+        for topk, selection in ((t, sel) for t in budgets(n) for sel in selections):
+            config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn", selection=selection)
             try:
                 s = config.gathered_len(n)
             except ValueError as err:
@@ -109,12 +111,12 @@ def bench_points(ns: list[int], device: str) -> list[dict]:
                 continue
             lh = fwd_and_fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v)
             ceiling = fwd_and_fwd_bwd(cudnn, *qkv(s))
-            points.append(dict(device=device, N=n, levels=LEVELS, pool=POOL, topk=topk, S=s,
+            points.append(dict(device=device, N=n, levels=LEVELS, pool=POOL, topk=topk, S=s, selection=selection,
                                lh_fwd_ms=lh[0], lh_fwd_bwd_ms=lh[1], sdpa_fwd_ms=dense[0],
                                sdpa_fwd_bwd_ms=dense[1], sdpa_on_S_fwd_ms=ceiling[0],
                                sdpa_on_S_fwd_bwd_ms=ceiling[1]))
             p = points[-1]
-            print(f"N={n:>7} k={topk:>5} S={s:>6}  LH {p['lh_fwd_ms']:8.3f} / {p['lh_fwd_bwd_ms']:8.3f} ms   "
+            print(f"N={n:>7} k={topk:>5} {selection:>6} S={s:>6}  LH {p['lh_fwd_ms']:8.3f} / {p['lh_fwd_bwd_ms']:8.3f} ms   "
                   f"SDPA {p['sdpa_fwd_ms']:9.2f} / {p['sdpa_fwd_bwd_ms']:9.2f} ms   SDPA(S) "
                   f"{p['sdpa_on_S_fwd_ms']:7.3f} / {p['sdpa_on_S_fwd_bwd_ms']:7.3f} ms   speed-up "
                   f"{p['sdpa_fwd_ms'] / p['lh_fwd_ms']:6.1f}x / {p['sdpa_fwd_bwd_ms'] / p['lh_fwd_bwd_ms']:6.1f}x",
@@ -338,11 +340,11 @@ def extras(n: int, topk: int) -> list[str]:
 
 
 def tables(points: list[dict]) -> str:
-    lines = ["| N | k | S | LH fwd ms | SDPA fwd ms | fwd speed-up | SDPA(S) fwd ms | LH fwd+bwd ms | "
-             "SDPA fwd+bwd ms | fwd+bwd speed-up | SDPA(S) fwd+bwd ms |", "|" + "---|" * 11]
+    lines = ["| N | k | selection | S | LH fwd ms | SDPA fwd ms | fwd speed-up | SDPA(S) fwd ms | LH fwd+bwd ms | "
+             "SDPA fwd+bwd ms | fwd+bwd speed-up | SDPA(S) fwd+bwd ms |", "|" + "---|" * 12]
     for p in points:
         lines.append(
-            f"| {p['N']:,} | {p['topk']:,} | {p['S']:,} | {p['lh_fwd_ms']:.3f} | {p['sdpa_fwd_ms']:.2f} | "
+            f"| {p['N']:,} | {p['topk']:,} | {p.get('selection', 'paper')} | {p['S']:,} | {p['lh_fwd_ms']:.3f} | {p['sdpa_fwd_ms']:.2f} | "
             f"{p['sdpa_fwd_ms'] / p['lh_fwd_ms']:.1f}x | {p['sdpa_on_S_fwd_ms']:.3f} | {p['lh_fwd_bwd_ms']:.3f} | "
             f"{p['sdpa_fwd_bwd_ms']:.2f} | {p['sdpa_fwd_bwd_ms'] / p['lh_fwd_bwd_ms']:.1f}x | "
             f"{p['sdpa_on_S_fwd_bwd_ms']:.3f} |")
@@ -350,11 +352,13 @@ def tables(points: list[dict]) -> str:
 
 
 def plot(points: list[dict], directory: Path) -> None:
+    """Latency against N, the paper selection's points (the causal mode's are in the tables)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    points = [p for p in points if p.get("selection", "paper") == "paper"]
     for key, title in (("fwd", "forward"), ("fwd_bwd", "forward + backward")):
         fig, ax = plt.subplots(figsize=(6.5, 4.5))
         dense = sorted({(p["N"], p[f"sdpa_{key}_ms"]) for p in points})
@@ -383,9 +387,12 @@ def main() -> None:
     parser.add_argument("--stages", default="524288", help="N values for the per-stage breakdown ('' for none)")
     parser.add_argument("--checks", type=int, default=0, help="N for the torch.compile / CUDA-graph check (0: skip)")
     parser.add_argument("--extras", action="store_true", help="pooling vs torch.compile, gather vs torch.gather")
-    parser.add_argument("--out", default="docs", help="folder for bench_attention.json, tables and plots")
+    parser.add_argument("--selection", default="paper", help="comma-separated selection modes to time (paper,causal)")
+    parser.add_argument("--out", default="outputs/bench_attention",
+                        help="folder for bench_attention.json, tables and plots (docs/ to publish)")
     parser.add_argument("--once", type=int, default=0, help="only run one fwd+bwd at this N, k=2048 (for ncu)")
     args = parser.parse_args()
+    require_cuda()
     if args.once:
         q, k, v = qkv(args.once)
         config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=2048, backend="cudnn")
@@ -406,7 +413,7 @@ def main() -> None:
                 f"{bandwidth:.0f} GB/s; command: python {' '.join(sys.argv)}"]
 
     t0 = time.perf_counter()
-    points = bench_points([int(x) for x in args.ns.split(",") if x], device)
+    points = bench_points([int(x) for x in args.ns.split(",") if x], device, args.selection.split(","))
     if points:
         (out / "bench_attention.json").write_text(json.dumps(points, indent=1) + "\n")
         sections.append(tables(points))

@@ -34,6 +34,12 @@ FLAVORS = {
         dim=384, n_layers=12, n_heads=6, vocab_size=VOCAB_SIZE, ffn_dim_multiplier=0.5625, multiple_of=64,
         rope_theta=500000, eos_id=EOS_ID,
     ),
+    # A quarter of `small`'s non-embedding parameters (d 256, 8 layers, 4 heads of dim 64, FFN 384; 4.6M): long
+    # contexts on one GPU with several tokens per parameter in minutes (the time-to-quality study).
+    "tiny": LighthouseLlamaArgs(
+        dim=256, n_layers=8, n_heads=4, vocab_size=VOCAB_SIZE, ffn_dim_multiplier=0.5625, multiple_of=64,
+        rope_theta=500000, eos_id=EOS_ID,
+    ),
     "paper": LighthouseLlamaArgs(
         dim=1024, n_layers=30, n_heads=8, vocab_size=VOCAB_SIZE, ffn_dim_multiplier=0.5625, multiple_of=256,
         rope_theta=500000, eos_id=EOS_ID,
