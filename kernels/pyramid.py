@@ -135,10 +135,10 @@ def _causal_levels_kernel(s_ptr, hist_ptr, N, NTOT, L: tl.constexpr, LOG2P: tl.c
     t0 = tl.program_id(0) * BLOCK_T
     s_row = s_ptr + row * NTOT
     for lvl in tl.static_range(1, L):
-        SPAN: tl.constexpr = 1 << (lvl * LOG2P)
+        # the level's span p**lvl is written out (a constexpr cannot be reassigned across unrolled levels)
         i = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
         valid = i < (N >> (lvl * LOG2P))
-        t = (i * SPAN - SPAN + 1)[:, None] + tl.arange(0, SPAN)[None, :]
+        t = ((i << (lvl * LOG2P)) - (1 << (lvl * LOG2P)) + 1)[:, None] + tl.arange(0, 1 << (lvl * LOG2P))[None, :]
         x = tl.load(s_row + t, mask=(t >= 0) & valid[:, None], other=float("-inf"))
         if HISTORY:
             earlier = tl.load(hist_ptr + row * HALO + HALO + t, mask=(t < 0) & valid[:, None], other=float("-inf"))
