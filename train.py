@@ -3,9 +3,11 @@
     torchrun --nproc_per_node=8 train.py --job.config_file configs/paper/stage1_L3_p2_k1536_dilated.toml
     python train.py --job.config_file configs/debug.toml   # one process, CPU or GPU
 
-CLI flags override the TOML file (`--training.steps 100`, `--lighthouse.topk 2048`, ...).
+CLI flags override the TOML file (`--training.steps 100`, `--lighthouse.topk 2048`, ...); `--help` lists them.
+A configuration mistake ends in one line and exit code 2 (`LIGHTHOUSE_DEBUG=1`: with its traceback).
 """
 import os
+import sys
 
 import recipe  # noqa: F401  (first: prepares torchtitan on machines without an accelerator)
 import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
@@ -15,4 +17,8 @@ from recipe.trainer import main
 if __name__ == "__main__":
     if "RANK" not in os.environ:  # a plain `python train.py` is a one-process job; torchrun sets these itself
         os.environ.update(single_process_env())
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # the reader of stdout left early (`train.py --help | head`): nothing to report
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail too
+        sys.exit(1)

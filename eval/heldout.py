@@ -51,3 +51,25 @@ def mean_loss(logits_fn: Callable[[torch.Tensor], torch.Tensor], windows: torch.
         total += F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").item()
         tokens += batch[:, 1:].numel()
     return total / tokens
+
+
+def position_edges(seq_len: int, first: int = 64, factor: int = 4) -> list[int]:
+    """Bucket edges 0, first, first*factor, ... up to seq_len: positions in a window, log-spaced."""
+    edges = [0]
+    while edges[-1] < seq_len:
+        edges.append(min(seq_len, first if edges[-1] == 0 else edges[-1] * factor))
+    return edges
+
+
+@torch.no_grad()
+def loss_by_position(logits_fn: Callable[[torch.Tensor], torch.Tensor], windows: torch.Tensor, edges: list[int],
+                     batch_size: int = 1, device: torch.device | str = "cpu") -> list[float]:
+    """Mean cross-entropy of the positions in [edges[i], edges[i+1]) of every window: whether later positions,
+    which have more context, predict better (a model that uses far context keeps improving with position)."""
+    total = torch.zeros(windows.shape[1] - 1, dtype=torch.float64)
+    for start in range(0, len(windows), batch_size):
+        batch = windows[start:start + batch_size].to(device)
+        logits = logits_fn(batch[:, :-1]).float()
+        losses = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")
+        total += losses.sum(dim=0).double().cpu()
+    return [(total[a:b].sum() / ((b - a) * len(windows))).item() for a, b in zip(edges, edges[1:])]

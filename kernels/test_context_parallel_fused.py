@@ -44,12 +44,14 @@ def ranks():
     pool.close()
 
 
-def _distinct_norm_qkv(local_len: int, heads: int, kv_heads: int, dim: int, seed: int):
+def _distinct_norm_qkv(local_len: int, heads: int, kv_heads: int, dim: int, seed: int, rank: int, world: int):
     """This rank's q [2, N, H, D], k, v [2, N, G, D] (float32, fresh per seed and rank); the norms of q, resp.
-    k, a random permutation of 1 + i/count, i < count: no two tokens' scores are within float32 rounding."""
+    k, a random permutation of this rank's share of 1 + i/count, i < count over all ranks: no two tokens'
+    scores are within float32 rounding, also across ranks (causal selection compares a chunk's scores with
+    the previous chunk's, which another rank holds)."""
     torch.manual_seed(seed)
-    q_norms, k_norms = (1 + torch.randperm(2 * local_len * h).view(2, local_len, h) / (2 * local_len * h)
-                        for h in (heads, kv_heads))
+    q_norms, k_norms = (1 + (torch.randperm(2 * local_len * h) + rank * 2 * local_len * h).view(2, local_len, h)
+                        / (world * 2 * local_len * h) for h in (heads, kv_heads))
     q, k = (vectors_with_norms(n.double(), dim) for n in (q_norms, k_norms))
     return q.to(DTYPE), k.to(DTYPE), torch.randn(2, local_len, kv_heads, dim, dtype=DTYPE)
 
@@ -58,7 +60,7 @@ def _local_inputs(mesh, inputs: str, seq_len: int, heads: int, kv_heads: int, se
     local_len = seq_len // mesh.size()
     seed += mesh.get_local_rank()
     if inputs == "distinct-norms":
-        return _distinct_norm_qkv(local_len, heads, kv_heads, 8, seed)
+        return _distinct_norm_qkv(local_len, heads, kv_heads, 8, seed, mesh.get_local_rank(), mesh.size())
     # rising norms over the whole sequence: only the prefix guarantee expands a tile's first entry
     pos = _shard_positions(mesh.get_local_rank(), mesh.size(), seq_len)
     return tuple(x[:, pos].to(DTYPE) for x in _rising_norm_inputs(seq_len, heads, kv_heads, seed))

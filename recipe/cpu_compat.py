@@ -19,15 +19,26 @@ one fact about torchtitan 0.2.2 + torch 2.13 on CPU:
    `aten._scaled_dot_product_flash_attention_for_cpu`. `recipe.context_parallel.register_cpu_ring_attention`
    adds one built from torch's own ring templates; the model's parallelize function registers it when the CP
    mesh is on CPU.
+
+Warnings that say nothing on CPU are silenced (`quiet_cpu_warnings`):
+
+7. torchtitan looks up the peak FLOPs of the GPU for MFU: it runs `lspci` to find an NVIDIA H100 and, not
+   knowing the device, falls back to an A100's 312 TFLOPS, warning about both on every run. Without a GPU
+   the lookup has nothing to find; one line says instead that the `mfu` column means nothing here.
+8. With `training.mixed_precision_param = "float32"` torchtitan enters `torch.autocast("cpu", float32)`,
+   which torch rejects with a warning and turns off: float32 autocast changes nothing, so neither does
+   dropping the warning.
 """
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import platform
 import resource
 import sys
 import types
+import warnings
 from typing import Any
 
 import torch
@@ -122,11 +133,45 @@ def point_torchtitan_at_cpu() -> None:
         module.device_module = device_module
 
 
+class CpuLogFilter(logging.Filter):
+    """(7) Drops torchtitan's peak-FLOPs warnings, which are about finding a GPU, and explains MFU once."""
+
+    MFU_NOTE = "MFU on CPU: torchtitan knows no CPU peak and divides by an A100's 312 TFLOPS; ignore the mfu column"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.explained = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Error running lspci"):
+            return False
+        if message.startswith("Peak flops undefined for"):
+            if self.explained:
+                return False
+            self.explained = True
+            record.msg, record.args, record.levelno, record.levelname = self.MFU_NOTE, (), logging.INFO, "INFO"
+        return True
+
+
+def ignore_float32_autocast_warning() -> None:
+    """(8) Ignore torch's warning that CPU autocast does not support the dtype (float32: nothing to autocast)."""
+    warnings.filterwarnings("ignore", message="In CPU autocast, but the target dtype is not supported",
+                            category=UserWarning)
+
+
+def quiet_cpu_warnings() -> None:
+    """(7, 8) Install the log filter on torchtitan's (root) logger and ignore the float32 CPU autocast warning."""
+    logging.getLogger().addFilter(CpuLogFilter())
+    ignore_float32_autocast_warning()
+
+
 _installed: list[str] = []
 
 
 def install() -> list[str]:
-    """Apply the CPU patches once (no-op with an accelerator); return the names of those applied."""
+    """Apply the CPU patches and quiet the CPU warnings once (no-op with an accelerator); return the names of
+    the patches applied."""
     if _installed or not on_cpu_only():
         return list(_installed)
     if not triton_importable():
@@ -134,4 +179,5 @@ def install() -> list[str]:
         _installed.append("moe_kernels_without_triton")
     point_torchtitan_at_cpu()
     _installed.append("device_cpu")
+    quiet_cpu_warnings()
     return list(_installed)

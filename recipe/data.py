@@ -1,8 +1,10 @@
 """Datasets for torchtitan's dataloader: byte-tokenized documents packed into fixed windows, resumable.
 
-`synthetic` (the offline default) generates a seeded long-range recall corpus; `local` reads a glob of
-.txt/.jsonl/.json/.parquet files (`training.dataset_path`); `c4` streams HF `allenai/c4` (`en`), or a local
-HF dataset folder given as `training.dataset_path`. Each source yields this data-parallel rank's documents;
+`synthetic` (the offline default) generates a seeded long-range recall corpus; `local` reads a folder or a
+glob of .txt/.jsonl/.json/.parquet files (`training.dataset_path`); `c4` streams HF `allenai/c4` (`en`), or
+a local HF dataset folder given as `training.dataset_path`, and fails at once when the hub is offline or
+unreachable. The dataloader logs which source it reads and how much (for local files: files, bytes and,
+where no file must be read for it, documents). Each source yields this data-parallel rank's documents;
 `PackedDocuments` turns them into [BOS doc EOS BOS doc EOS ...] windows of `seq_len + 1` tokens, and
 torchtitan's `ParallelAwareDataloader` (a torchdata StatefulDataLoader) saves source position and the
 partial window in every checkpoint, so a resumed run sees exactly the batches an uninterrupted one would.
@@ -11,7 +13,10 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import random
+import urllib.error
+import urllib.request
 from abc import ABC, abstractmethod
 from dataclasses import asdict
 from pathlib import Path
@@ -22,9 +27,11 @@ from torch.distributed.checkpoint.stateful import Stateful
 from torch.utils.data import IterableDataset
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.components.tokenizer import BaseTokenizer
+from torchtitan.tools.logging import logger
 
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 C4_HUB_PATH = "allenai/c4"
+HUB_TIMEOUT_S = 5.0  # how long the hub may take to answer before `c4` gives up
 
 
 class DocumentSource(Stateful, ABC):
@@ -33,6 +40,10 @@ class DocumentSource(Stateful, ABC):
     @abstractmethod
     def __iter__(self) -> Iterator[str]:
         ...
+
+    @abstractmethod
+    def describe(self) -> str:
+        """What the source reads, for the start-up log; cheap (never reads the documents themselves)."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -93,6 +104,9 @@ class SyntheticRecall(DocumentSource):
             self._yielded += 1
             yield synthetic_document(self.seed, doc_id, self.doc_chars)
 
+    def describe(self) -> str:
+        return f"generated recall documents of about {self.doc_chars:,} characters (seed {self.seed})"
+
     def state_dict(self) -> dict[str, Any]:
         return {"yielded": self._yielded}
 
@@ -101,7 +115,7 @@ class SyntheticRecall(DocumentSource):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# local: a glob of text files
+# local: a folder or a glob of text files
 
 
 def _record_text(record: Any, where: str) -> str:
@@ -136,9 +150,17 @@ def read_documents(path: str) -> Iterator[str]:
 
 
 def match_local_files(pattern: str | None) -> list[str]:
-    """Sorted files matching `pattern` (recursive `**` allowed); every one must have a supported suffix."""
+    """Sorted files of `pattern`: a folder (every file with a supported suffix below it, hidden ones skipped as
+    `**` does), or a glob (recursive `**` allowed) whose every match must have a supported suffix."""
     if not pattern:
-        raise ValueError("dataset 'local' needs training.dataset_path, a glob such as 'data/**/*.jsonl'")
+        raise ValueError("dataset 'local' needs training.dataset_path, a folder or a glob such as 'data/**/*.jsonl'")
+    if Path(pattern).is_dir():
+        below = glob.glob(os.path.join(glob.escape(pattern), "**", "*"), recursive=True)
+        files = sorted(f for f in below if Path(f).suffix in LOCAL_SUFFIXES and Path(f).is_file())
+        if not files:
+            raise ValueError(f"training.dataset_path={pattern!r} is a folder with no {'/'.join(LOCAL_SUFFIXES)} "
+                             "files below it")
+        return files
     files = sorted(f for f in glob.glob(pattern, recursive=True) if Path(f).is_file())
     if not files:
         raise ValueError(f"training.dataset_path={pattern!r} matches no files")
@@ -155,6 +177,17 @@ class LocalFiles(DocumentSource):
     def __init__(self, files: list[str], rank: int, world: int) -> None:
         self.files, self.rank, self.world = files, rank, world
         self._next = 0  # global index (within the epoch) of the first document not yet consumed
+
+    def describe(self) -> str:
+        """Files and bytes; documents too when counting them reads no file (.txt files and parquet footers)."""
+        files = f"{len(self.files):,} file{'s' if len(self.files) != 1 else ''}"
+        summary = f"{files}, {sum(os.path.getsize(f) for f in self.files):,} bytes"
+        if any(Path(f).suffix in (".jsonl", ".json") for f in self.files):
+            return f"{summary} (documents not counted: that would read every .jsonl/.json file)"
+        import pyarrow.parquet as pq
+
+        documents = sum(1 if f.endswith(".txt") else pq.ParquetFile(f).metadata.num_rows for f in self.files)
+        return f"{summary}, {documents:,} documents"
 
     def __iter__(self) -> Iterator[str]:
         while True:
@@ -181,22 +214,43 @@ class LocalFiles(DocumentSource):
 # c4: Hugging Face streaming
 
 
-def load_c4(path: str | None):
-    """Streaming train split of C4 English from the hub, or of a local HF dataset folder."""
-    from datasets import load_dataset
+_TRUE = ("1", "on", "yes", "true")
 
-    if path and Path(path).is_dir():
-        return load_dataset(path, split="train", streaming=True)
-    return load_dataset(path or C4_HUB_PATH, name="en", split="train", streaming=True)
+
+def check_hub_reachable(name: str, timeout: float = HUB_TIMEOUT_S) -> None:
+    """Raise ValueError at once, suggesting the `local` dataset, when the Hugging Face hub is switched off
+    (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE) or does not answer within `timeout` seconds; without this check the
+    datasets library retries for about half a minute and ends in a ConnectionError."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    offline = [f"{key}={os.environ[key]}" for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+               if os.environ.get(key, "").lower() in _TRUE]
+    if offline:
+        reason = f"is switched off ({', '.join(offline)})"
+    else:
+        try:  # any HTTP answer, even an error status, means the hub is reachable; proxies are honoured
+            urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except (OSError, ValueError) as err:  # URLError and timeouts are OSErrors
+            reason = f"is not reachable at {endpoint} ({err})"
+    raise ValueError(
+        f"training.dataset='c4' streams {name} from the Hugging Face hub, which {reason}. Without network, set "
+        f"training.dataset = \"local\" and training.dataset_path = a folder or glob of {'/'.join(LOCAL_SUFFIXES)} "
+        "files (or training.dataset_path = a local folder of C4 in HF format)"
+    )
 
 
 class HuggingFaceStream(DocumentSource):
     """The 'text' field of a streaming HF dataset, split across ranks; resumes through HF's own state."""
 
-    def __init__(self, dataset, rank: int, world: int) -> None:
+    def __init__(self, dataset, rank: int, world: int, name: str) -> None:
         from datasets.distributed import split_dataset_by_node
 
-        self._data = split_dataset_by_node(dataset, rank, world)
+        self._data, self.name = split_dataset_by_node(dataset, rank, world), name
+
+    def describe(self) -> str:
+        return f"{self.name}, train split, streamed (files, documents and bytes are not counted ahead)"
 
     def __iter__(self) -> Iterator[str]:
         while True:
@@ -213,6 +267,17 @@ class HuggingFaceStream(DocumentSource):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._data.load_state_dict(state_dict["data"])
+
+
+def c4_stream(path: str | None, rank: int, world: int) -> HuggingFaceStream:
+    """This rank's part of the streaming train split of C4 English from the hub, or of a local HF dataset folder."""
+    from datasets import load_dataset
+
+    if path and Path(path).is_dir():
+        return HuggingFaceStream(load_dataset(path, split="train", streaming=True), rank, world, path)
+    hub_path = path or C4_HUB_PATH
+    check_hub_reachable(hub_path)
+    return HuggingFaceStream(load_dataset(hub_path, name="en", split="train", streaming=True), rank, world, hub_path)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -248,7 +313,7 @@ SourceBuilder = Callable[[str | None, int, int, int, int], DocumentSource]
 DATASETS: dict[str, SourceBuilder] = {
     "synthetic": lambda path, seed, seq_len, rank, world: SyntheticRecall(seed, seq_len, rank, world),
     "local": lambda path, seed, seq_len, rank, world: LocalFiles(match_local_files(path), rank, world),
-    "c4": lambda path, seed, seq_len, rank, world: HuggingFaceStream(load_c4(path), rank, world),
+    "c4": lambda path, seed, seq_len, rank, world: c4_stream(path, rank, world),
 }
 # Sources that split documents by data-parallel rank only, so dataloader workers would repeat them.
 _RANK_SHARDED_ONLY = ("synthetic", "local")
@@ -278,6 +343,8 @@ def build_lighthouse_dataloader(
     source = build_source(
         training.dataset, training.dataset_path, job_config.debug.seed or 0, training.seq_len, dp_rank, dp_world_size
     )
+    where = f" at training.dataset_path={training.dataset_path!r}" if training.dataset == "local" else ""
+    logger.info(f"Dataset {training.dataset!r}{where}: {source.describe()}")
     return ParallelAwareDataloader(
         PackedDocuments(source, tokenizer, training.seq_len),
         dp_rank=dp_rank,

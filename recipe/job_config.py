@@ -1,18 +1,22 @@
 """The `[lighthouse]` TOML section (a torchtitan JobConfig extension) and the start-up checks of a job.
 
-Load it with `[job] custom_config_module = "recipe.job_config"` (torchtitan 0.2.2 merges this module's
-`JobConfig` into its own; the deprecated `[experimental] custom_args_module` does not).
+`train.py` always reads it (`recipe.cli`); tools that use torchtitan's own ConfigManager load it with
+`[job] custom_config_module = "recipe.job_config"` (torchtitan 0.2.2 merges this module's `JobConfig` into
+its own; the deprecated `[experimental] custom_args_module` does not).
 """
 # No `from __future__ import annotations`: torchtitan merges these dataclasses into its own and tyro must
 # resolve the field types outside this module.
+import os
 from dataclasses import dataclass, field
 
+from torch.distributed.checkpoint import FileSystemReader
 from torchtitan.tools.logging import logger
 
 from lighthouse import LighthouseConfig
 from lighthouse.context_parallel import check_context_parallel
 
 from .context_parallel import check_context_parallel_layout
+from .validation import check_validation
 
 
 @dataclass
@@ -38,10 +42,11 @@ class Lighthouse:
     dilation: int = 4
     """Stride of the dilated scorer."""
 
-    selection: str = "paper"
-    """"paper" (an entry's expansion score is the max over its whole window: a trained model learns to read
-    the next tokens through it, so stage-1 losses are optimistic) or "causal" (the max over the p**l tokens
-    ending at the entry's first token; docs/causality.md)."""
+    selection: str = "causal"
+    """"causal" (default: an entry scores the p**l tokens ending at its first token, so no score that decides
+    what position j receives reads a token after j) or "paper" (the max over the entry's whole window: a
+    trained model learns to read the next tokens through it, so its stage-1 losses are optimistic).
+    docs/causality.md; the default follows docs/results.md (time to quality)."""
 
     dense_layers: list[int] = field(default_factory=list)
     """Layer indices that keep dense causal SDPA (the paper: 0, 1, 28, 29 of 30)."""
@@ -89,11 +94,39 @@ def _check_dense_layers(dense_layers: list[int], n_layers: int) -> None:
         raise ValueError(f"[lighthouse] dense_layers={list(dense_layers)} repeats {repeated}")
 
 
+def check_initial_load(job_config) -> None:
+    """Raise ValueError if the checkpoint the job would start from cannot serve it (the trainer checks this at
+    start, after `check_job_config`: the paper's stage 2 names a checkpoint that stage 1 has yet to write).
+
+    `checkpoint.initial_load_path` must be a folder, and a full resume from it (model, optimizer, LR, data
+    position, step) needs a checkpoint that holds them all; torchtitan would stop at
+    `Missing key ... dataloader.dp_rank_0` after building the model."""
+    checkpoint, path = job_config.checkpoint, job_config.checkpoint.initial_load_path
+    if not checkpoint.enable or not path or os.path.exists(os.path.join(job_config.job.dump_folder, checkpoint.folder)):
+        return  # nothing to load, or torchtitan resumes from the job's own checkpoints and ignores initial_load_path
+    if not os.path.isdir(path):
+        raise ValueError(f"checkpoint.initial_load_path={path!r} is not a folder")
+    if checkpoint.initial_load_model_only or checkpoint.initial_load_in_hf:
+        return
+    try:
+        keys = FileSystemReader(path).read_metadata().state_dict_metadata
+    except FileNotFoundError as err:
+        raise ValueError(f"checkpoint.initial_load_path={path!r} is not a checkpoint (no .metadata)") from err
+    if not any(key.startswith("train_state") for key in keys):
+        raise ValueError(
+            f"checkpoint.initial_load_path={path!r} holds model weights only (its run saved its last step with "
+            "checkpoint.last_save_model_only = true), but checkpoint.initial_load_model_only = false asks for the "
+            "optimizer, LR schedule, data position and step too: point initial_load_path at an earlier step-N "
+            "folder of that run (interval checkpoints are full), rerun it with last_save_model_only = false, or "
+            "pass --checkpoint.initial_load_model_only to start from its weights alone at step 0"
+        )
+
+
 def check_job_config(job_config, n_layers: int) -> None:
     """Raise ValueError naming the offending values if the job cannot run; no device is touched.
 
-    Checks the `[lighthouse]` section against the model (`n_layers`) and every sequence length the job
-    runs Lighthouse on, and the parallelisms this model supports.
+    Checks the step count, `[validation]`, the `[lighthouse]` section against the model
+    (`n_layers`) and every sequence length the job runs Lighthouse on, and the parallelisms this model supports.
     """
     section = getattr(job_config, "lighthouse", None)
     if section is None:
@@ -101,6 +134,9 @@ def check_job_config(job_config, n_layers: int) -> None:
             f"model.name={job_config.model.name!r} reads the [lighthouse] section: "
             "set [job] custom_config_module = \"recipe.job_config\""
         )
+    if job_config.training.steps < 1:
+        raise ValueError(f"training.steps={job_config.training.steps} must be >= 1")
+    check_validation(job_config)
     _check_dense_layers(section.dense_layers, n_layers)
     if section.switch_to_dense_at_step < 0:
         raise ValueError(f"[lighthouse] switch_to_dense_at_step={section.switch_to_dense_at_step} must be >= 0")
@@ -119,6 +155,10 @@ def check_job_config(job_config, n_layers: int) -> None:
         return
     check_context_parallel_layout(job_config)
     config = section.to_config()
+    try:
+        config.check()  # mistakes at any length are named as such, not as a misfit with seq_len
+    except ValueError as err:
+        raise ValueError(f"[lighthouse] {err}") from err
     seq_lens = {"training.seq_len": job_config.training.seq_len}
     if job_config.validation.enable:
         seq_lens["validation.seq_len"] = job_config.validation.seq_len

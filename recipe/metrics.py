@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import torch.distributed as dist
 from torchtitan.components.metrics import BaseLogger, LoggerContainer, MetricsProcessor, _get_metrics_rank
 from torchtitan.distributed import ParallelDims
 from torchtitan.tools.logging import logger
+from torchtitan.tools.utils import NoColor
 
 from .lighthouse_stats import SelectionStats
 
@@ -16,36 +18,47 @@ METRICS_FILE = "metrics.jsonl"
 
 
 class JsonlLogger(BaseLogger):
-    """One JSON object per logged step, {"step": n, <metric>: value, ...}, appended to `path`."""
+    """One JSON object per logged step, {"step": n, <metric>: value, ...}, appended to `path`; events such as
+    a process start are records with an "event" key ({"event": "run_start", "step": first step, ...})."""
 
     def __init__(self, path: str) -> None:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self._file = open(path, "a", encoding="utf-8")
 
-    def log(self, metrics: dict[str, Any], step: int) -> None:
-        self._file.write(json.dumps({"step": step, **metrics}) + "\n")
+    def write(self, record: dict[str, Any]) -> None:
+        self._file.write(json.dumps(record) + "\n")
         self._file.flush()
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        self.write({"step": step, **metrics})
 
     def close(self) -> None:
         self._file.close()
 
 
 def read_metrics(path: str) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl file, in the order they were logged."""
+    """The step records of a metrics.jsonl file, in the order they were logged (event records left out)."""
     with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
+        records = [json.loads(line) for line in f if line.strip()]
+    return [record for record in records if "event" not in record]
 
 
 class LighthouseMetricsProcessor(MetricsProcessor):
-    """Adds `lighthouse/*` statistics (collected in `selection_stats` during the step) to each logged step."""
+    """Adds `lighthouse/*` statistics (collected in `selection_stats` during the step) to each logged step;
+    `jsonl` is the metrics.jsonl logger on the rank that logs metrics, None elsewhere. Logs without colour
+    codes when stdout is not a terminal (as `metrics.disable_color_printing` does)."""
 
     def __init__(self, job_config, parallel_dims: ParallelDims, tag: str | None = None) -> None:
         super().__init__(job_config, parallel_dims, tag)
+        if not sys.stdout.isatty():  # torchtitan logs to stdout: colour codes only clutter a log file
+            self.color = NoColor()
         self.selection_stats = SelectionStats()
+        self.jsonl: JsonlLogger | None = None  # set on the rank that logs metrics only
         if not dist.is_initialized() or dist.get_rank() == _get_metrics_rank(parallel_dims, job_config):
+            self.jsonl = JsonlLogger(os.path.join(job_config.job.dump_folder, METRICS_FILE))
             loggers = LoggerContainer()
             loggers.add_logger(self.logger)
-            loggers.add_logger(JsonlLogger(os.path.join(job_config.job.dump_folder, METRICS_FILE)))
+            loggers.add_logger(self.jsonl)
             self.logger = loggers
 
     def log(self, step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=None) -> None:

@@ -1,24 +1,33 @@
-"""torchtitan's Trainer with start-up checks, the switch to dense SDPA and Lighthouse statistics."""
+"""torchtitan's Trainer with start-up checks, a record of each run, the switch to dense SDPA and Lighthouse
+statistics."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
-from torchtitan.config import ConfigManager, JobConfig
+from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 from torchtitan.tools.logging import init_logger, logger
 from torchtitan.train import Trainer
 
-from .job_config import check_job_config
+from .cli import ConfigError, as_config_error, exit_on_config_error, parse_job_config
+from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
+from .run_record import run_start_record, write_run_record
 
 
+@as_config_error()
 def check_job(job_config: JobConfig) -> None:
-    """All start-up checks of a job, before any device or process group is touched."""
-    spec = get_train_spec(job_config.model.name)
+    """The start-up checks of a job's settings, before any device or process group is touched; a mistake
+    raises ConfigError naming the values."""
+    try:
+        spec = get_train_spec(job_config.model.name)
+    except ValueError as err:
+        raise ValueError(f"model.name={job_config.model.name!r} is not a registered model ({err})") from err
     flavor = job_config.model.flavor
     if flavor not in spec.model_args:
         raise ValueError(f"model.flavor={flavor!r} is not one of {sorted(spec.model_args)}")
@@ -27,16 +36,35 @@ def check_job(job_config: JobConfig) -> None:
     check_job_config(job_config, spec.model_args[flavor].n_layers)
 
 
-class LighthouseTrainer(Trainer):
-    """Checks the job first; runs dense SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics
-    of the Lighthouse layers on every log step (not under context parallelism, where each rank holds only
-    its chunks of the sequence)."""
+def _not_hf_index_warning(record: logging.LogRecord) -> bool:
+    """Log filter: torchtitan warns when `model.hf_assets_path` has no `model.safetensors.index.json`, which only
+    saving in HF format reads; the byte tokenizer needs no HF assets, so jobs that save none skip the warning."""
+    return not record.getMessage().startswith("model.safetensors.index.json not found")
 
-    def __init__(self, job_config: JobConfig) -> None:
+
+class LighthouseTrainer(Trainer):
+    """Checks the job and the checkpoint it starts from first; records the run (`argv`: the job's arguments,
+    default this process's); runs dense SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics
+    of the Lighthouse layers on every log step."""
+
+    def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         check_job(job_config)
-        super().__init__(job_config)
+        with as_config_error():
+            check_initial_load(job_config)
+        logger.info(f"Output folder: {os.path.abspath(job_config.job.dump_folder)}")
+        if not job_config.checkpoint.last_save_in_hf:
+            logger.addFilter(_not_hf_index_warning)
+        try:
+            super().__init__(job_config)
+        finally:
+            logger.removeFilter(_not_hf_index_warning)
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step
         self.lighthouse_on = bool(self.model_args.lighthouse_layers())
+        # The rank that logs metrics records the run (recipe/run_record.py) and marks its first step.
+        self.run_record = None if self.metrics_processor.jsonl is None else write_run_record(job_config, argv)
+        self.mark_run_start = self.run_record is not None
+        if self.run_record is not None:
+            logger.info(f"Run record (config.toml, run.json): {self.run_record}")
 
     def switch_to_dense(self) -> None:
         """Dense causal SDPA in every layer from now on; MFU accounting follows."""
@@ -50,6 +78,9 @@ class LighthouseTrainer(Trainer):
         logger.info(f"[lighthouse] switch_to_dense_at_step={self.switch_step}: dense SDPA from step {self.step}")
 
     def train_step(self, data_iterator: Iterator) -> None:
+        if self.mark_run_start:
+            self.metrics_processor.jsonl.write(run_start_record(self.step, self.run_record))
+            self.mark_run_start = False
         if self.lighthouse_on and 0 < self.switch_step < self.step:
             self.switch_to_dense()
         observe = (
@@ -64,30 +95,35 @@ class LighthouseTrainer(Trainer):
                 attach_observers(self.model_parts, None)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with LighthouseTrainer."""
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with LighthouseTrainer.
+
+    A configuration mistake ends in one line on stderr and exit code 2 (`LIGHTHOUSE_DEBUG=1`: a traceback).
+    """
     init_logger()
-    config = ConfigManager().parse_args(sys.argv[1:] if argv is None else argv)
-    trainer: LighthouseTrainer | None = None
-    finished = False
-    try:
-        trainer = LighthouseTrainer(config)
-        if config.comm.mode == "local_tensor":
-            logger.info("Local tensor mode: the trainer is built, training is skipped")
-        elif config.checkpoint.create_seed_checkpoint:
-            if int(os.environ["WORLD_SIZE"]) != 1:
-                raise ValueError("create a seed checkpoint with one process (no sharding)")
-            trainer.checkpointer.save(curr_step=0, last_step=True)
-            logger.info("Created seed checkpoint")
-        else:
-            trainer.train()
-        finished = True
-    finally:
-        if trainer is not None:
-            trainer.close()
-        if torch.distributed.is_initialized():
-            if finished:
-                # Every rank finished: tear the groups down together (a gloo rank destroying its group while
-                # another still runs can abort at exit).
-                torch.distributed.barrier()
-            torch.distributed.destroy_process_group()
+    args = list(sys.argv[1:] if argv is None else argv)
+    with exit_on_config_error():
+        config = parse_job_config(args)
+        trainer: LighthouseTrainer | None = None
+        finished = False
+        try:
+            trainer = LighthouseTrainer(config, args)
+            if config.comm.mode == "local_tensor":
+                logger.info("Local tensor mode: the trainer is built, training is skipped")
+            elif config.checkpoint.create_seed_checkpoint:
+                if int(os.environ["WORLD_SIZE"]) != 1:
+                    raise ConfigError("create a seed checkpoint with one process (no sharding)")
+                trainer.checkpointer.save(curr_step=0, last_step=True)
+                logger.info("Created seed checkpoint")
+            else:
+                trainer.train()
+            finished = True
+        finally:
+            if trainer is not None:
+                trainer.close()
+            if torch.distributed.is_initialized():
+                if finished:
+                    # Every rank finished: tear the groups down together (a gloo rank destroying its group while
+                    # another still runs can abort at exit).
+                    torch.distributed.barrier()
+                torch.distributed.destroy_process_group()

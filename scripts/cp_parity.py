@@ -44,6 +44,7 @@ from lighthouse.context_parallel import (  # noqa: E402
 )
 from lighthouse.layer import uses_fused_kernels  # noqa: E402
 from recipe.context_parallel import enable_context_parallel  # noqa: E402
+from require_cuda import require_cuda  # noqa: E402  (scripts/, the script's own folder)
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -142,6 +143,8 @@ def forward_backward(fn, inputs, grad_out):
 
 def main() -> None:
     args = parse_args()
+    if args.device == "cuda":
+        require_cuda("--device cpu runs it with gloo")
     device, mesh = setup(args.device)
     rank, world = dist.get_rank(), dist.get_world_size()
     enable_context_parallel(mesh, args.rotate_method)

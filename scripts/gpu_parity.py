@@ -37,6 +37,7 @@ from lighthouse import (  # noqa: E402
     reference_lighthouse_attention,
     token_scores,
 )
+from require_cuda import require_cuda  # noqa: E402  (scripts/, the script's own folder)
 
 # (B, N, H, G, D, dtype, LighthouseConfig kwargs)
 CASES = [
@@ -127,6 +128,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the cases " + str(QUICK))
     args = parser.parse_args()
+    require_cuda()
     props = torch.cuda.get_device_properties(0)
     print(f"{props.name}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, "
           f"triton {__import__('triton').__version__}")

@@ -6,7 +6,9 @@ also with dense attention in every layer on the same weights (how much the weigh
         --job.config_file configs/replicate/small.toml
 
 Windows of `training.seq_len + 1` tokens cut from the held-out files as in training (`eval.heldout`).
-Writes `<out>.json`: {"loss": {"lighthouse": ..., "dense": ...}, "windows": ..., provenance}.
+Writes `<out>.json`: {"loss": {"lighthouse": ..., "dense": ...}, "windows": ..., provenance}; with
+`--by-position`, also "by_position": {"edges": [0, 64, 256, ...], "lighthouse": [...], "dense": [...]}, the
+mean loss of the positions between successive edges (does the model use far context?).
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import sys
 
 from eval_common import load, parser, provenance
 
-from eval.heldout import heldout_windows, mean_loss
+from eval.heldout import heldout_windows, loss_by_position, mean_loss, position_edges
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -23,17 +25,24 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--data", required=True, help="glob of held-out files (.txt/.jsonl/.json/.parquet)")
     p.add_argument("--windows", type=int, default=32, help="number of windows to score")
     p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--by-position", action="store_true", help="also the loss per log-spaced position bucket")
     args, job_argv = p.parse_known_args(argv)
     job_config, model, logits, device = load(args, job_argv)
     windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
 
-    loss = {}
+    loss, by_position = {}, {"edges": position_edges(job_config.training.seq_len)}
+
+    def score(name: str) -> None:
+        loss[name] = mean_loss(logits, windows, args.batch_size, device)
+        if args.by_position:
+            by_position[name] = loss_by_position(logits, windows, by_position["edges"], args.batch_size, device)
+
     if job_config.lighthouse.enable:
-        loss["lighthouse"] = mean_loss(logits, windows, args.batch_size, device)
+        score("lighthouse")
         model.set_lighthouse_enabled(False)
-    loss["dense"] = mean_loss(logits, windows, args.batch_size, device)
+    score("dense")
     record = {"loss": loss, "data": args.data, "windows": args.windows, "seq_len": job_config.training.seq_len,
-              **provenance(args, job_config, device)}
+              **({"by_position": by_position} if args.by_position else {}), **provenance(args, job_config, device)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     print("held-out loss " + "  ".join(f"{k}: {v:.4f}" for k, v in loss.items()) + f" -> {args.out.with_suffix('.json')}")

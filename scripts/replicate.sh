@@ -3,6 +3,16 @@
 #
 #   scripts/replicate.sh all                   # corpus, the three arms, evaluations, report
 #   STEPS=800 scripts/replicate.sh dense       # or one part at a time: corpus | dense | lighthouse | report
+#   scripts/replicate.sh report --publish      # also write docs/results.json and docs/replicate_loss.png
+#
+# The report (results.json, replicate_loss.png, report.md) goes to $RUN; only --publish (after `report` or
+# `all`) writes the tracked files in docs/. A CPU smoke run of the whole pipeline, the debug flavor at
+# sequence 256 for 80 steps (17 Python processes, about 5 CPU-minutes; 8 minutes on 2 busy cores):
+#
+#   RUN=/tmp/replicate-smoke STEPS=80 NIAH_LENGTHS=256 NIAH_LIGHTHOUSE_LENGTHS=256 HELDOUT_WINDOWS=2 \
+#   EXTRA="--model.flavor debug --training.seq_len 256 --lighthouse.pool 2 --lighthouse.topk 16 \
+#   --lighthouse.tile_budget 8 --lighthouse.dense_layers 0 3 --training.local_batch_size 2 \
+#   --training.global_batch_size 2 --training.mixed_precision_param float32" scripts/replicate.sh all
 #
 # Three arms at matched tokens: the same initial weights, the same batches at every step and one LR
 # schedule over STEPS steps. `dense`: dense attention from scratch. `switch_<A>`: Lighthouse for steps
@@ -27,6 +37,10 @@ NIAH_LIGHTHOUSE_LENGTHS=${NIAH_LIGHTHOUSE_LENGTHS:-4096,8192,16384}
 HELDOUT_WINDOWS=${HELDOUT_WINDOWS:-32}
 read -r -a EXTRA <<< "${EXTRA:-}"
 
+if [[ -n ${REPORT_OUT:-} ]]; then
+  echo "REPORT_OUT=$REPORT_OUT is not read: the report goes to RUN=$RUN; 'report --publish' also writes docs/" >&2
+  exit 2
+fi
 if (( STEPS <= 0 || STEPS % 80 != 0 )); then
   echo "STEPS=$STEPS must be a positive multiple of 80 (so both switch points fall on stage-1 log steps)" >&2
   exit 2
@@ -95,13 +109,15 @@ part_lighthouse() {
   done
 }
 
+# part_report [--publish]: the report into $RUN; with --publish, its results and plot into docs/ as well.
 part_report() {
-  "$PYTHON" scripts/replicate_report.py --run "$RUN" --steps "$STEPS" --out "${REPORT_OUT:-docs}" \
-    --config "$CONFIG" ${EXTRA[@]+"${EXTRA[@]}"}
+  "$PYTHON" scripts/replicate_report.py --run "$RUN" --steps "$STEPS" --config "$CONFIG" "$@" \
+    ${EXTRA[@]+"${EXTRA[@]}"}
 }
 
-case "${1:-}" in
-  corpus | dense | lighthouse | report) "part_$1" ;;
-  all) part_corpus; part_dense; part_lighthouse; part_report ;;
-  *) echo "usage: $0 corpus|dense|lighthouse|report|all" >&2; exit 2 ;;
+case "$# ${1:-} ${2:-}" in
+  "1 corpus " | "1 dense " | "1 lighthouse ") "part_$1" ;;
+  "1 report " | "2 report --publish") part_report "${@:2}" ;;
+  "1 all " | "2 all --publish") part_corpus; part_dense; part_lighthouse; part_report "${@:2}" ;;
+  *) echo "usage: $0 corpus|dense|lighthouse|report|all, or $0 report|all --publish" >&2; exit 2 ;;
 esac

@@ -1,6 +1,10 @@
-"""Summarise a scripts/replicate.sh run: docs/results.json, the loss-curve PNG and markdown tables.
+"""Summarise a scripts/replicate.sh run: results.json, the loss-curve PNG and markdown tables.
 
-    python scripts/replicate_report.py --run outputs/replicate --steps 800 --out docs
+    python scripts/replicate_report.py --run outputs/replicate --steps 800             # into the run folder
+    python scripts/replicate_report.py --run outputs/replicate --steps 800 --publish   # and into docs/
+
+The report goes to `--out` (default: the run folder); only `--publish` writes the tracked
+docs/results.json and docs/replicate_loss.png.
 
 Reads each arm's metrics.jsonl, the process wall times (walltime.jsonl), the held-out and NIAH JSONs
 (eval/) and the corpus manifest. Time is reported two ways: `wall_clock_s`, the elapsed time of the
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 from dataclasses import dataclass
@@ -25,6 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+DOCS = REPO / "docs"  # where --publish writes results.json and replicate_loss.png
 
 LOSS = "loss_metrics/global_avg_loss"
 TPS = "throughput(tps)"
@@ -45,6 +51,13 @@ class Arm:
 def read_jsonl(path: Path) -> list[dict]:
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def read_steps(run: Path, folder: str) -> list[dict]:
+    """The step records of `<run>/<folder>/metrics.jsonl`, read as the recipe writes them (events left out)."""
+    from recipe.metrics import read_metrics
+
+    return read_metrics(str(run / folder / "metrics.jsonl"))
 
 
 def losses_by_step(records: list[dict], first: int = 1, last: int | None = None) -> dict[int, float]:
@@ -79,13 +92,13 @@ def switch_analysis(arm: Arm, dense: dict[int, float], steps: int) -> dict:
 
 
 def load_arms(run: Path, steps: int, switches: list[int]) -> list[Arm]:
-    stage1 = read_jsonl(run / "lighthouse" / "metrics.jsonl")
-    arms = [Arm("dense", 0, losses_by_step(read_jsonl(run / "dense" / "metrics.jsonl")),
+    stage1 = read_steps(run, "lighthouse")
+    arms = [Arm("dense", 0, losses_by_step(read_steps(run, "dense")),
                 [("dense", [f"dense-to-{steps}"])])]
     for switch in switches:
         stage1_runs = [f"lighthouse-to-{s}" for s in switches if s <= switch]
         losses = {**losses_by_step(stage1, last=switch),
-                  **losses_by_step(read_jsonl(run / f"switch_{switch}" / "metrics.jsonl"), first=switch + 1)}
+                  **losses_by_step(read_steps(run, f"switch_{switch}"), first=switch + 1)}
         arms.append(Arm(f"switch_{switch}", switch, losses,
                         [("lighthouse", stage1_runs), ("dense", [f"switch_{switch}-to-{steps}"])]))
     return arms
@@ -100,7 +113,7 @@ def stage_seconds(walltimes: dict[str, float], entries: list[str]) -> float:
 
 def median_tps(run: Path, folder: str, first: int, last: int) -> float:
     """Median logged tok/s of a run's steps in [first, last] (robust to each process's slow first step)."""
-    records = [r for r in read_jsonl(run / folder / "metrics.jsonl") if first <= r["step"] <= last]
+    records = [r for r in read_steps(run, folder) if first <= r["step"] <= last]
     return statistics.median(r[TPS] for r in records)
 
 
@@ -230,16 +243,24 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--run", type=Path, required=True, help="the RUN folder of scripts/replicate.sh")
     p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--out", type=Path, required=True, help="folder for results.json and replicate_loss.png")
+    p.add_argument("--out", type=Path, help="folder for results.json, replicate_loss.png and report.md "
+                   "(default: the run folder)")
+    p.add_argument("--publish", action="store_true",
+                   help=f"also write results.json and replicate_loss.png into {DOCS} (tracked files)")
     p.add_argument("--config", default="configs/replicate/small.toml")
     args, extra = p.parse_known_args(argv)
     results = summarize(args.run, args.steps, tokens_per_step(["--job.config_file", args.config, *extra]))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    plot_losses(args.run, args.steps, args.out / "replicate_loss.png")
+    out = args.out or args.run
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    plot_losses(args.run, args.steps, out / "replicate_loss.png")
     table = markdown(results)
-    (args.run / "report.md").write_text(table)
+    (out / "report.md").write_text(table)
+    if args.publish:
+        for name in ("results.json", "replicate_loss.png"):
+            shutil.copyfile(out / name, DOCS / name)
     print(table)
+    print(f"report: {out}" + (f", published to {DOCS}" if args.publish else ""))
     return results
 
 

@@ -1,20 +1,12 @@
-"""The commit a measurement ran from, for the records benchmarks and evaluations write."""
-from __future__ import annotations
+"""The commit a measurement ran from, for the records benchmarks and evaluations write.
 
-import subprocess
+Defined in `recipe.run_record` (training runs record it too); this module keeps the scripts' import.
+"""
+import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-def source_commit(repo: Path) -> str:
-    """Short hash of `repo`'s HEAD, with "-dirty" when tracked files differ from it; "unknown" outside git.
+from recipe.run_record import source_commit  # noqa: E402
 
-    "-dirty" matters when a tree is copied to another machine: the HEAD there may not be the code that ran.
-    """
-    def git(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
-
-    head = git("rev-parse", "--short", "HEAD")
-    if head.returncode != 0 or not head.stdout.strip():
-        return "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
-    return head.stdout.strip() + ("-dirty" if dirty else "")
+__all__ = ["source_commit"]

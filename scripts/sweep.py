@@ -2,16 +2,21 @@
 
   python scripts/sweep.py create configs/<base>.toml --levels 3 4 5 --pool 2 4 8 --topk 1536 2048 4096 \\
       --scorer norm dilated [--set training.seq_len 65536 98304] [--stage2-steps 6000] \\
-      [--sbatch "--nodes=2 --partition=gpu"] [--submit]
+      [--sbatch "--nodes=2 --partition=gpu"] [--submit | --local [--launcher "torchrun --nproc_per_node=8"]]
   python scripts/sweep.py summary sweeps/<name> [other sweeps or run dump folders] [--format md|csv|json]
 
 `create` writes `sweeps/<name>/<run>.toml` for every point that passes `LighthouseConfig.validate(seq_len)`
 and torchtitan's own config parsing (invalid points are reported with the reason and not written), gives
 each run its own `[job] dump_folder` (so its own checkpoint and log folders), records the sweep in
 `sweeps/<name>/sweep.json`, and prints (or, with --submit, runs) one `slurm/submit.sh` line per point.
+With --local it trains the points here instead, one stage after another (`<launcher> train.py
+--job.config_file <stage>.toml`), records each stage's exit code and times in sweep.json as it ends, and
+stops at the first failure, exiting with its code.
 With --stage2-steps, each point is the two-stage recipe: `<run>.toml` trains with Lighthouse and
 `<run>.stage2.toml` resumes its final checkpoint (model, optimizer, LR schedule, data, step) with dense
-attention in a folder of its own, chained with --dependency=afterok.
+attention in a folder of its own, chained with --dependency=afterok (locally: it runs after stage 1 succeeded).
+`summary` prints the table and exits 0 when at least one run has logged a step, 1 when none has, and 2 when
+a path does not exist or a sweep has no written point.
 Run both subcommands from the repository root: the paths in the TOMLs and commands start there.
 """
 from __future__ import annotations
@@ -28,9 +33,10 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 try:
     import tomllib
@@ -311,6 +317,28 @@ def submit_command(point: SweepPoint, sbatch: str) -> list[str]:
     return ["slurm/submit.sh", *shlex.split(sbatch), *point.configs]
 
 
+def run_local(points: list[SweepPoint], launcher: list[str], records: dict[str, list[dict[str, Any]]],
+              save: Callable[[], None]) -> int:
+    """Train every stage of every point on this machine, one after another, recording each stage's config,
+    exit code and start/end time in `records[run]` and calling `save` as it ends. Stops at the first failure
+    and returns its exit code (128 + N for a stage killed by signal N); 0 when every stage succeeded."""
+    for point in points:
+        for config in point.configs:
+            command = [*launcher, str(REPO / "train.py"), "--job.config_file", config]
+            print(f"# {point.run}: {shlex.join(command)}", flush=True)
+            start = time.time()
+            code = subprocess.run(command).returncode
+            records.setdefault(point.run, []).append(
+                {"config": config, "exit_code": code, "start": start, "end": time.time()})
+            save()
+            if code != 0:
+                code = code if code > 0 else 128 - code
+                print(f"sweep.py create: {config} failed (exit code {code}); the stages after it were not run",
+                      file=sys.stderr)
+                return code
+    return 0
+
+
 def create(args: argparse.Namespace) -> int:
     base = load_toml(args.base)
     args.name = args.name or args.base.stem
@@ -344,7 +372,26 @@ def create(args: argparse.Namespace) -> int:
             print(f"  invalid  {point.label}  {point.error}")
     commands = [submit_command(point, args.sbatch) for point in valid]
     jobs: dict[str, str] = {}
-    if args.submit:
+    local_runs: dict[str, list[dict[str, Any]]] = {}
+
+    def write_manifest() -> None:
+        manifest = {
+            "name": args.name,
+            "base": str(args.base),
+            "axes": axes,
+            "stage2_steps": args.stage2_steps,
+            "points": [{**vars(point), "jobs": jobs.get(point.run), "local_runs": local_runs.get(point.run)}
+                       for point in points],
+        }
+        (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+
+    if args.local:
+        write_manifest()
+        launcher = shlex.split(args.launcher) if args.launcher else [sys.executable]
+        code = run_local(valid, launcher, local_runs, write_manifest)
+        if code:
+            return code
+    elif args.submit:
         for point, command in zip(valid, commands):
             result = subprocess.run(command, capture_output=True, text=True)
             if result.returncode != 0:
@@ -355,14 +402,7 @@ def create(args: argparse.Namespace) -> int:
         print("# submit from the repository root:")
         for command in commands:
             print(shlex.join(command))
-    manifest = {
-        "name": args.name,
-        "base": str(args.base),
-        "axes": axes,
-        "stage2_steps": args.stage2_steps,
-        "points": [{**vars(point), "jobs": jobs.get(point.run)} for point in points],
-    }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    write_manifest()
     return 0 if valid else 1
 
 
@@ -437,10 +477,17 @@ def format_table(rows: list[dict[str, Any]], fmt: str) -> str:
 
 
 def summary(args: argparse.Namespace) -> int:
+    """Print the table; 1 when no run has logged a step (the table still says which runs it looked at)."""
+    missing = [str(path) for path in args.paths if not path.exists()]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} does not exist")
     rows = [row for path in args.paths for row in summary_rows(path, args.loss_tag, args.tps_tag)]
     if not rows:
         raise ValueError(f"no runs found in {', '.join(map(str, args.paths))}")
     print(format_table(rows, args.format))
+    if all(row["step"] is None for row in rows):
+        print(f"sweep.py summary: no run in {', '.join(map(str, args.paths))} has logged a step", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -461,7 +508,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     make.add_argument("--dump-root", help="runs go to <dump-root>/<point>[.stage2] (default: <base dump_folder>/<name>)")
     make.add_argument("--stage2-steps", type=int, help="add a dense stage 2 of this many steps to every point")
     make.add_argument("--sbatch", default="", help='sbatch options for every job, e.g. "--nodes=2 --time=12:00:00"')
-    make.add_argument("--submit", action="store_true", help="submit the jobs instead of printing the commands")
+    run = make.add_mutually_exclusive_group()
+    run.add_argument("--submit", action="store_true", help="submit the jobs instead of printing the commands")
+    run.add_argument("--local", action="store_true",
+                     help="train the points here, one stage after another, stopping at the first failure")
+    make.add_argument("--launcher", help='with --local: what starts train.py, e.g. "torchrun --nproc_per_node=8" '
+                      "(default: this Python)")
     make.add_argument("--force", action="store_true", help="write over an existing sweep of the same name")
     make.add_argument("--no-torchtitan-check", action="store_true",
                       help="skip parsing each TOML with torchtitan's ConfigManager (LighthouseConfig checks remain)")
@@ -476,6 +528,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             parser.error(f"--set {key_values[0]} needs at least one value")
     if getattr(args, "stage2_steps", None) is not None and args.stage2_steps < 1:
         parser.error(f"--stage2-steps={args.stage2_steps} must be >= 1")
+    if getattr(args, "launcher", None) is not None and not args.local:
+        parser.error(f"--launcher {args.launcher!r} is used with --local only")
     return args
 
 

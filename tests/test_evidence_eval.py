@@ -108,6 +108,18 @@ def test_heldout_loss_scores_the_same_weights_with_lighthouse_and_dense(trained,
     assert 0 < dense["loss"]["dense"] < 2 * torch.log(torch.tensor(258.0)).item()
 
 
+def test_loss_by_position_buckets_average_to_the_held_out_loss(trained, tmp_path):
+    corpus, step = trained
+    record = heldout_loss.main(["--checkpoint", str(step), "--data", str(corpus / "heldout" / "*.jsonl"), "--windows",
+                                "2", "--device", "cpu", "--by-position", "--out", str(tmp_path / "pos"), *JOB])
+    edges = record["by_position"]["edges"]
+    assert edges == [0, 64, SEQ_LEN]
+    for name in ("lighthouse", "dense"):
+        buckets = record["by_position"][name]
+        weighted = sum(v * (b - a) for v, a, b in zip(buckets, edges, edges[1:])) / SEQ_LEN
+        assert weighted == pytest.approx(record["loss"][name], rel=1e-5)
+
+
 def test_heldout_windows_are_the_training_windows_of_those_files(trained):
     corpus, _ = trained
     pattern = str(corpus / "heldout" / "*.jsonl")

@@ -1,8 +1,10 @@
-"""The replication's pieces on CPU: the corpus split, the switch analysis, the report of a fabricated run,
-and the pipeline's refusal of step counts whose switch points fall between logged steps."""
+"""The replication's pieces on CPU: the corpus split (per file and per package), the switch analysis, the
+report of a fabricated run (in the run folder; docs/ only with --publish), and the pipeline's refusal of
+step counts whose switch points fall between logged steps and of unknown arguments."""
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -44,16 +46,52 @@ def test_corpus_split_is_disjoint_by_file_and_independent_of_the_seed(tmp_path):
     assert names == {f"src/pkg{i % 3}/module_{i}.py" for i in range(60)}  # site-packages and non-UTF-8 left out
     assert not {r["path"] for r in train} & {r["path"] for r in heldout}
     assert all(make_corpus.is_heldout(r["path"], 4) for r in heldout)
-    assert first["skipped_not_utf8"] == 1 and first["heldout_files"] == len(heldout) > 0
+    assert first["skipped_not_utf8"] == 1 and first["heldout_files"] == first["heldout_documents"] == len(heldout) > 0
+    assert first["documents"] == "files" and first["train_document_bytes"]["max"] == max(
+        len(r["text"].encode()) for r in train)
     assert records(tmp_path / "b", "heldout") == heldout  # the seed orders training documents only
     assert sorted(r["path"] for r in records(tmp_path / "b", "train")) == sorted(r["path"] for r in train)
     assert second["train_bytes"] == first["train_bytes"]
 
 
+def test_package_documents_join_a_folders_own_files_in_path_order_and_split_by_folder(tmp_path):
+    rng = random.Random()
+    _write_sources(tmp_path / "src", rng, 30)  # src/pkg0..pkg2, 10 modules each
+    (tmp_path / "src" / "pkg0" / "sub").mkdir()
+    (tmp_path / "src" / "pkg0" / "sub" / "b.py").write_text("b = 2\n")
+    (tmp_path / "src" / "pkg0" / "sub" / "a.py").write_text("a = 1")  # no final newline
+    (tmp_path / "src" / "pkg0" / "sub" / "empty.py").write_text("\n")  # blank files are no text
+    (tmp_path / "src" / "top.py").write_text("top = 0\n")
+    manifest = make_corpus.make_corpus([tmp_path / "src"], tmp_path / "out", heldout_every=4, documents="packages")
+
+    def records(split):
+        return {r["path"]: r["text"] for r in map(json.loads, (tmp_path / "out" / split / "corpus.jsonl").open())}
+
+    train, heldout = records("train"), records("heldout")
+    assert sorted([*train, *heldout]) == ["src", "src/pkg0", "src/pkg0/sub", "src/pkg1", "src/pkg2"]
+    assert set(heldout) == {"src/pkg0", "src/pkg2"}  # the SHA-1 of the folder name decides, as for files
+    assert all(make_corpus.is_heldout(name, 4) for name in heldout)
+    documents = {**train, **heldout}
+    assert documents["src/pkg0/sub"] == "# ---- src/pkg0/sub/a.py ----\na = 1\n# ---- src/pkg0/sub/b.py ----\nb = 2\n"
+    assert documents["src"] == "# ---- src/top.py ----\ntop = 0\n"  # a folder's own files, not its subfolders'
+    for i in range(3):  # ten modules, in path order (module_12 before module_3)
+        modules = sorted((tmp_path / "src" / f"pkg{i}").glob("*.py"), key=lambda path: path.name)
+        assert documents[f"src/pkg{i}"] == "".join(f"# ---- src/pkg{i}/{m.name} ----\n{m.read_text()}" for m in modules)
+    sizes = {name: len(text.encode()) for name, text in documents.items()}
+    assert manifest["documents"] == "packages"
+    assert (manifest["heldout_documents"], manifest["heldout_files"]) == (2, 20)
+    assert (manifest["train_documents"], manifest["train_files"]) == (3, 10 + 2 + 1)
+    assert manifest["heldout_bytes"] == sizes["src/pkg0"] + sizes["src/pkg2"]
+    train_sizes = sorted(sizes[name] for name in train)
+    assert manifest["train_document_bytes"] == {"mean": round(sum(train_sizes) / 3, 1), "median": train_sizes[1],
+                                                "max": train_sizes[2]}
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(heldout_every=1), "heldout_every=1 must be >= 2"),
     (dict(same_names=True), "share a folder name"),
-], ids=["every-file-held-out", "duplicate-folder-names"])
+    (dict(documents="modules"), r"documents='modules' is not one of \('files', 'packages'\)"),
+], ids=["every-file-held-out", "duplicate-folder-names", "unknown-document-mode"])
 def test_corpus_rejects_bad_settings(tmp_path, kwargs, message):
     _write_sources(tmp_path / "x" / "src", random.Random(), 4)
     _write_sources(tmp_path / "y" / "src", random.Random(), 4)
@@ -126,14 +164,20 @@ def _fabricate_run(run: Path, steps: int, rng: random.Random) -> dict[str, float
     return walltimes
 
 
-def test_report_of_a_run_has_the_issues_keys_and_sums_each_arms_stages(tmp_path):
-    rng, steps = random.Random(), 160
-    walltimes = _fabricate_run(tmp_path / "run", steps, rng)
+def test_report_of_a_run_has_the_issues_keys_and_sums_each_arms_stages(tmp_path, monkeypatch):
+    rng, steps, run, docs = random.Random(), 160, tmp_path / "run", tmp_path / "docs"
+    walltimes = _fabricate_run(run, steps, rng)
     rates = {"dense": 1000.0, "lighthouse": 2500.0}  # the tok/s _fabricate_run logs (within 5%)
-    results = replicate_report.main(["--run", str(tmp_path / "run"), "--steps", str(steps), "--out",
-                                     str(tmp_path / "docs"), "--config", "configs/replicate/small.toml"])
-    assert json.loads((tmp_path / "docs" / "results.json").read_text()) == results
-    assert (tmp_path / "docs" / "replicate_loss.png").stat().st_size > 0
+    docs.mkdir()
+    monkeypatch.setattr(replicate_report, "DOCS", docs)
+    results = replicate_report.main(["--run", str(run), "--steps", str(steps), "--publish",
+                                     "--config", "configs/replicate/small.toml"])
+    assert json.loads((run / "results.json").read_text()) == results
+    assert (run / "replicate_loss.png").stat().st_size > 0 and "| switch_100 | 100 |" in (run / "report.md").read_text()
+    # --publish copies results and plot into docs/; the tables stay in the run folder
+    assert sorted(p.name for p in docs.iterdir()) == ["replicate_loss.png", "results.json"]
+    assert json.loads((docs / "results.json").read_text()) == results
+    assert (docs / "replicate_loss.png").read_bytes() == (run / "replicate_loss.png").read_bytes()
     assert results["device"] == "NVIDIA H100 80GB HBM3"
     assert results["tokens_per_arm"] == steps * 4 * 16384  # configs/replicate/small.toml: batch 4 x 16,384
     arms = {a["name"]: a for a in results["arms"]}
@@ -162,3 +206,31 @@ def test_replicate_refuses_step_counts_that_are_not_multiples_of_80(steps, tmp_p
                          env={"PATH": "/usr/bin:/bin", "STEPS": steps, "RUN": str(tmp_path)})
     assert out.returncode == 2
     assert f"STEPS={steps} must be a positive multiple of 80" in out.stderr
+
+
+def test_replicate_report_goes_to_the_run_folder_and_leaves_the_tracked_docs_alone(tmp_path):
+    """`replicate.sh report` without --publish: results, plot and tables under $RUN, docs/ untouched."""
+    run = tmp_path / "run"
+    _fabricate_run(run, 160, random.Random())
+    tracked = [REPO / "docs" / "results.json", REPO / "docs" / "replicate_loss.png"]
+    before = [(path.read_bytes(), path.stat().st_mtime_ns) for path in tracked]
+    env = {key: value for key, value in os.environ.items() if key != "REPORT_OUT"}
+    out = subprocess.run(["bash", "scripts/replicate.sh", "report"], cwd=REPO, capture_output=True, text=True,
+                         env={**env, "STEPS": "160", "RUN": str(run), "PYTHON": sys.executable}, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [(path.read_bytes(), path.stat().st_mtime_ns) for path in tracked] == before
+    assert json.loads((run / "results.json").read_text())["steps"] == 160
+    assert (run / "replicate_loss.png").stat().st_size > 0
+    assert (run / "report.md").read_text() in out.stdout
+
+
+@pytest.mark.parametrize("argv, env, message", [
+    (["dense", "--publish"], {}, "usage:"),
+    (["report", "--publish", "docs"], {}, "usage:"),
+    (["report"], {"REPORT_OUT": "docs"}, "REPORT_OUT=docs is not read"),
+], ids=["publish-without-report", "extra-argument", "report-out"])
+def test_replicate_refuses_unknown_arguments_and_the_old_report_folder(argv, env, message, tmp_path):
+    out = subprocess.run(["bash", "scripts/replicate.sh", *argv], cwd=REPO, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin", "RUN": str(tmp_path), **env})
+    assert out.returncode == 2 and message in out.stderr
+    assert not list(tmp_path.iterdir())

@@ -1,12 +1,14 @@
 """The [lighthouse] section, start-up validation, and the paper's and the long-context configuration files."""
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 
 import models  # noqa: F401  (before torchtitan: prepares it on CPU-only machines)
 from torchtitan.config import ConfigManager
@@ -14,6 +16,8 @@ import torch.distributed as dist
 
 from models.llama3_lighthouse import FLAVORS, LighthouseLlama
 from recipe import paper_configs
+from recipe.cli import ConfigError
+from recipe.job_config import check_initial_load
 from recipe.trainer import LighthouseTrainer, check_job
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,16 +47,66 @@ def test_toml_section_is_read_and_cli_overrides_it():
     (["--lighthouse.switch_to_dense_at_step", "-3"], r"switch_to_dense_at_step=-3 must be >= 0"),
     (["--lighthouse.no-enable", "--lighthouse.switch_to_dense_at_step", "5"], r"switch_to_dense_at_step=5 with enable=false"),
     (["--validation.enable", "--validation.seq_len", "100"], r"validation.seq_len=100"),
-    (["--model.flavor", "huge"], r"model.flavor='huge' is not one of \['debug', 'paper', 'small'\]"),
+    (["--model.flavor", "huge"], re.escape(f"model.flavor='huge' is not one of {sorted(FLAVORS)}")),
     (["--model.name", "llama3", "--model.flavor", "debugmodel"], r"model.name='llama3' has no Lighthouse layers"),
+    (["--model.name", "llama4_lighthouse"], r"model.name='llama4_lighthouse' is not a registered model"),
+    (["--training.steps", "0"], r"training.steps=0 must be >= 1"),
+    (["--checkpoint.enable", "--checkpoint.initial_load_path", "/nonexistent/step-10"],
+     r"checkpoint.initial_load_path='/nonexistent/step-10' is not a folder"),
 ], ids=["topk", "seq_len", "tile-too-small", "scorer", "pool", "dense-range", "dense-repeat", "switch-negative",
-        "switch-without-lighthouse", "validation-seq-len", "flavor", "model-name"])
+        "switch-without-lighthouse", "validation-seq-len", "flavor", "model-name", "model-unknown", "steps",
+        "initial-load-path"])
 def test_invalid_settings_fail_before_any_device_work_naming_the_values(args, message):
     config = parse(*args)
     initialized = dist.is_initialized()
     with pytest.raises(ValueError, match=message):
         LighthouseTrainer(config)
     assert dist.is_initialized() == initialized  # no process group was started
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lighthouse.topk", "40"], "[lighthouse] topk=40 must be a positive multiple of tile_budget=16"),
+    (["--lighthouse.pool", "3"], "[lighthouse] pool=3 must be a power of two >= 2"),
+    (["--lighthouse.levels", "0"], "[lighthouse] levels=0 must be >= 1"),
+    (["--lighthouse.backend", "fast"], "[lighthouse] backend='fast' is not one of"),
+    (["--lighthouse.selection", "future"], "[lighthouse] selection='future' is not one of"),
+], ids=["topk", "pool", "levels", "backend", "selection"])
+def test_mistakes_at_any_length_are_not_called_a_misfit_with_seq_len(args, message):
+    with pytest.raises(ConfigError) as err:
+        check_job(parse(*args))
+    assert str(err.value).startswith(message) and "seq_len" not in str(err.value)
+
+
+def test_a_length_mistake_names_the_length():
+    with pytest.raises(ConfigError, match=r"^\[lighthouse\] does not fit training.seq_len=96: each tile has 12 "):
+        check_job(parse("--training.seq_len", "96"))
+
+
+def save_checkpoint(folder: Path, full: bool) -> str:
+    """A DCP step folder with the keys of a model-only or of a full torchtitan checkpoint."""
+    state = {"tok_embeddings.weight": torch.zeros(4, 2)}
+    if full:
+        state["train_state"] = {"step": torch.tensor(10)}
+    dcp.save(state, checkpoint_id=str(folder))
+    return str(folder)
+
+
+def test_a_full_resume_from_weights_only_explains_the_fix(tmp_path):
+    def stage2(checkpoint: str, *extra: str):
+        return parse("--checkpoint.enable", "--checkpoint.initial_load_path", checkpoint, "--job.dump_folder",
+                     str(tmp_path / "stage2"), *extra)
+
+    weights = save_checkpoint(tmp_path / "stage1" / "step-10", full=False)
+    with pytest.raises(ConfigError) as err:
+        LighthouseTrainer(stage2(weights, "--checkpoint.no-initial-load-model-only"))
+    message = str(err.value)
+    assert message.startswith(f"checkpoint.initial_load_path={weights!r} holds model weights only")
+    assert "last_save_model_only = false" in message and "--checkpoint.initial_load_model_only" in message
+    check_initial_load(stage2(weights, "--checkpoint.initial_load_model_only"))  # weights alone are enough
+    check_initial_load(stage2(save_checkpoint(tmp_path / "full" / "step-10", full=True),
+                              "--checkpoint.no-initial-load-model-only"))
+    (tmp_path / "stage2" / "checkpoint").mkdir(parents=True)  # a restart resumes its own checkpoints instead
+    check_initial_load(stage2(weights, "--checkpoint.no-initial-load-model-only"))
 
 
 def test_a_job_without_the_config_extension_is_told_how_to_load_it(tmp_path):
@@ -88,12 +142,12 @@ def test_paper_configs_parse_validate_and_carry_the_paper_settings(name):
         row = next(r for r in paper_configs.STAGE1_ROWS if f"{r.name}.toml" == name)
         assert section.enable and (section.levels, section.pool, section.topk, section.scorer) == (
             row.levels, row.pool, row.topk, row.scorer)
-        assert section.dense_layers == [0, 1, 28, 29] and t.steps == 10000
+        assert section.dense_layers == [0, 1, 28, 29] and t.steps == paper_configs.STAGE1_STEPS == 8000
     else:
         assert not section.enable and t.steps == 16000
     if name == "stage2_dense.toml":
         assert config.checkpoint.initial_load_path == (
-            f"./outputs/paper/{paper_configs.HEADLINE.name}/checkpoint/step-10000")
+            f"./outputs/paper/{paper_configs.HEADLINE.name}/checkpoint/step-8000")
         assert not config.checkpoint.initial_load_model_only
 
 

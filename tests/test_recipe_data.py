@@ -1,8 +1,14 @@
-"""Byte tokenizer, the three datasets, packing, data-parallel sharding and exact resumption."""
+"""Byte tokenizer, the three datasets (a local folder or glob, c4 failing fast offline), the start-up log,
+packing, data-parallel sharding and exact resumption."""
 import itertools
 import json
+import logging
+import os
 import random
+import re
 import string
+import urllib.error
+import urllib.request
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -12,8 +18,10 @@ import torch
 
 import recipe  # noqa: F401  (before torchtitan: prepares it on CPU-only machines)
 from torchtitan.config.job_config import DataLoader
+from recipe import data
 from recipe.data import (
     DATASETS,
+    HUB_TIMEOUT_S,
     LocalFiles,
     PackedDocuments,
     build_lighthouse_dataloader,
@@ -94,22 +102,25 @@ class ListSource:
 
 @pytest.fixture
 def local_corpus(tmp_path):
-    """Documents in all four local formats (and a nested folder), with their expected texts in glob order."""
+    """A folder of documents in all four local formats (and a nested folder), with their expected texts in glob
+    order."""
     rng = random.Random()
+    root = tmp_path / "local"
+    root.mkdir()
     docs = {}
-    (tmp_path / "a.txt").write_text(text := random_text(rng, 300), encoding="utf-8")
+    (root / "a.txt").write_text(text := random_text(rng, 300), encoding="utf-8")
     docs["a.txt"] = [text]
     lines = [random_text(rng, rng.randint(20, 200)) for _ in range(7)]
-    (tmp_path / "b.jsonl").write_text("\n".join(json.dumps({"text": t, "id": i}) for i, t in enumerate(lines)))
+    (root / "b.jsonl").write_text("\n".join(json.dumps({"text": t, "id": i}) for i, t in enumerate(lines)))
     docs["b.jsonl"] = lines
     records = [random_text(rng, 80) for _ in range(3)]
-    (tmp_path / "c.json").write_text(json.dumps([{"text": t} for t in records]))
+    (root / "c.json").write_text(json.dumps([{"text": t} for t in records]))
     docs["c.json"] = records
-    (tmp_path / "sub").mkdir()
+    (root / "sub").mkdir()
     rows = [random_text(rng, 150) for _ in range(5)]
-    pq.write_table(pa.table({"text": rows}), tmp_path / "sub" / "d.parquet")
+    pq.write_table(pa.table({"text": rows}), root / "sub" / "d.parquet")
     docs["sub/d.parquet"] = rows
-    return tmp_path, [t for name in ["a.txt", "b.jsonl", "c.json", "sub/d.parquet"] for t in docs[name]]
+    return root, [t for name in ["a.txt", "b.jsonl", "c.json", "sub/d.parquet"] for t in docs[name]]
 
 
 def test_local_files_yield_every_document_once_per_epoch_split_across_ranks(local_corpus):
@@ -132,9 +143,26 @@ def test_local_records_without_text_are_rejected_naming_file_and_line(tmp_path, 
         list(read_documents(str(tmp_path / "b.jsonl")))
 
 
+def test_a_local_folder_means_every_supported_file_below_it(local_corpus):
+    folder, expected = local_corpus
+    (folder / "notes.md").write_text("not a document")
+    (folder / "sub" / "deeper").mkdir()
+    (folder / "sub" / "deeper" / "e.txt").write_text(last := "the last document")
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "hidden.jsonl").write_text('{"text": "skipped, as ** skips it"}\n')
+    files = match_local_files(str(folder))
+    assert [os.path.relpath(f, folder) for f in files] == ["a.txt", "b.jsonl", "c.json", "sub/d.parquet",
+                                                           "sub/deeper/e.txt"]
+    assert [read for f in files for read in read_documents(f)] == [*expected, last]
+
+
 def test_local_glob_errors_name_the_pattern_and_files(tmp_path):
     with pytest.raises(ValueError, match="matches no files"):
         match_local_files(str(tmp_path / "*.jsonl"))
+    (tmp_path / "x.md").write_text("text\n")
+    with pytest.raises(ValueError, match=re.escape(f"training.dataset_path={str(tmp_path)!r} is a folder with no "
+                                                   ".txt/.jsonl/.json/.parquet files below it")):
+        match_local_files(str(tmp_path))
     (tmp_path / "x.csv").write_text("text\nhello\n")
     with pytest.raises(ValueError, match=r"unsupported files \[.*x\.csv"):
         match_local_files(str(tmp_path / "*"))
@@ -149,19 +177,94 @@ def test_unknown_dataset_and_workers_on_rank_sharded_sources_are_rejected():
         loader("synthetic", workers=2)
 
 
+def _start_up_log(caplog, dataset: str, path: str | None) -> str:
+    with caplog.at_level(logging.INFO):
+        loader(dataset, path)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Dataset ")]
+    return line
+
+
+def test_start_up_log_counts_files_and_bytes_and_documents_only_where_no_file_is_read(local_corpus, caplog,
+                                                                                     monkeypatch):
+    folder, _ = local_corpus
+    monkeypatch.setattr(data, "read_documents", lambda path: pytest.fail(f"describing the dataset read {path}"))
+    size = sum(os.path.getsize(f) for f in match_local_files(str(folder)))
+    assert _start_up_log(caplog, "local", str(folder)) == (
+        f"Dataset 'local' at training.dataset_path={str(folder)!r}: 4 files, {size:,} bytes "
+        "(documents not counted: that would read every .jsonl/.json file)")
+    caplog.clear()  # .txt files are one document each, parquet files count their rows in the footer
+    pattern = str(folder / "**" / "*[dt]")
+    size = os.path.getsize(folder / "a.txt") + os.path.getsize(folder / "sub" / "d.parquet")
+    assert _start_up_log(caplog, "local", pattern) == (
+        f"Dataset 'local' at training.dataset_path={pattern!r}: 2 files, {size:,} bytes, 6 documents")
+    caplog.clear()
+    assert _start_up_log(caplog, "synthetic", None) == (
+        "Dataset 'synthetic': generated recall documents of about 64 characters (seed 0)")
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """The hub cannot be reached: any connection attempt fails at once, and loading a dataset is an error."""
+    calls = []
+
+    def unreachable(request, timeout):
+        calls.append((request.full_url, request.get_method(), timeout))
+        raise urllib.error.URLError(OSError(-2, "Name or service not known"))
+
+    monkeypatch.setattr(urllib.request, "urlopen", unreachable)
+    monkeypatch.setattr("datasets.load_dataset", lambda *a, **k: pytest.fail("c4 went on to load the dataset"))
+    for key in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_ENDPOINT"):
+        monkeypatch.delenv(key, raising=False)
+    return calls
+
+
+SUGGESTION = ('Without network, set training.dataset = "local" and training.dataset_path = a folder or glob of '
+              ".txt/.jsonl/.json/.parquet files")
+
+
+@pytest.mark.parametrize("key, value", [("HF_HUB_OFFLINE", "1"), ("HF_DATASETS_OFFLINE", "TRUE")])
+def test_c4_with_the_hub_switched_off_fails_at_once_suggesting_local(no_network, monkeypatch, key, value):
+    monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError) as err:
+        build_source("c4", None, 0, 64, 0, 1)
+    assert str(err.value).startswith(f"training.dataset='c4' streams allenai/c4 from the Hugging Face hub, which "
+                                     f"is switched off ({key}={value}). {SUGGESTION}")
+    assert no_network == []  # not even one connection attempt
+
+
+def test_c4_without_network_fails_after_one_bounded_check_suggesting_local(no_network):
+    with pytest.raises(ValueError) as err:
+        build_source("c4", None, 0, 64, 0, 1)
+    assert "which is not reachable at https://huggingface.co (<urlopen error" in str(err.value)
+    assert SUGGESTION in str(err.value)
+    assert no_network == [("https://huggingface.co", "HEAD", HUB_TIMEOUT_S)]
+
+
+def test_any_answer_of_the_hub_counts_as_reachable(monkeypatch):
+    def forbidden(request, timeout):
+        raise urllib.error.HTTPError(request.full_url, 403, "Forbidden", {}, None)
+
+    monkeypatch.setenv("HF_ENDPOINT", "https://hub.example")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.setattr(urllib.request, "urlopen", forbidden)
+    assert data.check_hub_reachable("allenai/c4") is None
+
+
 @pytest.fixture
 def c4_folder(tmp_path):
     """A local stand-in for C4: a folder of json shards with a 'text' field, as HF datasets reads it."""
     rng = random.Random()
+    (tmp_path / "c4").mkdir()
     for shard in range(2):
         rows = [{"text": random_text(rng, rng.randint(30, 300)), "url": "u"} for _ in range(40)]
-        (tmp_path / f"c4-train.{shard:05d}.json").write_text("\n".join(json.dumps(r) for r in rows))
-    return str(tmp_path)
+        (tmp_path / "c4" / f"c4-train.{shard:05d}.json").write_text("\n".join(json.dumps(r) for r in rows))
+    return str(tmp_path / "c4")
 
 
 @pytest.fixture
 def sources(local_corpus, c4_folder):
-    return {"synthetic": None, "local": str(local_corpus[0] / "**" / "*.*"), "c4": c4_folder}
+    return {"synthetic": None, "local": str(local_corpus[0]), "c4": c4_folder}
 
 
 @pytest.mark.parametrize("dataset", sorted(DATASETS))

@@ -82,7 +82,7 @@ def test_every_evaluation_scores_the_same_windows(runs):
 
 def test_the_logged_losses_are_the_held_out_losses_of_the_checkpoint(runs):
     root, _ = runs
-    job = parse_job_config([*COMMON, "--training.dataset", "local"])
+    job = parse_job_config([*COMMON, "--training.dataset", "local", "--validation.dataset", "synthetic"])
     model = build_model(job, torch.device("cpu"))
     load_weights(model, root / "lighthouse" / "checkpoint" / f"step-{STEPS}")
     windows = heldout_windows(str(root / "corpus" / "heldout" / "*.jsonl"), SEQ_LEN, VAL_STEPS * BATCH)
@@ -97,7 +97,10 @@ def test_the_logged_losses_are_the_held_out_losses_of_the_checkpoint(runs):
     (["--validation.dataset", "local"], r"validation.dataset = \"local\" needs validation.dataset_path"),
     (["--validation.dataset", "synthetic", "--validation.steps", "-1"], r"validation.steps=-1 must be >= 1"),
 ])
-def test_validation_that_cannot_give_fixed_windows_is_rejected_naming_the_key(override, message):
-    job = parse_job_config(["--job.config_file", "configs/debug.toml", "--validation.enable", *override])
+def test_validation_that_cannot_give_fixed_windows_is_rejected_at_start_up_naming_the_key(override, message):
     with pytest.raises(ValueError, match=message):
-        check_validation(job)
+        parse_job_config(["--job.config_file", "configs/debug.toml", "--validation.enable", *override])
+
+
+def test_validation_off_is_not_checked():
+    check_validation(parse_job_config(["--job.config_file", "configs/debug.toml", "--validation.dataset", "c4"]))

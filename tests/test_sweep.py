@@ -1,4 +1,5 @@
-"""scripts/sweep.py: grid -> validated TOMLs, run names and folders, stage chains, submit lines, summary table."""
+"""scripts/sweep.py: grid -> validated TOMLs, run names and folders, stage chains, submit lines, local runs,
+summary table."""
 from __future__ import annotations
 
 import itertools
@@ -342,9 +343,99 @@ def test_summary_falls_back_to_metrics_jsonl(tmp_path, capsys):
 def test_summary_of_nothing_is_an_error(tmp_path, capsys):
     empty = tmp_path / "nothing"
     empty.mkdir()
-    assert sweep.main(["summary", str(empty)]) == 0  # a run folder with no logs yet is a row saying so
-    assert "no logs" in capsys.readouterr().out
+    assert sweep.main(["summary", str(empty)]) == 1  # the table still shows the run folder without logs
+    printed = capsys.readouterr()
+    assert "| nothing | - " in printed.out and "no logs" in printed.out
+    assert f"no run in {empty} has logged a step" in printed.err
+    assert sweep.main(["summary", str(tmp_path / "typo")]) == 2
+    assert f"{tmp_path / 'typo'} does not exist" in capsys.readouterr().err
     base = _base(tmp_path, random.Random(12))
     _create(tmp_path, base, "--topk", "8")  # every point invalid: nothing to summarize
     assert sweep.main(["summary", str(tmp_path / "sweep")]) == 2
     assert "no runs found" in capsys.readouterr().err
+    _create(tmp_path, base, "--topk", "32", "--force")  # written, not started
+    assert sweep.main(["summary", str(tmp_path / "sweep")]) == 1
+    assert "| s-k32 " in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------- --local
+STUB_TRAIN = """import json, os, sys
+config = sys.argv[sys.argv.index("--job.config_file") + 1]
+with open(os.environ["STUB_LOG"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+sys.exit(3 if os.path.basename(config) == os.environ.get("STUB_FAIL") else 0)
+"""
+
+
+def _stub_launcher(tmp_path: Path, monkeypatch, fail: str | None = None) -> tuple[str, Path]:
+    """A launcher that logs the command line it gets, instead of training, and exits 3 on the config `fail`."""
+    (tmp_path / "stub.py").write_text(STUB_TRAIN)
+    monkeypatch.setenv("STUB_LOG", str(tmp_path / "calls.jsonl"))
+    monkeypatch.setenv("STUB_FAIL", fail or "")
+    return f"{sys.executable} {tmp_path / 'stub.py'}", tmp_path / "calls.jsonl"
+
+
+def _calls(log: Path) -> list[list[str]]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def test_local_trains_every_stage_of_every_valid_point_in_order_and_records_it(tmp_path, monkeypatch, capsys):
+    launcher, log = _stub_launcher(tmp_path, monkeypatch)
+    base = _base(tmp_path, random.Random(13))
+    code, out, manifest = _create(tmp_path, base, "--topk", "8", "32", "64", "--stage2-steps", "3", "--local",
+                                  "--launcher", launcher)
+    assert code == 0
+    stages = ["s-k32", "s-k32.stage2", "s-k64", "s-k64.stage2"]  # k=8 is invalid and not run
+    assert _calls(log) == [[str(REPO / "train.py"), "--job.config_file", f"{out}/{name}.toml"] for name in stages]
+    invalid, *points = manifest["points"]
+    assert invalid["error"] is not None and invalid["local_runs"] is None
+    for point in points:
+        assert [run["config"] for run in point["local_runs"]] == point["configs"]
+        assert all(run["exit_code"] == 0 and run["start"] <= run["end"] for run in point["local_runs"])
+        assert point["jobs"] is None
+    assert "submit.sh" not in capsys.readouterr().out
+
+
+def test_local_stops_at_the_first_failing_stage_with_its_exit_code(tmp_path, monkeypatch, capsys):
+    launcher, log = _stub_launcher(tmp_path, monkeypatch, fail="s-k32.stage2.toml")
+    base = _base(tmp_path, random.Random(14))
+    code, out, manifest = _create(tmp_path, base, "--topk", "32", "64", "--stage2-steps", "3", "--local",
+                                  "--launcher", launcher)
+    assert code == 3
+    assert [call[-1] for call in _calls(log)] == [f"{out}/s-k32.toml", f"{out}/s-k32.stage2.toml"]
+    first, second = manifest["points"]
+    assert [run["exit_code"] for run in first["local_runs"]] == [0, 3] and second["local_runs"] is None
+    assert f"{out}/s-k32.stage2.toml failed (exit code 3)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--launcher", "torchrun"], "--launcher 'torchrun' is used with --local only"),
+    (["--local", "--submit"], "not allowed with argument"),
+], ids=["launcher-without-local", "local-and-submit"])
+def test_local_flags_that_do_not_go_together_are_refused(tmp_path, capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_:
+        sweep.main(["create", str(_base(tmp_path, random.Random(15))), "--topk", "32", *flags])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@needs_recipe
+def test_a_local_sweep_trains_on_cpu_and_summary_reads_it(tmp_path):
+    """Two points of the debug config, 2 steps each, trained here with the default launcher."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+
+    def sweep_py(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "scripts/sweep.py", *argv], cwd=REPO, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    created = sweep_py("create", "configs/debug.toml", "--name", "cpu", "--out", str(tmp_path / "sweep"),
+                       "--dump-root", str(tmp_path / "runs"), "--topk", "16", "32", "--set", "training.steps", "2",
+                       "--local")
+    assert created.returncode == 0, created.stderr[-3000:]
+    summary = sweep_py("summary", str(tmp_path / "sweep"), "--format", "json")
+    assert summary.returncode == 0, summary.stderr
+    rows = json.loads(summary.stdout)
+    assert [(row["run"], row["step"], row["status"]) for row in rows] == [("cpu-k16-steps2", 2, "done"),
+                                                                          ("cpu-k32-steps2", 2, "done")]
+    assert all(0 < row["final_loss"] < 10 for row in rows)

@@ -1,0 +1,158 @@
+"""Time to quality: held-out loss against training seconds for dense and Lighthouse -> dense arms.
+
+An arm's folders (scripts/time_to_quality.sh): `dense_s<seed>`; `<selection>_s<seed>` (stage 1) and
+`<selection>_s<seed>_switch<step>` (stage 2, resumed from stage 1's checkpoint at <step>). Each folder's
+metrics.jsonl holds one record per training step (`time_metrics/end_to_end(s)`, logged every step) and the
+dense-shadow validation records (`validation/dense_loss`, also during stage 1).
+
+Training seconds, the same rule for every arm: the sum of the per-step times, where the first step of every
+training process (Triton and cuDNN warm-up, lazy initialisation) counts as that process's median step. The
+per-step time runs from the previous log to this one; validation resets that clock and checkpoints are saved
+only on validation steps, so neither evaluation nor saving is counted.
+"""
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+STEP_TIME = "time_metrics/end_to_end(s)"
+DENSE_LOSS = "validation/dense_loss"
+_FOLDER = re.compile(r"(?P<selection>dense|paper|causal)_s(?P<seed>\d+)(?:_switch(?P<switch>\d+))?")
+
+
+def read_records(path: Path) -> list[dict]:
+    """Every JSON line of a metrics.jsonl, run-start markers included (they separate processes)."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def step_seconds(records: list[dict]) -> dict[int, float]:
+    """Training seconds of each step of one folder, by the module's rule (last record of a step wins)."""
+    processes: list[list[dict]] = [[]]
+    for r in records:
+        if r.get("event") == "run_start":
+            processes.append([])
+        elif STEP_TIME in r:
+            processes[-1].append(r)
+    seconds = {}
+    for steps in filter(None, processes):
+        typical = statistics.median(r[STEP_TIME] for r in steps[1:]) if len(steps) > 1 else steps[0][STEP_TIME]
+        seconds.update({r["step"]: typical if i == 0 else r[STEP_TIME] for i, r in enumerate(steps)})
+    return seconds
+
+
+def dense_losses(records: list[dict]) -> dict[int, float]:
+    return {r["step"]: r[DENSE_LOSS] for r in records if DENSE_LOSS in r}
+
+
+@dataclass
+class Arm:
+    """One arm: the steps it trained (stage 1 up to the switch, then stage 2) and its held-out curve."""
+
+    name: str
+    selection: str
+    seed: int
+    switch_step: int | None
+    total_steps: int
+    seconds: dict[int, float] = field(repr=False)
+    losses: dict[int, float] = field(repr=False)
+
+    @property
+    def train_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    @property
+    def curve(self) -> list[tuple[float, float]]:
+        """[train_seconds at step s, held-out dense loss at s] for every validated step, in order."""
+        points, elapsed, done = [], 0.0, 0
+        for step in sorted(self.losses):
+            elapsed += sum(self.seconds[s] for s in range(done + 1, step + 1))
+            done = step
+            points.append((elapsed, self.losses[step]))
+        return points
+
+    @property
+    def final_loss(self) -> float:
+        return self.losses[self.total_steps]
+
+    def median_step(self, lighthouse: bool) -> float:
+        """Median step time of the Lighthouse (stage 1) or dense steps of this arm."""
+        limit = self.switch_step or 0
+        steps = [t for s, t in self.seconds.items() if (s <= limit) == lighthouse]
+        return statistics.median(steps)
+
+
+def load_arms(run: Path) -> list[Arm]:
+    """Every complete arm under `run` (dense arms and each stage-2 folder with its stage 1)."""
+    arms = []
+    for folder in sorted(p for p in run.iterdir() if (p / "metrics.jsonl").is_file()):
+        match = _FOLDER.fullmatch(folder.name)
+        if match is None or (match["selection"] != "dense" and match["switch"] is None):
+            continue
+        records = read_records(folder / "metrics.jsonl")
+        seconds, losses, switch = step_seconds(records), dense_losses(records), None
+        if match["switch"] is not None:
+            switch = int(match["switch"])
+            stage1 = read_records(run / f"{match['selection']}_s{match['seed']}" / "metrics.jsonl")
+            seconds = {**{s: t for s, t in step_seconds(stage1).items() if s <= switch}, **seconds}
+            losses = {**{s: v for s, v in dense_losses(stage1).items() if s <= switch}, **losses}
+        total = max(seconds)
+        if sorted(seconds) != list(range(1, total + 1)) or total not in losses:
+            raise ValueError(f"{folder}: steps 1..{total} are not all logged, or the last step was not validated")
+        arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses))
+    return arms
+
+
+def seconds_to_reach(curve: list[tuple[float, float]], loss: float) -> float | None:
+    """First training second at which a curve reaches `loss`, linear between validation points; None if never."""
+    if curve and curve[0][1] <= loss:
+        return curve[0][0]
+    for (t0, l0), (t1, l1) in zip(curve, curve[1:]):
+        if l1 <= loss:  # and l0 > loss: the earlier points are all above
+            return t0 + (t1 - t0) * (l0 - loss) / (l0 - l1)
+    return None
+
+
+def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
+    """The docs/time_to_quality.json object of an arm, with its time-to-quality speedup against `dense`."""
+    record = {"name": "dense" if arm.name == "dense_s0" else arm.name, "selection": arm.selection,
+              "switch_step": arm.switch_step, "total_steps": arm.total_steps, "seq_len": seq_len, "seed": arm.seed,
+              "device": device,
+              "train_seconds": round(arm.train_seconds, 3), "final_heldout_loss": arm.final_loss,
+              "curve": [[round(t, 3), v] for t, v in arm.curve]}
+    if dense is not None and arm is not dense:
+        reach = seconds_to_reach(dense.curve, arm.final_loss)
+        record["dense_seconds_to_this_loss"] = None if reach is None else round(reach, 3)
+        record["time_to_quality_speedup"] = None if reach is None else round(reach / arm.train_seconds, 4)
+        record["stage1_step_speedup"] = round(dense.median_step(False) / arm.median_step(True), 4)
+    return record
+
+
+def plot_curves(arms: list[Arm], path: str, title: str) -> None:
+    """Held-out dense loss against training seconds, one line per arm (switch points marked)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    colors = {"dense": "black", "paper": "tab:red", "causal": "tab:blue"}
+    for arm in arms:
+        t, v = zip(*arm.curve)
+        late_switch = arm.switch_step is not None and 2 * arm.switch_step > arm.total_steps
+        ax.plot(t, v, "-" if arm.seed == 0 else ":", marker="^" if late_switch else "o", ms=3,
+                color=colors[arm.selection], label=arm.name)
+        if arm.switch_step:
+            switch_t = sum(arm.seconds[s] for s in range(1, arm.switch_step + 1))
+            ax.axvline(switch_t, color=colors[arm.selection], lw=0.4, alpha=0.4)
+    ax.set_xlabel("training seconds (steps only)")
+    ax.set_ylabel("held-out loss, dense attention (nats/byte)")
+    low = min(v for arm in arms for _, v in arm.curve)
+    ax.set_ylim(low - 0.05, low + 0.6)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,165 @@
+"""Reading a job from its TOML file and the command line, with mistakes reported in one line.
+
+`RecipeConfigManager` is torchtitan's ConfigManager (TOML < command line < defaults, parsed by tyro),
+extended through subclassing: the `[lighthouse]` section is always known (so `train.py --help` lists it),
+and a missing or malformed TOML file, an unknown key (with the closest valid one) or a value of the wrong
+type raises `ConfigError` naming the file and key. `exit_on_config_error` turns a ConfigError into one line
+on stderr and exit code 2; with `LIGHTHOUSE_DEBUG=1` it re-raises, traceback included. Mistakes on the
+command line itself are reported by tyro (a box naming the flag, with close matches; exit code 2).
+"""
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import os
+import sys
+import types
+import typing
+from dataclasses import fields, is_dataclass
+from typing import Any, Iterator, Literal, Sequence
+
+from torchtitan.config import ConfigManager, JobConfig
+
+from .job_config import JobConfig as LighthouseJobConfig
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10, as in torchtitan
+    import tomli as tomllib
+
+DEBUG_ENV = "LIGHTHOUSE_DEBUG"
+CONFIG_FILE_FLAGS = ("--job.config_file", "--job.config-file")
+_TYPE_NAMES = {bool: ("true or false", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
+               str: ("a string", "strings")}
+
+
+class ConfigError(ValueError):
+    """A mistake in a job's configuration, reported as one line (exit code 2) rather than a traceback."""
+
+
+def debug_enabled() -> bool:
+    """True when `LIGHTHOUSE_DEBUG` is set (to anything but "" or "0"): errors keep their traceback."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def as_config_error() -> Iterator[None]:
+    """Re-raise a ValueError from the checks inside as a ConfigError (the checks raise ValueError only for
+    mistakes in the job's settings)."""
+    try:
+        yield
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+
+
+@contextlib.contextmanager
+def exit_on_config_error() -> Iterator[None]:
+    """Print a ConfigError raised inside as `error: <message>` on stderr and exit with code 2."""
+    try:
+        yield
+    except ConfigError as err:
+        if debug_enabled():
+            raise
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+
+
+def config_file_arg(args: Sequence[str]) -> str | None:
+    """The `--job.config_file` value in `args` (either spelling, `--flag value` or `--flag=value`), as
+    torchtitan's ConfigManager finds it."""
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag in CONFIG_FILE_FLAGS:
+            if eq:
+                return value
+            if i + 1 < len(args):
+                return args[i + 1]
+    return None
+
+
+def _matches(value: Any, kind: Any) -> bool:
+    """Whether a TOML value can be given to a field annotated `kind` (unknown annotations accept anything)."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arm) for arm in args)
+    if origin is Literal:
+        return value in args
+    if origin is list:
+        return isinstance(value, list) and (not args or all(_matches(item, args[0]) for item in value))
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(kind, type) and kind is not typing.Any:
+        return isinstance(value, kind)
+    return True
+
+
+def _describe(kind: Any) -> str:
+    """What a field annotated `kind` takes, in words ("an integer", "a list of strings", "one of ...")."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arm) for arm in args if arm is not type(None))
+    if origin is Literal:
+        return "one of " + ", ".join(json.dumps(a) for a in args)
+    if origin is list:
+        return f"a list of {_TYPE_NAMES[args[0]][1]}" if args and args[0] in _TYPE_NAMES else "a list"
+    return _TYPE_NAMES.get(kind, (getattr(kind, "__name__", str(kind)),))[0]
+
+
+def check_toml(config_cls: type, values: dict[str, Any], section: tuple[str, ...] = ()) -> None:
+    """Raise ConfigError for a key `config_cls` does not have (naming the closest one) or a value whose type
+    its field does not take; sub-sections are checked recursively."""
+    known = {f.name: f.type for f in fields(config_cls)}
+    where = f"[{'.'.join(section)}] " if section else ""
+    for key, value in values.items():
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1)
+            if section:
+                hint = f"did you mean {close[0]}?" if close else "train.py --help lists the keys"
+                raise ConfigError(f"{where}{key} is not a key of [{'.'.join(section)}]; {hint}")
+            hint = f"did you mean [{close[0]}]?" if close else "train.py --help lists the sections"
+            raise ConfigError(f"[{key}] is not a section; {hint}")
+        kind = known[key]
+        if is_dataclass(kind):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{where}{key} must be a table, [{'.'.join((*section, key))}]")
+            check_toml(kind, value, (*section, key))
+        elif not _matches(value, kind):
+            raise ConfigError(f"{where}{key} = {json.dumps(value)} is not {_describe(kind)}")
+
+
+class RecipeConfigManager(ConfigManager):
+    """torchtitan's ConfigManager with the `[lighthouse]` section always present and readable errors."""
+
+    def _maybe_load_toml(self, args: list[str]) -> dict[str, Any] | None:
+        path = config_file_arg(args)
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return tomllib.load(f)
+        except OSError as err:
+            raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path} is not valid TOML: {err}") from err
+
+    def _maybe_add_custom_config(self, args: list[str], toml_values: dict[str, Any] | None) -> type:
+        try:
+            config_cls = super()._maybe_add_custom_config(args, toml_values)
+        except ImportError as err:
+            raise ConfigError(f"job.custom_config_module cannot be imported: {err}") from err
+        if not any(f.name == "lighthouse" for f in fields(config_cls)):
+            config_cls = self._merge_configs(config_cls, LighthouseJobConfig)
+        if toml_values:
+            try:
+                check_toml(config_cls, toml_values)
+            except ConfigError as err:
+                raise ConfigError(f"{config_file_arg(args)}: {err}") from None
+        return config_cls
+
+
+def parse_job_config(args: Sequence[str]) -> JobConfig:
+    """The job config of `args` (`--job.config_file X --section.key value ...`); ConfigError on a mistake."""
+    return RecipeConfigManager().parse_args(list(args))

@@ -1,0 +1,141 @@
+"""What a person reads when starting a job: one-line config errors with exit code 2, `--help` with the
+[lighthouse] options, GPU-only scripts that say so, and CPU runs without warnings that mean nothing there."""
+import logging
+import os
+import re
+import runpy
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import recipe  # noqa: F401  (before torchtitan)
+from recipe import cpu_compat
+from recipe.cli import DEBUG_ENV, ConfigError, exit_on_config_error, parse_job_config
+from recipe.launch import single_process_env
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_config_mistake_ends_in_one_line_on_stderr_and_exit_code_2(tmp_path):
+    config = write(tmp_path, '[lighthouse]\nlevels = "three"\n')
+    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1"}
+    env.pop(DEBUG_ENV, None)
+    out = subprocess.run([sys.executable, "train.py", "--job.config_file", config], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == [f'error: {config}: [lighthouse] levels = "three" is not an integer']
+    assert "Traceback" not in out.stdout + out.stderr and "levels" not in out.stdout  # printed once
+
+
+@pytest.mark.parametrize("text, message", [
+    ('[lighthouse]\nlevels = "three"\n', r'\[lighthouse\] levels = "three" is not an integer$'),
+    ("[lighthouse]\nlevls = 3\n", r"\[lighthouse\] levls is not a key of \[lighthouse\]; did you mean levels\?$"),
+    ("[lighthous]\nlevels = 3\n", r"\[lighthous\] is not a section; did you mean \[lighthouse\]\?$"),
+    ("[training.dataloader]\nnum_worker = 1\n", r"\[training.dataloader\] num_worker is not a key .*num_workers\?$"),
+    ('[activation_checkpoint]\nmode = "ful"\n', r'mode = "ful" is not one of "selective", "full", "memory_budget"'),
+    ('[lighthouse]\ndense_layers = ["0"]\n', r'dense_layers = \["0"\] is not a list of integers$'),
+    ("[training]\nsteps = 1e4\n", r"\[training\] steps = 10000.0 is not an integer$"),
+    ("[optimizer]\nlr = true\n", r"\[optimizer\] lr = true is not a number$"),
+    ("[training]\ndataloader = 2\n", r"\[training\] dataloader must be a table, \[training.dataloader\]$"),
+    ("[lighthouse]\nlevels = \n", r"is not valid TOML: Invalid value \(at line 2, column 10\)$"),
+], ids=["type", "key-typo", "section-typo", "nested-key-typo", "literal", "list-item", "int-as-float", "bool-as-float",
+        "value-for-table", "syntax"])
+def test_toml_mistakes_name_the_file_and_key(tmp_path, text, message):
+    config = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=message) as err:
+        parse_job_config(["--job.config_file", config])
+    assert str(err.value).startswith(config) and "\n" not in str(err.value)
+
+
+def test_a_custom_config_module_that_does_not_import_is_named(tmp_path):
+    config = write(tmp_path, '[job]\ncustom_config_module = "recipe.nope"\n')
+    with pytest.raises(ConfigError, match=r"^job.custom_config_module cannot be imported: No module named 'recipe"):
+        parse_job_config(["--job.config_file", config])
+
+
+def test_a_missing_config_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=f"cannot read config file {tmp_path}/none.toml: No such file or directory"):
+        parse_job_config([f"--job.config_file={tmp_path}/none.toml"])
+
+
+def test_exit_on_config_error_prints_one_line_or_with_the_debug_switch_keeps_the_traceback(capsys, monkeypatch):
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    with pytest.raises(SystemExit) as exit_info, exit_on_config_error():
+        raise ConfigError("[lighthouse] pool=3 must be a power of two >= 2")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr() == ("", "error: [lighthouse] pool=3 must be a power of two >= 2\n")
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    with pytest.raises(ConfigError), exit_on_config_error():
+        raise ConfigError("shown with its traceback")
+    with pytest.raises(RuntimeError), exit_on_config_error():  # anything else is not a config mistake
+        raise RuntimeError("a bug")
+
+
+def test_help_lists_the_lighthouse_options_without_a_config_file(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_job_config(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--lighthouse.levels INT", "--lighthouse.topk INT", "--lighthouse.switch-to-dense-at-step INT",
+                   "--lighthouse.log-stats, --lighthouse.no-log-stats"):
+        assert option in out
+    assert "Selection budget k per level" in out
+
+
+def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
+    config = parse_job_config(["--job.config_file", write(tmp_path, "[lighthouse]\ntopk = 256\n")])
+    assert config.lighthouse.topk == 256
+
+
+@pytest.mark.parametrize("script, args, hint", [
+    ("bench_attention.py", [], ""),
+    ("gpu_parity.py", ["--quick"], ""),
+    ("cp_parity.py", [], "; --device cpu runs it with gloo"),  # it has a CPU mode and says so
+])
+def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.syspath_prepend(str(REPO / "scripts"))
+    monkeypatch.setattr(sys, "argv", [f"scripts/{script}", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and re.fullmatch(rf"error: {script} needs an NVIDIA GPU with CUDA; torch .*\){hint}\n", err)
+
+
+@pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the filter is installed without an accelerator only")
+def test_cpu_log_drops_the_gpu_peak_flops_warnings_and_explains_mfu_once():
+    log_filter = next(f for f in logging.getLogger().filters if isinstance(f, cpu_compat.CpuLogFilter))
+    log_filter.explained = False
+
+    def record(message: str, level: int = logging.WARNING) -> logging.LogRecord:
+        return logging.LogRecord("root", level, __file__, 1, message, (), None)
+
+    lspci = record("Error running lspci: [Errno 2] No such file or directory: 'lspci', fallback to use device_name")
+    assert not log_filter.filter(lspci)
+    first = record("Peak flops undefined for: CPU x86_64, fallback to A100")
+    again = record("Peak flops undefined for: CPU x86_64, fallback to A100")
+    assert log_filter.filter(first) and (first.getMessage(), first.levelname) == (log_filter.MFU_NOTE, "INFO")
+    assert not log_filter.filter(again)
+    other = record("Peak FLOPS used for computing MFU: 3.120e+14", logging.INFO)
+    assert log_filter.filter(other) and other.getMessage() == "Peak FLOPS used for computing MFU: 3.120e+14"
+
+
+@pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the filter is installed without an accelerator only")
+def test_float32_cpu_autocast_warns_no_more_and_other_warnings_still_show():
+    with warnings.catch_warnings(record=True) as caught:  # pytest resets the filters installed at import
+        cpu_compat.ignore_float32_autocast_warning()
+        with torch.autocast("cpu", dtype=torch.float32):
+            pass
+        warnings.warn("In CPU autocast, something else", UserWarning)
+    assert [str(w.message) for w in caught] == ["In CPU autocast, something else"]
