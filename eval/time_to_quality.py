@@ -1,7 +1,8 @@
 """Time to quality: held-out loss against training seconds for dense and Lighthouse -> dense arms.
 
 An arm's folders (scripts/time_to_quality.sh): `dense_s<seed>`; `<selection>_s<seed>` (stage 1) and
-`<selection>_s<seed>_switch<step>` (stage 2, resumed from stage 1's checkpoint at <step>). Each folder's
+`<selection>_s<seed>_switch<step>` (stage 2, resumed from stage 1's checkpoint at <step>); a stage-1 variant
+adds a suffix (`_k2048from250`: k = 2048 from step 250 on). Each folder's
 metrics.jsonl holds one record per training step (`time_metrics/end_to_end(s)`, logged every step) and the
 dense-shadow validation records (`validation/dense_loss`, also during stage 1).
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 STEP_TIME = "time_metrics/end_to_end(s)"
 DENSE_LOSS = "validation/dense_loss"
-_FOLDER = re.compile(r"(?P<selection>dense|paper|causal)_s(?P<seed>\d+)(?:_switch(?P<switch>\d+))?")
+_FOLDER = re.compile(r"(?P<selection>dense|paper|causal)_s(?P<seed>\d+)(?P<variant>_k\d+from\d+)?(?:_switch(?P<switch>\d+))?")
 
 
 def read_records(path: Path) -> list[dict]:
@@ -95,7 +96,7 @@ def load_arms(run: Path) -> list[Arm]:
         seconds, losses, switch = step_seconds(records), dense_losses(records), None
         if match["switch"] is not None:
             switch = int(match["switch"])
-            stage1 = read_records(run / f"{match['selection']}_s{match['seed']}" / "metrics.jsonl")
+            stage1 = read_records(run / f"{match['selection']}_s{match['seed']}{match['variant'] or ''}" / "metrics.jsonl")
             seconds = {**{s: t for s, t in step_seconds(stage1).items() if s <= switch}, **seconds}
             losses = {**{s: v for s, v in dense_losses(stage1).items() if s <= switch}, **losses}
         total = max(seconds)

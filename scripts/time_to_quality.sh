@@ -4,13 +4,16 @@
 #   scripts/time_to_quality.sh corpus                    # package-folder documents (hundreds of KB)
 #   scripts/time_to_quality.sh dense 0                   # an arm: dense | paper | causal, then the seed
 #   scripts/time_to_quality.sh paper 0                   # stage 1 to the last switch, then each stage 2
+#   LATE_TOPK=2048 LATE_FROM=250 SWITCHES=400 scripts/time_to_quality.sh causal 0   # a larger k late in stage 1
 #   python scripts/time_to_quality.py --run outputs/time_to_quality --out outputs/time_to_quality/report
 #
 # Every arm: configs/time_to_quality/tiny_64k.toml, the same initial weights for a seed, the same data order and
 # one LR schedule over STEPS steps. A Lighthouse arm runs stage 1 once with SELECTION (its checkpoints every 50
 # steps) and resumes each switch point (SWITCHES, steps) with dense attention to STEPS. Each training process
-# resumes from its folder's latest checkpoint, so a part stopped midway continues where it stopped.
-# Environment: RUN (output folder), STEPS, SWITCHES (default 50% and 80% of STEPS), PYTHON, CORPUS_SOURCES, EXTRA.
+# resumes from its folder's latest checkpoint, so a part stopped midway continues where it stopped. With LATE_TOPK
+# and LATE_FROM, stage 1 runs with k = LATE_TOPK from step LATE_FROM on (folder <selection>_s<seed>_k<K>from<F>).
+# Environment: RUN (output folder), STEPS, SWITCHES (default 50% and 80% of STEPS), LATE_TOPK, LATE_FROM, PYTHON,
+# CORPUS_SOURCES, EXTRA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,7 +46,13 @@ part_corpus() {
 # lighthouse <selection> <seed>: stage 1 to the last switch point, then every stage 2.
 lighthouse() {
   local selection=$1 seed=$2 stage1=$RUN/$1_s$2 switch
-  train "$stage1" "${SWITCH_STEPS[-1]}" "$seed" --lighthouse.selection "$selection"
+  if [[ -n ${LATE_TOPK:-} ]]; then
+    stage1+=_k${LATE_TOPK}from${LATE_FROM:?LATE_FROM goes with LATE_TOPK}
+    train "$stage1" "$LATE_FROM" "$seed" --lighthouse.selection "$selection"
+    train "$stage1" "${SWITCH_STEPS[-1]}" "$seed" --lighthouse.selection "$selection" --lighthouse.topk "$LATE_TOPK"
+  else
+    train "$stage1" "${SWITCH_STEPS[-1]}" "$seed" --lighthouse.selection "$selection"
+  fi
   for switch in "${SWITCH_STEPS[@]}"; do
     train "${stage1}_switch$switch" "$STEPS" "$seed" --lighthouse.no-enable \
       --checkpoint.initial_load_path "$stage1/checkpoint/step-$switch" --checkpoint.no-initial-load-model-only
