@@ -1,0 +1,81 @@
+"""eval/time_to_quality.py: arms assembled from their folders, training seconds by one rule, time to a loss."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval.time_to_quality import load_arms, seconds_to_reach, step_seconds
+
+STEP_TIME, DENSE_LOSS = "time_metrics/end_to_end(s)", "validation/dense_loss"
+
+
+def write(folder: Path, records: list[dict]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def steps(first: int, last: int, seconds: float, start: bool = True) -> list[dict]:
+    """One process's step records, its first step slow (warm-up), preceded by its run-start marker."""
+    marker = [{"event": "run_start", "step": first}] if start else []
+    return marker + [{"step": s, STEP_TIME: 10.0 if s == first else seconds} for s in range(first, last + 1)]
+
+
+def shadow(*pairs: tuple[int, float]) -> list[dict]:
+    return [{"step": s, DENSE_LOSS: v} for s, v in pairs]
+
+
+def test_the_first_step_of_every_process_counts_as_its_median_step():
+    records = steps(1, 4, 0.5) + steps(5, 8, 0.25)  # a resumed second process
+    assert step_seconds(records) == {**{s: 0.5 for s in range(1, 5)}, **{s: 0.25 for s in range(5, 9)}}
+
+
+def test_a_switch_arm_is_its_stage_1_up_to_the_switch_then_its_stage_2(tmp_path):
+    write(tmp_path / "dense_s0", steps(1, 8, 1.0) + shadow((1, 5.0), (4, 3.0), (8, 2.0)))
+    write(tmp_path / "causal_s0", steps(1, 6, 0.5) + shadow((1, 5.0), (4, 3.5), (6, 3.0)))  # stage 1 to 6
+    write(tmp_path / "causal_s0_switch4", steps(5, 8, 1.0) + shadow((8, 2.5)))
+    write(tmp_path / "notes", [])  # not an arm
+    arms = {a.name: a for a in load_arms(tmp_path)}
+    assert set(arms) == {"dense_s0", "causal_s0_switch4"}
+    arm = arms["causal_s0_switch4"]
+    assert (arm.selection, arm.seed, arm.switch_step, arm.total_steps) == ("causal", 0, 4, 8)
+    assert arm.train_seconds == pytest.approx(4 * 0.5 + 4 * 1.0)
+    assert arm.curve == [(0.5, 5.0), (2.0, 3.5), (6.0, 2.5)]  # stage 1's step-6 point is not on this arm
+    assert arm.median_step(lighthouse=True) == 0.5 and arm.median_step(lighthouse=False) == 1.0
+    assert arms["dense_s0"].final_loss == 2.0
+
+
+def test_an_arm_with_unlogged_steps_is_rejected(tmp_path):
+    write(tmp_path / "dense_s0", steps(1, 3, 1.0) + steps(5, 6, 1.0) + shadow((6, 2.0)))
+    with pytest.raises(ValueError, match="steps 1..6 are not all logged"):
+        load_arms(tmp_path)
+
+
+@pytest.mark.parametrize("loss, expected", [(3.0, 15.0), (2.5, 20.0), (4.0, 0.0), (1.0, None)])
+def test_seconds_to_reach_interpolates_between_validation_points(loss, expected):
+    curve = [(0.0, 4.0), (10.0, 3.5), (20.0, 2.5), (30.0, 2.6)]
+    assert seconds_to_reach(curve, loss) == expected
+
+
+def test_the_report_names_every_key_of_the_docs_layout_and_the_speedup(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import time_to_quality
+
+    write(tmp_path / "run" / "dense_s0", steps(1, 8, 1.0) + shadow((1, 5.0), (4, 3.0), (8, 2.0)))
+    write(tmp_path / "run" / "paper_s0", steps(1, 4, 0.5) + shadow((1, 5.0), (4, 3.5)))
+    write(tmp_path / "run" / "paper_s0_switch4", steps(5, 8, 1.0) + shadow((8, 2.5)))
+    records = time_to_quality.main(["--run", str(tmp_path / "run"), "--out", str(tmp_path / "report"),
+                                    "--seq-len", "1024", "--device", "cpu", "--commit", "abc"])
+    assert json.loads((tmp_path / "report.json").read_text()) == records
+    assert (tmp_path / "report.png").stat().st_size > 0
+    dense, paper = records
+    keys = {"name", "selection", "switch_step", "total_steps", "seq_len", "seed", "device", "train_seconds",
+            "final_heldout_loss", "curve"}
+    assert keys <= set(dense) and keys <= set(paper) and dense["name"] == "dense"
+    assert paper["curve"][-1] == [paper["train_seconds"], 2.5] == [6.0, 2.5]
+    # dense passes 2.5 halfway between its step-4 (4 s, 3.0) and step-8 (8 s, 2.0) points: 6 s, as fast
+    assert paper["dense_seconds_to_this_loss"] == 6.0 and paper["time_to_quality_speedup"] == 1.0
+    assert paper["stage1_step_speedup"] == 2.0
