@@ -60,8 +60,7 @@ def norm_score_pyramids(pyramid: Pyramid, seq_len: int, config: LighthouseConfig
     `causal_score_levels`)."""
     if config.selection == "paper":
         return pyramid.sq, pyramid.sk
-    return tuple(causal_score_levels(s, seq_len, config.pool, config.levels, h)
-                 for s, h in zip((pyramid.sq, pyramid.sk), history or (None, None)))
+    return causal_score_levels(pyramid.sq, pyramid.sk, seq_len, config.pool, config.levels, history)
 
 
 def _score_pyramids(q, k, v, pyramid: Pyramid, config: LighthouseConfig) -> tuple[torch.Tensor, torch.Tensor]:

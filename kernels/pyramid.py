@@ -126,42 +126,55 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
 
 
 @triton.jit
-def _causal_levels_kernel(s_ptr, hist_ptr, N, NTOT, L: tl.constexpr, LOG2P: tl.constexpr, HALO: tl.constexpr,
-                          HISTORY: tl.constexpr, BLOCK_T: tl.constexpr):
-    """Levels 1..L-1 of one row's causal scores from its level 0: entry i of level l (span c, first token
+def _trailing_max(s_row, h_row, t, valid, out, HISTORY: tl.constexpr):
+    """Store at `out` the max of one row's level-0 scores over each row of token positions `t` (negative
+    positions read the row's history, or are skipped)."""
+    x = tl.load(s_row + t, mask=(t >= 0) & valid[:, None], other=float("-inf"))
+    if HISTORY:
+        x = tl.maximum(x, tl.load(h_row + t, mask=(t < 0) & valid[:, None], other=float("-inf")))
+    tl.store(out, tl.max(x, axis=1), mask=valid)
+
+
+@triton.jit
+def _causal_levels_kernel(sq_ptr, sk_ptr, hq_ptr, hk_ptr, N, NTOT, L: tl.constexpr, LOG2P: tl.constexpr,
+                          HALO: tl.constexpr, HISTORY: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Levels 1..L-1 of one row's causal sQ and sK from their level 0: entry i of level l (span c, first token
     s = i*c) gets the max over tokens [s - c + 1, s], tokens < 0 read from the row's history (or skipped).
     A program writes the entries whose first token lies in its BLOCK_T tokens."""
     row = tl.program_id(1).to(tl.int64)
     t0 = tl.program_id(0) * BLOCK_T
-    s_row = s_ptr + row * NTOT
     for lvl in tl.static_range(1, L):
         # the level's span p**lvl is written out (a constexpr cannot be reassigned across unrolled levels)
         i = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
         valid = i < (N >> (lvl * LOG2P))
         t = ((i << (lvl * LOG2P)) - (1 << (lvl * LOG2P)) + 1)[:, None] + tl.arange(0, 1 << (lvl * LOG2P))[None, :]
-        x = tl.load(s_row + t, mask=(t >= 0) & valid[:, None], other=float("-inf"))
-        if HISTORY:
-            earlier = tl.load(hist_ptr + row * HALO + HALO + t, mask=(t < 0) & valid[:, None], other=float("-inf"))
-            x = tl.maximum(x, earlier)
-        tl.store(s_row + static_level_offset(lvl, N, LOG2P) + i, tl.max(x, axis=1), mask=valid)
+        out = row * NTOT + static_level_offset(lvl, N, LOG2P) + i
+        _trailing_max(sq_ptr + row * NTOT, hq_ptr + row * HALO + HALO, t, valid, sq_ptr + out, HISTORY)
+        _trailing_max(sk_ptr + row * NTOT, hk_ptr + row * HALO + HALO, t, valid, sk_ptr + out, HISTORY)
 
 
-def causal_score_levels(s: torch.Tensor, seq_len: int, pool: int, levels: int,
-                        history: torch.Tensor | None = None, tokens_per_program: int = 1024) -> torch.Tensor:
-    """Rewrite levels 1..L-1 of score pyramids `s` (float32 [R, G, sum_l N/p^l], level 0 first, contiguous)
-    in place as `lighthouse.pyramid_scores(..., selection="causal")` of their level 0, and return `s`.
+def causal_score_levels(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, levels: int,
+                        history: tuple[torch.Tensor, torch.Tensor] | None = None,
+                        tokens_per_program: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewrite levels 1..L-1 of the score pyramids sq, sk (float32 [R, G, sum_l N/p^l], level 0 first,
+    contiguous) in place as `lighthouse.pyramid_scores(..., selection="causal")` of their level 0, in one
+    launch, and return them.
 
-    `history` (float32 [R, G, p**(L-1) - 1]) holds each row's level-0 scores of the tokens right before it
-    (a sequence shard that does not start at token 0); None: every row starts the sequence. Maxima are
-    exact, so this equals the reference bit for bit.
+    `history` (float32 [R, G, p**(L-1) - 1] each, for sq and sk) holds each row's level-0 scores of the
+    tokens right before it (a sequence shard that does not start at token 0); None: every row starts the
+    sequence. Maxima are exact, so this equals the reference bit for bit.
     """
-    rows, groups, ntot = s.shape
+    rows, groups, ntot = sq.shape
     halo = pool ** (levels - 1) - 1
-    if history is not None and history.shape != (rows, groups, halo):
-        raise ValueError(f"history{tuple(history.shape)} must be [R, G, pool**(levels-1) - 1] = {(rows, groups, halo)}")
+    if history is not None:
+        for h in history:
+            if h.shape != (rows, groups, halo):
+                raise ValueError(f"history{tuple(h.shape)} must be [R, G, pool**(levels-1) - 1] = {(rows, groups, halo)}")
+        history = tuple(h.contiguous() for h in history)
     block_t = max(pool ** (levels - 1), triton.next_power_of_2(tokens_per_program))
+    hq, hk = history if history is not None else (sq, sk)
     _causal_levels_kernel[(triton.cdiv(seq_len, block_t), rows * groups)](
-        s, s if history is None else history.contiguous(), seq_len, ntot, L=levels, LOG2P=log2(pool), HALO=halo,
-        HISTORY=history is not None, BLOCK_T=block_t, num_warps=4,
+        sq, sk, hq, hk, seq_len, ntot, L=levels, LOG2P=log2(pool), HALO=halo, HISTORY=history is not None,
+        BLOCK_T=block_t, num_warps=4,
     )
-    return s
+    return sq, sk

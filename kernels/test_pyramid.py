@@ -38,8 +38,10 @@ def test_without_scores_only_pools():
 @pytest.mark.parametrize("with_history", [False, True], ids=["sequence-start", "shard-with-history"])
 @pytest.mark.parametrize("b, n, h, g, d, pool, levels", SHAPES, ids=SHAPE_IDS)
 def test_causal_levels_equal_reference_bit_for_bit(b, n, h, g, d, pool, levels, with_history):
-    s = torch.rand(b, g, n, device=DEVICE)
-    history = torch.rand(b, g, pool ** (levels - 1) - 1, device=DEVICE) if with_history else None
-    paper = torch.cat(pyramid_scores(s, pool, levels), dim=-1)
-    fast = causal_score_levels(paper.clone(), n, pool, levels, history)
-    assert torch.equal(fast, torch.cat(pyramid_scores(s, pool, levels, "causal", history), dim=-1))
+    s = [torch.rand(b, g, n, device=DEVICE) for _ in range(2)]
+    halo = pool ** (levels - 1) - 1
+    history = tuple(torch.rand(b, g, halo, device=DEVICE) for _ in range(2)) if with_history else (None, None)
+    paper = [torch.cat(pyramid_scores(x, pool, levels), dim=-1) for x in s]
+    fast = causal_score_levels(*(x.clone() for x in paper), n, pool, levels, history if with_history else None)
+    for name, x, hist, got in zip(("sq", "sk"), s, history, fast):
+        assert torch.equal(got, torch.cat(pyramid_scores(x, pool, levels, "causal", hist), dim=-1)), name
