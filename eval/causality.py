@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import torch
-import torch.nn.functional as F
 
-LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids [B, T] -> logits [B, T, V]
+from .heldout import LogitsFn, token_losses
 
 
 @dataclass(frozen=True)
@@ -54,12 +52,6 @@ def sample_positions(windows: int, seq_len: int, samples: int, max_lookahead: in
     return list(zip(which.tolist(), where.tolist()))
 
 
-def _token_losses(logits_fn: LogitsFn, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Per-token cross-entropy [B, T] in float32."""
-    logits = logits_fn(inputs).float()
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten().to(logits.device), reduction="none").view(labels.shape)
-
-
 @torch.no_grad()
 def causality_audit(logits_fn: LogitsFn, windows: torch.Tensor, lookaheads: list[int], samples: int, seed: int = 0,
                     batch_size: int = 4) -> list[LookaheadResult]:
@@ -73,7 +65,7 @@ def causality_audit(logits_fn: LogitsFn, windows: torch.Tensor, lookaheads: list
     inputs, labels = windows[:, :-1], windows[:, 1:]
     points = sample_positions(count, seq_len, samples, max(lookaheads), seed)
 
-    seen = torch.cat([_token_losses(logits_fn, inputs[i:i + batch_size], labels[i:i + batch_size]).cpu()
+    seen = torch.cat([token_losses(logits_fn, inputs[i:i + batch_size], labels[i:i + batch_size])
                       for i in range(0, count, batch_size)])
     rows = [(w, c, b) for w, c in points for b in lookaheads]
     honest = []
@@ -82,7 +74,7 @@ def causality_audit(logits_fn: LogitsFn, windows: torch.Tensor, lookaheads: list
         ids = torch.stack([inputs[w] for w, _, _ in chunk]).clone()
         for r, (w, c, b) in enumerate(chunk):
             ids[r, c + b:] = inputs[(w + 1) % count, c + b:]
-        losses = _token_losses(logits_fn, ids, torch.stack([labels[w] for w, _, _ in chunk])).cpu()
+        losses = token_losses(logits_fn, ids, torch.stack([labels[w] for w, _, _ in chunk]))
         honest += [losses[r, c:c + b].mean().item() for r, (_, c, b) in enumerate(chunk)]
 
     results = []

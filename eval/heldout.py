@@ -40,17 +40,31 @@ def heldout_windows(pattern: str, seq_len: int, count: int) -> torch.Tensor:
                      f"fewer than count={count}")
 
 
+LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids [B, T] -> logits [B, T, V]
+
+
 @torch.no_grad()
-def mean_loss(logits_fn: Callable[[torch.Tensor], torch.Tensor], windows: torch.Tensor, batch_size: int = 1,
-              device: torch.device | str = "cpu") -> float:
-    """Mean cross-entropy (nats per token) of `logits_fn` (ids [B, T] -> logits [B, T, V]) over all windows."""
-    total, tokens = 0.0, 0
+def token_losses(logits_fn: LogitsFn, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of every label given its inputs: float32 [B, T] on the CPU (inputs on the model's device)."""
+    logits = logits_fn(inputs).float()
+    return F.cross_entropy(logits.transpose(1, 2), labels.to(logits.device), reduction="none").cpu()
+
+
+def position_losses(logits_fn: LogitsFn, windows: torch.Tensor, batch_size: int = 1,
+                    device: torch.device | str = "cpu") -> torch.Tensor:
+    """Mean cross-entropy at each position of the windows [W, T + 1] (inputs the first T, labels the last T),
+    over all windows: float64 [T]."""
+    total = torch.zeros(windows.shape[1] - 1, dtype=torch.float64)
     for start in range(0, len(windows), batch_size):
         batch = windows[start:start + batch_size].to(device)
-        logits = logits_fn(batch[:, :-1]).float()
-        total += F.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten(), reduction="sum").item()
-        tokens += batch[:, 1:].numel()
-    return total / tokens
+        total += token_losses(logits_fn, batch[:, :-1], batch[:, 1:]).sum(dim=0).double()
+    return total / len(windows)
+
+
+def mean_loss(logits_fn: LogitsFn, windows: torch.Tensor, batch_size: int = 1,
+              device: torch.device | str = "cpu") -> float:
+    """Mean cross-entropy (nats per token) of `logits_fn` over all windows."""
+    return position_losses(logits_fn, windows, batch_size, device).mean().item()
 
 
 def position_edges(seq_len: int, first: int = 64, factor: int = 4) -> list[int]:
@@ -61,15 +75,7 @@ def position_edges(seq_len: int, first: int = 64, factor: int = 4) -> list[int]:
     return edges
 
 
-@torch.no_grad()
-def loss_by_position(logits_fn: Callable[[torch.Tensor], torch.Tensor], windows: torch.Tensor, edges: list[int],
-                     batch_size: int = 1, device: torch.device | str = "cpu") -> list[float]:
-    """Mean cross-entropy of the positions in [edges[i], edges[i+1]) of every window: whether later positions,
-    which have more context, predict better (a model that uses far context keeps improving with position)."""
-    total = torch.zeros(windows.shape[1] - 1, dtype=torch.float64)
-    for start in range(0, len(windows), batch_size):
-        batch = windows[start:start + batch_size].to(device)
-        logits = logits_fn(batch[:, :-1]).float()
-        losses = F.cross_entropy(logits.transpose(1, 2), batch[:, 1:], reduction="none")
-        total += losses.sum(dim=0).double().cpu()
-    return [(total[a:b].sum() / ((b - a) * len(windows))).item() for a, b in zip(edges, edges[1:])]
+def bucket_means(per_position: torch.Tensor, edges: list[int]) -> list[float]:
+    """Mean of `position_losses` over the positions in [edges[i], edges[i+1]): whether later positions, which
+    have more context, predict better (a model that uses far context keeps improving with position)."""
+    return [per_position[a:b].mean().item() for a, b in zip(edges, edges[1:])]

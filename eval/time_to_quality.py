@@ -13,20 +13,16 @@ only on validation steps, so neither evaluation nor saving is counted.
 """
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from recipe.metrics import read_metrics
+
 STEP_TIME = "time_metrics/end_to_end(s)"
 DENSE_LOSS = "validation/dense_loss"
 _FOLDER = re.compile(r"(?P<selection>dense|paper|causal)_s(?P<seed>\d+)(?P<variant>_k\d+from\d+)?(?:_switch(?P<switch>\d+))?")
-
-
-def read_records(path: Path) -> list[dict]:
-    """Every JSON line of a metrics.jsonl, run-start markers included (they separate processes)."""
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def step_seconds(records: list[dict]) -> dict[int, float]:
@@ -92,11 +88,12 @@ def load_arms(run: Path) -> list[Arm]:
         match = _FOLDER.fullmatch(folder.name)
         if match is None or (match["selection"] != "dense" and match["switch"] is None):
             continue
-        records = read_records(folder / "metrics.jsonl")
+        records = read_metrics(str(folder / "metrics.jsonl"), events=True)
         seconds, losses, switch = step_seconds(records), dense_losses(records), None
         if match["switch"] is not None:
             switch = int(match["switch"])
-            stage1 = read_records(run / f"{match['selection']}_s{match['seed']}{match['variant'] or ''}" / "metrics.jsonl")
+            stage1 = read_metrics(str(run / f"{match['selection']}_s{match['seed']}{match['variant'] or ''}" / "metrics.jsonl"),
+                                  events=True)
             seconds = {**{s: t for s, t in step_seconds(stage1).items() if s <= switch}, **seconds}
             losses = {**{s: v for s, v in dense_losses(stage1).items() if s <= switch}, **losses}
         total = max(seconds)

@@ -36,11 +36,12 @@ class JsonlLogger(BaseLogger):
         self._file.close()
 
 
-def read_metrics(path: str) -> list[dict[str, Any]]:
-    """The step records of a metrics.jsonl file, in the order they were logged (event records left out)."""
+def read_metrics(path: str, events: bool = False) -> list[dict[str, Any]]:
+    """The step records of a metrics.jsonl file, in the order they were logged; with `events`, the event
+    records too (a `run_start` marks where each process start's steps begin), else they are left out."""
     with open(path, encoding="utf-8") as f:
         records = [json.loads(line) for line in f if line.strip()]
-    return [record for record in records if "event" not in record]
+    return [record for record in records if events or "event" not in record]
 
 
 class LighthouseMetricsProcessor(MetricsProcessor):

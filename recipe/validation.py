@@ -58,7 +58,7 @@ class DenseShadowValidator(Validator):
     def __init__(self, job_config, dp_world_size: int, dp_rank: int, tokenizer, parallel_dims, loss_fn,
                  validation_context, maybe_enable_amp, metrics_processor, **_pipeline) -> None:
         # Not Validator.__init__: it builds torchtitan's HF validation loader, which knows none of our datasets.
-        check_validation(job_config)
+        # The settings were checked at start-up (`check_validation`, from `recipe.job_config.check_job_config`).
         self.job_config, self.tokenizer, self.parallel_dims, self.loss_fn = job_config, tokenizer, parallel_dims, loss_fn
         self.validation_context, self.maybe_enable_amp = validation_context, maybe_enable_amp
         self.metrics_processor = metrics_processor

@@ -22,19 +22,12 @@ import re
 import sys
 from pathlib import Path
 
-from eval_common import load, parser, provenance
+from eval_common import int_list, load, parser, provenance
 
 from eval.causality import causality_audit, plot_audit
 from eval.heldout import heldout_windows
 
 KEYS = ("selection", "steps", "lookahead", "honest_loss", "seen_loss", "delta", "stderr", "samples")
-
-
-def int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as err:
-        raise SystemExit(f"expected comma-separated integers, got {text!r}") from err
 
 
 def checkpoint_steps(path: Path) -> int | None:

@@ -17,6 +17,8 @@
 # the combined record is RUN/causality.json (+ .png), copied to docs/ only by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=/dev/null
+source scripts/corpus.sh
 
 RUN=${RUN:-outputs/causality}
 STEPS=${STEPS:-600}
@@ -30,10 +32,7 @@ CORPUS=$RUN/corpus
 JOB=(--job.config_file "$CONFIG" --training.dataset_path "$CORPUS/train/*.jsonl" ${EXTRA[@]+"${EXTRA[@]}"})
 
 part_corpus() {
-  local sources=() folder
-  read -r -a folders <<< "${CORPUS_SOURCES:-}"
-  for folder in ${folders[@]+"${folders[@]}"}; do sources+=(--source "$folder"); done
-  "$PYTHON" scripts/make_corpus.py --out "$CORPUS" ${sources[@]+"${sources[@]}"}
+  make_corpus "$CORPUS"
 }
 
 part_train() {

@@ -25,6 +25,14 @@ from eval.checkpoint import build_model, lighthouse_setting, load_weights, logit
 from source_commit import source_commit  # noqa: E402
 
 
+def int_list(text: str) -> list[int]:
+    """Comma-separated integers of a command-line option, e.g. "2048,4096"."""
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError as err:
+        raise SystemExit(f"expected comma-separated integers, got {text!r}") from err
+
+
 def parser(description: str) -> argparse.ArgumentParser:
     """An argument parser with the options every evaluation script shares."""
     p = argparse.ArgumentParser(description=description, allow_abbrev=False,

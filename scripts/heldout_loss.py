@@ -17,7 +17,7 @@ import sys
 
 from eval_common import load, parser, provenance
 
-from eval.heldout import heldout_windows, loss_by_position, mean_loss, position_edges
+from eval.heldout import bucket_means, heldout_windows, position_edges, position_losses
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -33,9 +33,10 @@ def main(argv: list[str] | None = None) -> dict:
     loss, by_position = {}, {"edges": position_edges(job_config.training.seq_len)}
 
     def score(name: str) -> None:
-        loss[name] = mean_loss(logits, windows, args.batch_size, device)
+        per_position = position_losses(logits, windows, args.batch_size, device)
+        loss[name] = per_position.mean().item()
         if args.by_position:
-            by_position[name] = loss_by_position(logits, windows, by_position["edges"], args.batch_size, device)
+            by_position[name] = bucket_means(per_position, by_position["edges"])
 
     if job_config.lighthouse.enable:
         score("lighthouse")

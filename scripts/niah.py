@@ -15,18 +15,11 @@ from __future__ import annotations
 import json
 import sys
 
-from eval_common import load, parser, provenance
+from eval_common import int_list, load, parser, provenance
 
 from eval.checkpoint import check_lengths, lighthouse_setting
 from eval.niah import DEPTHS, plot_heatmap, run_niah
 from recipe.tokenizer import ByteTokenizer
-
-
-def int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as err:
-        raise SystemExit(f"expected comma-separated integers, got {text!r}") from err
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -26,6 +26,8 @@
 # HELDOUT_WINDOWS, EXTRA (more job arguments for every run, e.g. a smaller flavor for a CPU smoke run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=/dev/null
+source scripts/corpus.sh
 
 STEPS=${STEPS:-800}
 RUN=${RUN:-outputs/replicate}
@@ -82,11 +84,8 @@ evaluate() {
 }
 
 part_corpus() {
-  local sources=() folder
-  read -r -a folders <<< "${CORPUS_SOURCES:-}"
-  for folder in ${folders[@]+"${folders[@]}"}; do sources+=(--source "$folder"); done
   mkdir -p "$RUN"
-  "$PYTHON" scripts/make_corpus.py --out "$CORPUS" ${sources[@]+"${sources[@]}"}
+  make_corpus "$CORPUS"
 }
 
 part_dense() {

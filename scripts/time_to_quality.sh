@@ -16,6 +16,8 @@
 # CORPUS_SOURCES, EXTRA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=/dev/null
+source scripts/corpus.sh
 
 RUN=${RUN:-outputs/time_to_quality}
 STEPS=${STEPS:-500}
@@ -37,10 +39,7 @@ train() {
 }
 
 part_corpus() {
-  local sources=() folder
-  read -r -a folders <<< "${CORPUS_SOURCES:-}"
-  for folder in ${folders[@]+"${folders[@]}"}; do sources+=(--source "$folder"); done
-  "$PYTHON" scripts/make_corpus.py --out "$CORPUS" --documents packages ${sources[@]+"${sources[@]}"}
+  make_corpus "$CORPUS" --documents packages
 }
 
 # lighthouse <selection> <seed>: stage 1 to the last switch point, then every stage 2.
