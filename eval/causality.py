@@ -13,11 +13,16 @@ a fixed seed before any model runs.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
 from .heldout import LogitsFn, token_losses
+
+# The keys of a combined row (`combine_records`), besides the provenance it keeps.
+ROW_KEYS = ("selection", "steps", "lookahead", "honest_loss", "seen_loss", "delta", "stderr", "samples")
 
 
 @dataclass(frozen=True)
@@ -108,3 +113,24 @@ def plot_audit(records: list[dict], path: str, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def checkpoint_steps(path: str | Path) -> int | None:
+    """N of a step folder named step-N, else None."""
+    match = re.fullmatch(r"step-(\d+)", Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def record_label(record: dict) -> str:
+    """The plot label of an audit record: its selection and training steps."""
+    return f"{record['selection']}, step {record['steps']}"
+
+
+def combine_records(records: list[dict]) -> list[dict]:
+    """Audit records as one list of one row per (record, lookahead): ROW_KEYS plus the record's checkpoint,
+    device, commit, attention and command."""
+    rows = []
+    for record in records:
+        extra = {k: record.get(k) for k in ("checkpoint", "device", "commit", "attention", "command")}
+        rows += [{**{k: v for k, v in {**record, **r}.items() if k in ROW_KEYS}, **extra} for r in record["results"]]
+    return rows

@@ -79,3 +79,25 @@ def bucket_means(per_position: torch.Tensor, edges: list[int]) -> list[float]:
     """Mean of `position_losses` over the positions in [edges[i], edges[i+1]): whether later positions, which
     have more context, predict better (a model that uses far context keeps improving with position)."""
     return [per_position[a:b].mean().item() for a, b in zip(edges, edges[1:])]
+
+
+def setting_losses(model: torch.nn.Module, logits_fn: LogitsFn, windows: torch.Tensor, lighthouse: bool,
+                   batch_size: int = 1, device: torch.device | str = "cpu", by_position: bool = False
+                   ) -> tuple[dict[str, float], dict[str, list] | None]:
+    """Held-out loss of the model as it is set, and when it runs Lighthouse (`lighthouse`), then with dense
+    attention in every layer on the same weights (how much the weights depend on the sparsity; the model is left
+    dense): ({"lighthouse": ..., "dense": ...}, with `by_position` {"edges": [...], <setting>: bucket means})."""
+    loss: dict[str, float] = {}
+    buckets: dict[str, list] = {"edges": position_edges(windows.shape[1] - 1)}
+
+    def score(name: str) -> None:
+        per_position = position_losses(logits_fn, windows, batch_size, device)
+        loss[name] = per_position.mean().item()
+        if by_position:
+            buckets[name] = bucket_means(per_position, buckets["edges"])
+
+    if lighthouse:
+        score("lighthouse")
+        model.set_lighthouse_enabled(False)
+    score("dense")
+    return loss, buckets if by_position else None

@@ -22,6 +22,7 @@ from recipe.metrics import read_metrics
 
 STEP_TIME = "time_metrics/end_to_end(s)"
 DENSE_LOSS = "validation/dense_loss"
+ARMS_COMMAND = "scripts/time_to_quality.sh (configs/time_to_quality/tiny_64k.toml)"
 _FOLDER = re.compile(r"(?P<selection>dense|paper|causal)_s(?P<seed>\d+)(?P<variant>_k\d+from\d+)?(?:_switch(?P<switch>\d+))?")
 
 
@@ -126,6 +127,27 @@ def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
         record["time_to_quality_speedup"] = None if reach is None else round(reach / arm.train_seconds, 4)
         record["stage1_step_speedup"] = round(dense.median_step(False) / arm.median_step(True), 4)
     return record
+
+
+def report_records(arms: list[Arm], seq_len: int, device: str, commit: str) -> list[dict]:
+    """The docs/time_to_quality.json list: each arm's record against the dense arm of its seed, with the commit
+    of the tree the arms ran and the command that ran them."""
+    dense = {a.seed: a for a in arms if a.selection == "dense"}
+    return [{**arm_record(a, dense.get(a.seed), seq_len, device), "commit": commit, "command": ARMS_COMMAND}
+            for a in arms]
+
+
+def markdown_table(records: list[dict]) -> str:
+    """One row per arm: seed, switch step, training seconds, final held-out loss and the speedups."""
+    rows = ["| arm | seed | switch | train s | final held-out | dense s to that loss | time-to-quality speedup | "
+            "stage-1 step speedup |", "|" + "---|" * 8]
+    for r in records:
+        reach = r.get("dense_seconds_to_this_loss", "-")
+        rows.append(f"| {r['name']} | {r['seed']} | {r['switch_step'] or '-'} | {r['train_seconds']:.1f} | "
+                    f"{r['final_heldout_loss']:.4f} | {'never' if reach is None else reach} | "
+                    f"{r.get('time_to_quality_speedup') or ('-' if reach == '-' else 'none')} | "
+                    f"{r.get('stage1_step_speedup', '-')} |")
+    return "\n".join(rows)
 
 
 def plot_curves(arms: list[Arm], path: str, title: str) -> None:

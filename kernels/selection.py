@@ -17,13 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from lighthouse.config import LighthouseConfig
-from lighthouse.scoring import pyramid_scores, token_scores
-from lighthouse.selection import Selection
-from lighthouse.selection import select as reference_select
-
 from .launch import log2
-from .ordering import decode, packed_key, sort_tiles, static_level_offset
+from .ordering import packed_key, sort_tiles, static_level_offset
 
 _POS_SCALE = tl.constexpr(2**31)  # positions take the low 31 bits of a key
 _POS_MASK = tl.constexpr(2**31 - 1)
@@ -154,40 +149,22 @@ def _select_tile_kernel(sq_ptr, sk_ptr, out_ptr, N, NTOT, S, C, E_T, L: tl.const
                                    L - 2 - step, L, LOG2P, M, PREFIX)
 
 
-def select_packed(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, config: LighthouseConfig,
-                  prefix: bool = True) -> torch.Tensor:
+def select_packed(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, levels: int, topk: int,
+                  tile_budget: int, prefix: bool = True) -> torch.Tensor:
     """Gather order as packed keys (`kernels.ordering`), int64 [B, G, S], from score pyramids sq, sk
-    (float32 [B, G, sum_l N/p^l], level 0 first). `config` must be valid for `seq_len` with levels >= 2;
-    `prefix=False` drops the prefix guarantee (a sequence shard that does not hold token 0)."""
+    (float32 [B, G, sum_l N/p^l], level 0 first). The geometry must be valid for `seq_len` (the caller's
+    `LighthouseConfig.validate`) with levels >= 2: T = topk / tile_budget tiles, each with at least
+    tile_budget coarsest entries. `prefix=False` drops the prefix guarantee (a sequence shard that does
+    not hold token 0)."""
     if sq.dtype != torch.float32 or sk.dtype != torch.float32:
         raise ValueError(f"the selection kernel takes float32 scores; got sq {sq.dtype}, sk {sk.dtype}")
     b, g, ntot = sq.shape
-    pool, levels, budget, tiles = config.pool, config.levels, config.tile_budget, config.num_tiles
-    coarse_per_tile = seq_len // config.coarsest_span // tiles
-    per_tile = coarse_per_tile + (levels - 1) * pool * budget
+    tiles = topk // tile_budget
+    coarse_per_tile = seq_len // pool ** (levels - 1) // tiles
+    per_tile = coarse_per_tile + (levels - 1) * pool * tile_budget
     packed = torch.empty(b, g, tiles * per_tile, dtype=torch.int64, device=sq.device)
     _select_tile_kernel[(tiles, b * g)](
         sq.contiguous(), sk.contiguous(), packed, seq_len, ntot, tiles * per_tile, coarse_per_tile, per_tile,
-        L=levels, LOG2P=log2(pool), M=budget, PREFIX=prefix, num_warps=4,
+        L=levels, LOG2P=log2(pool), M=tile_budget, PREFIX=prefix, num_warps=4,
     )
     return sort_tiles(packed, tiles)
-
-
-def selection_of(packed: torch.Tensor, config: LighthouseConfig) -> Selection:
-    """The reference's `Selection` view of packed keys."""
-    level, index, expanded = decode(packed, config.pool, config.levels)
-    return Selection(level, index, expanded)
-
-
-@torch.no_grad()
-def select(q: torch.Tensor, k: torch.Tensor, config: LighthouseConfig, v: torch.Tensor | None = None,
-           prefix: bool = True) -> Selection:
-    """Drop-in for `lighthouse.select` with the descent in the tile kernel (scores from the reference)."""
-    config.validate(q.shape[1])
-    if config.levels == 1:
-        return reference_select(q, k, config, v=v, prefix=prefix)
-    if config.scorer == "dilated" and v is None:
-        raise ValueError("scorer='dilated' needs v: call select(q, k, config, v=v)")
-    sq, sk = (torch.cat(pyramid_scores(s, config.pool, config.levels, config.selection), dim=-1)
-              for s in token_scores(q, k, v, config))
-    return selection_of(select_packed(sq, sk, q.shape[1], config, prefix), config)

@@ -2,23 +2,26 @@
 import pytest
 import torch
 
-from lighthouse import LighthouseConfig, gather_subsequence, pool_pyramid
+pytest.importorskip("triton")
 
-from ._testing import CPU_DTYPES, DEVICE, assert_close, random_qkv, random_selection
+from lighthouse import LighthouseConfig, gather_subsequence, pool_pyramid
+from lighthouse.testing import assert_close
+from tests.helpers import DEVICE, KERNEL_DTYPES, random_qkv
+from tests.kernel_inputs import random_selection
+
 from .gather import gather_pyramid
 from .pyramid import pool_and_score
 
-DTYPES = CPU_DTYPES + ((torch.bfloat16,) if DEVICE.type == "cuda" else ())
 # (batch, seq_len, heads, kv_heads, dim, levels, pool, topk, tile_budget)
 CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 256, 2, 2, 24, 3, 4, 8, 4), (1, 64, 2, 1, 8, 2, 2, 8, 4)]
 CASE_IDS = [f"B{c[0]}-N{c[1]}-H{c[2]}-G{c[3]}-D{c[4]}-L{c[5]}-p{c[6]}-k{c[7]}-m{c[8]}" for c in CASES]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
 @pytest.mark.parametrize("b, n, h, g, d, levels, pool, topk, budget", CASES, ids=CASE_IDS)
 def test_gather_and_its_gradient_equal_reference(b, n, h, g, d, levels, pool, topk, budget, dtype):
     config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
-    q, k, v = random_qkv(b, n, h, g, d, dtype, requires_grad=True)
+    q, k, v = random_qkv(b, n, h, g, d, dtype=dtype, device=DEVICE, requires_grad=True)
     packed, slots, flat = random_selection(b, g, n, config)
     with torch.no_grad():
         pyramid = pool_and_score(q, k, v, pool, levels, scores=False)

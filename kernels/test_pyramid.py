@@ -2,21 +2,23 @@
 import pytest
 import torch
 
-from lighthouse import norm_scores, pool_pyramid, pyramid_scores
+pytest.importorskip("triton")
 
-from ._testing import CPU_DTYPES, DEVICE, assert_close, random_qkv
+from lighthouse import norm_scores, pool_pyramid, pyramid_scores
+from lighthouse.testing import assert_close
+from tests.helpers import DEVICE, KERNEL_DTYPES, random_qkv
+
 from .pyramid import causal_score_levels, pool_and_score
 
-DTYPES = CPU_DTYPES + ((torch.bfloat16,) if DEVICE.type == "cuda" else ())
 # (batch, seq_len, heads, kv_heads, dim, pool, levels)
 SHAPES = [(2, 64, 4, 2, 16, 2, 3), (1, 128, 2, 2, 24, 4, 3), (1, 256, 3, 1, 8, 2, 5)]
 SHAPE_IDS = [f"B{s[0]}-N{s[1]}-H{s[2]}-G{s[3]}-D{s[4]}-p{s[5]}-L{s[6]}" for s in SHAPES]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
 @pytest.mark.parametrize("b, n, h, g, d, pool, levels", SHAPES, ids=SHAPE_IDS)
 def test_levels_and_scores_equal_reference(b, n, h, g, d, pool, levels, dtype):
-    q, k, v = random_qkv(b, n, h, g, d, dtype)
+    q, k, v = random_qkv(b, n, h, g, d, dtype=dtype, device=DEVICE)
     fused = pool_and_score(q, k, v, pool, levels)
     for name, x, pooled in (("q", q, fused.q), ("k", k, fused.k), ("v", v, fused.v)):
         assert_close(f"pooled {name}", torch.cat(pool_pyramid(x, pool, levels)[1:], dim=1), pooled, dtype)
@@ -27,7 +29,7 @@ def test_levels_and_scores_equal_reference(b, n, h, g, d, pool, levels, dtype):
 
 
 def test_without_scores_only_pools():
-    q, k, v = random_qkv(1, 32, 2, 2, 8, torch.float32)
+    q, k, v = random_qkv(1, 32, 2, 2, 8, dtype=torch.float32, device=DEVICE)
     fused = pool_and_score(q, k, v, pool=2, levels=2, scores=False)
     assert fused.sq.numel() == fused.sk.numel() == 0
     assert_close("pooled v", pool_pyramid(v, 2, 2)[1], fused.v, torch.float32)

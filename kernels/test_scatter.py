@@ -2,13 +2,16 @@
 import pytest
 import torch
 
+pytest.importorskip("triton")
+
 from lighthouse import LighthouseConfig
 from lighthouse import scatter_back as reference_scatter_back
+from lighthouse.testing import assert_close
+from tests.helpers import DEVICE, KERNEL_DTYPES
+from tests.kernel_inputs import random_selection
 
-from ._testing import CPU_DTYPES, DEVICE, assert_close, random_selection
 from .scatter import scatter_back
 
-DTYPES = CPU_DTYPES + ((torch.bfloat16,) if DEVICE.type == "cuda" else ())
 # (batch, seq_len, heads, kv_heads, dim, levels, pool, topk, tile_budget)
 CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 256, 2, 2, 24, 3, 4, 8, 4), (1, 64, 2, 1, 8, 4, 2, 4, 2)]
 CASE_IDS = [f"B{c[0]}-N{c[1]}-H{c[2]}-G{c[3]}-D{c[4]}-L{c[5]}-p{c[6]}-k{c[7]}-m{c[8]}" for c in CASES]
@@ -22,7 +25,7 @@ def _inputs(b, n, h, g, d, levels, pool, topk, budget, dtype):
 
 
 @pytest.mark.parametrize("spill", [False, True], ids=["clipped", "spill"])
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
 @pytest.mark.parametrize("b, n, h, g, d, levels, pool, topk, budget", CASES, ids=CASE_IDS)
 def test_scatter_and_its_gradient_equal_reference(b, n, h, g, d, levels, pool, topk, budget, dtype, spill):
     o_tilde, packed, slots, flat = _inputs(b, n, h, g, d, levels, pool, topk, budget, dtype)

@@ -2,11 +2,14 @@
 import pytest
 import torch
 
-from lighthouse import LighthouseConfig, descend, pyramid_scores
-from lighthouse import select as reference_select
+pytest.importorskip("triton")
 
-from ._testing import DEVICE, random_qkv
-from .selection import select, select_packed, selection_of
+from lighthouse import LighthouseConfig, descend, pyramid_scores, token_scores
+from lighthouse import select as reference_select
+from lighthouse.fused import score_pyramid, select_keys, selection_of
+from tests.helpers import DEVICE, random_qkv
+
+from .selection import select_packed
 
 # (levels, pool, topk, tile_budget, seq_len): several tiles, deep and shallow pyramids, m from 2 to 16,
 # coarsest tiles that are and are not a multiple of m
@@ -40,7 +43,7 @@ def _assert_same_selection(fast, ref):
 def test_kernel_descent_equals_reference(levels, pool, topk, budget, n, ties):
     config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
     sq, sk = _score_pyramids((1, 2), n, config, ties)
-    packed = select_packed(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
+    packed = select_keys(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
     _assert_same_selection(selection_of(packed, config), descend(sq, sk, config))
 
 
@@ -52,7 +55,7 @@ def test_prefix_guarantee_follows_the_flag(prefix):
     sq, sk = _score_pyramids((2, 1), n, config, ties=False)
     for s in sq + sk:
         s[..., 0] = -1.0
-    packed = select_packed(torch.cat(sq, -1), torch.cat(sk, -1), n, config, prefix=prefix)
+    packed = select_keys(torch.cat(sq, -1), torch.cat(sk, -1), n, config, prefix=prefix)
     fast = selection_of(packed, config)
     _assert_same_selection(fast, descend(sq, sk, config, prefix=prefix))
     token0_chain_expanded = fast.expanded & (fast.index == 0) & (fast.level > 0)
@@ -61,14 +64,16 @@ def test_prefix_guarantee_follows_the_flag(prefix):
 
 @pytest.mark.parametrize("selection", ["paper", "causal"])
 @pytest.mark.parametrize("scorer", ["norm", "dilated"])
-def test_select_from_qkv_with_gqa_equals_reference(scorer, selection):
+def test_kernel_descent_on_qkv_scores_with_gqa_equals_reference(scorer, selection):
     config = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8, scorer=scorer, dilation=2, selection=selection)
-    q, k, v = random_qkv(2, 256, 4, 2, 8, torch.float32)
-    _assert_same_selection(select(q, k, config, v=v), reference_select(q, k, config, v=v))
+    q, k, v = random_qkv(2, 256, 4, 2, 8, dtype=torch.float32, device=DEVICE)
+    sq, sk = (score_pyramid(s, config) for s in token_scores(q, k, v, config))
+    fast = selection_of(select_keys(sq, sk, q.shape[1], config), config)
+    _assert_same_selection(fast, reference_select(q, k, config, v=v))
 
 
 def test_float64_scores_are_rejected():
     config = LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=4)
     s = torch.rand(1, 1, 48, dtype=torch.float64, device=DEVICE)
     with pytest.raises(ValueError, match="float32 scores; got sq torch.float64"):
-        select_packed(s, s, 32, config)
+        select_packed(s, s, 32, config.pool, config.levels, config.topk, config.tile_budget)

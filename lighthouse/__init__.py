@@ -2,9 +2,10 @@
 from .attention import causal_attention
 from .config import LighthouseConfig
 from .gather import gather_subsequence, pyramid_index
-from .layer import LighthouseAttention, lighthouse_attention, reference_lighthouse_attention
+from .layer import LighthouseAttention, lighthouse_attention
 from .ordering import sort_keys
 from .pyramid import pool_pyramid
+from .reference import reference_lighthouse_attention
 from .scatter import scatter_back
 from .scoring import dilated_scores, norm_scores, pyramid_scores, token_scores
 from .selection import Selection, descend, select

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 SCORERS = ("norm", "dilated")
 SELECTIONS = ("paper", "causal")
-BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn", "reference")
+BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn")
+IMPLEMENTATIONS = ("auto", "fused", "reference")
 
 
 def _is_power_of_two(x: int) -> bool:
@@ -22,8 +23,10 @@ class LighthouseConfig:
     selection: "paper" (an entry's expansion score is the max over its whole window) or "causal" (the max
     over the p**l tokens ending at its first token, so no score that decides what position j receives
     reads a token after j; SPEC section 3);
-    backend: inner attention ("auto" = cuDNN on CUDA, math on CPU; "reference" forces the pure
-    PyTorch pipeline on GPU for debugging).
+    backend: the inner attention kernel on the gathered sequence ("auto" = cuDNN on CUDA, math on CPU);
+    implementation: which pipeline runs the layer ("auto" = the fused Triton kernels on CUDA where they
+    apply, else the pure-PyTorch reference; "fused"; "reference", for debugging).
+    The settings are checked at construction; `validate(seq_len)` checks a sequence length against them.
     """
 
     levels: int
@@ -34,6 +37,10 @@ class LighthouseConfig:
     dilation: int = 4
     selection: str = "paper"
     backend: str = "auto"
+    implementation: str = "auto"
+
+    def __post_init__(self) -> None:
+        self.check()
 
     def check(self) -> None:
         """Raise ValueError naming the values if a setting is invalid whatever the sequence length."""
@@ -53,8 +60,14 @@ class LighthouseConfig:
             raise ValueError(f"selection={self.selection!r} is not one of {SELECTIONS}")
         if self.dilation < 1:
             raise ValueError(f"dilation={self.dilation} must be >= 1")
+        if self.backend == "reference":
+            raise ValueError(
+                "backend='reference' is now implementation='reference' (backend names the inner attention kernel)"
+            )
         if self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}")
+        if self.implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation={self.implementation!r} is not one of {IMPLEMENTATIONS}")
 
     @property
     def num_tiles(self) -> int:
@@ -68,7 +81,6 @@ class LighthouseConfig:
 
     def validate(self, seq_len: int) -> None:
         """Raise ValueError naming the values if this config cannot run on `seq_len` tokens."""
-        self.check()
         if seq_len < 1:
             raise ValueError(f"seq_len={seq_len} must be >= 1")
         if self.scorer == "dilated" and seq_len % self.dilation != 0:

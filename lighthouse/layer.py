@@ -1,4 +1,5 @@
-"""The Lighthouse layer: pyramid -> scores -> selection -> order -> gather -> SDPA -> scatter-back."""
+"""The public Lighthouse layer: input checks, the one choice between the fused and the reference pipeline,
+and the `nn.Module` a model holds."""
 from __future__ import annotations
 
 import os
@@ -6,12 +7,10 @@ import os
 import torch
 from torch import nn
 
-from .attention import causal_attention
 from .config import LighthouseConfig
-from .gather import gather_subsequence, pyramid_index
-from .pyramid import pool_pyramid
-from .scatter import scatter_back
-from .selection import select
+from .reference import reference_lighthouse_attention
+
+FORCE_REFERENCE_ENV = "LIGHTHOUSE_FORCE_REFERENCE"
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -31,39 +30,34 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"q, k, v devices differ: {q.device}, {k.device}, {v.device}")
 
 
-def reference_lighthouse_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig
-) -> torch.Tensor:
-    """The pure-PyTorch pipeline of SPEC sections 1-5; every fast path is tested against it."""
-    n, pool, levels = q.shape[1], config.pool, config.levels
-    flat_index = pyramid_index(select(q, k, config, v=v), n, pool, levels)
-    q_t, k_t, v_t = (gather_subsequence(pool_pyramid(x, pool, levels), flat_index) for x in (q, k, v))
-    o_t = causal_attention(q_t, k_t, v_t, config.backend)
-    return scatter_back(o_t, flat_index, n, pool, levels)
+def resolve_implementation(q: torch.Tensor, config: LighthouseConfig) -> str:
+    """'fused' or 'reference': the pipeline that runs this call (single device and context parallel alike).
 
+    `implementation="auto"` takes the fused Triton kernels for CUDA inputs they support, else the reference;
+    "fused" raises ValueError where the kernels do not apply (on CPU it needs TRITON_INTERPRET=1);
+    LIGHTHOUSE_FORCE_REFERENCE=1 in the environment forces the reference whatever the config says.
+    """
+    if config.implementation == "reference" or os.environ.get(FORCE_REFERENCE_ENV) == "1":
+        return "reference"
+    if config.implementation == "auto" and not q.is_cuda:
+        return "reference"
+    from .fused import check_supported, supports  # imports Triton: only where the kernels may run
 
-FORCE_REFERENCE_ENV = "LIGHTHOUSE_FORCE_REFERENCE"
-
-
-def uses_fused_kernels(q: torch.Tensor, config: LighthouseConfig) -> bool:
-    """The fused Triton path runs on CUDA inputs it supports, unless `backend="reference"` or the
-    environment sets LIGHTHOUSE_FORCE_REFERENCE=1 (both force the pure-PyTorch pipeline, for debugging)."""
-    if not q.is_cuda or config.backend == "reference" or os.environ.get(FORCE_REFERENCE_ENV) == "1":
-        return False
-    from kernels import supports  # Triton is imported only where the kernels can run
-
-    return supports(q, config)
+    if config.implementation == "fused":
+        check_supported(q, config)
+        return "fused"
+    return "fused" if supports(q, config) else "reference"
 
 
 def lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig) -> torch.Tensor:
     """Lighthouse attention on q [B, N, H, D], k/v [B, N, G, D] (after RoPE) -> o [B, N, H, D] in q's dtype.
 
-    On CUDA this runs the fused kernels (`kernels.fused_lighthouse_attention`), elsewhere the reference.
+    The fused kernels or the reference pipeline, as `resolve_implementation` decides.
     """
     check_inputs(q, k, v)
     config.validate(q.shape[1])
-    if uses_fused_kernels(q, config):
-        from kernels import fused_lighthouse_attention
+    if resolve_implementation(q, config) == "fused":
+        from .fused import fused_lighthouse_attention
 
         return fused_lighthouse_attention(q, k, v, config)
     return reference_lighthouse_attention(q, k, v, config)
@@ -74,7 +68,6 @@ class LighthouseAttention(nn.Module):
 
     def __init__(self, config: LighthouseConfig) -> None:
         super().__init__()
-        config.check()
         self.config = config
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -82,4 +75,5 @@ class LighthouseAttention(nn.Module):
 
     def extra_repr(self) -> str:
         c = self.config
-        return f"levels={c.levels}, pool={c.pool}, topk={c.topk}, tile_budget={c.tile_budget}, scorer={c.scorer}"
+        return (f"levels={c.levels}, pool={c.pool}, topk={c.topk}, tile_budget={c.tile_budget}, "
+                f"scorer={c.scorer}, selection={c.selection}")

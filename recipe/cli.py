@@ -22,11 +22,8 @@ from typing import Any, Iterator, Literal, Sequence
 from torchtitan.config import ConfigManager, JobConfig
 
 from .job_config import JobConfig as LighthouseJobConfig
+from .toml_config import tomllib
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10, as in torchtitan
-    import tomli as tomllib
 
 DEBUG_ENV = "LIGHTHOUSE_DEBUG"
 CONFIG_FILE_FLAGS = ("--job.config_file", "--job.config-file")

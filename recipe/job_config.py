@@ -15,7 +15,6 @@ from torchtitan.tools.logging import logger
 from lighthouse import LighthouseConfig
 from lighthouse.context_parallel import check_context_parallel
 
-from .context_parallel import check_context_parallel_layout
 from .validation import check_validation
 
 
@@ -52,8 +51,12 @@ class Lighthouse:
     """Layer indices that keep dense causal SDPA (the paper: 0, 1, 28, 29 of 30)."""
 
     backend: str = "auto"
-    """Inner SDPA on the gathered sub-sequence: auto (cuDNN on CUDA), cudnn, flash, efficient, math,
-    flash_attn, reference."""
+    """Inner attention kernel on the gathered sub-sequence: auto (cuDNN on CUDA), cudnn, flash, efficient,
+    math, flash_attn."""
+
+    implementation: str = "auto"
+    """Pipeline that runs each layer: auto (the fused Triton kernels on CUDA where they apply, else the
+    pure-PyTorch reference), fused, or reference (debugging)."""
 
     switch_to_dense_at_step: int = 0
     """Run Lighthouse for steps 1..N, then dense SDPA in every layer from step N+1 (0 = never). One run
@@ -74,6 +77,7 @@ class Lighthouse:
             dilation=self.dilation,
             selection=self.selection,
             backend=self.backend,
+            implementation=self.implementation,
         )
 
 
@@ -92,6 +96,17 @@ def _check_dense_layers(dense_layers: list[int], n_layers: int) -> None:
     repeated = sorted({i for i in dense_layers if dense_layers.count(i) > 1})
     if repeated:
         raise ValueError(f"[lighthouse] dense_layers={list(dense_layers)} repeats {repeated}")
+
+
+def _check_context_parallel_layout(job_config) -> None:
+    """Lighthouse context parallelism expects torchtitan's head/tail layout."""
+    cp = job_config.parallelism.context_parallel_degree
+    balancer = job_config.parallelism.context_parallel_load_balancer
+    if cp > 1 and balancer != "headtail":
+        raise ValueError(
+            f"parallelism.context_parallel_load_balancer={balancer!r} with context_parallel_degree={cp}: "
+            "Lighthouse layers need 'headtail'"
+        )
 
 
 def check_initial_load(job_config) -> None:
@@ -153,10 +168,9 @@ def check_job_config(job_config, n_layers: int) -> None:
                 "there is no Lighthouse phase to switch from"
             )
         return
-    check_context_parallel_layout(job_config)
-    config = section.to_config()
+    _check_context_parallel_layout(job_config)
     try:
-        config.check()  # mistakes at any length are named as such, not as a misfit with seq_len
+        config = section.to_config()  # mistakes at any length are named as such, not as a misfit with seq_len
     except ValueError as err:
         raise ValueError(f"[lighthouse] {err}") from err
     seq_lens = {"training.seq_len": job_config.training.seq_len}

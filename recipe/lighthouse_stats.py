@@ -90,15 +90,15 @@ class SelectionStats:
         self._sums: dict[str, dict[str, torch.Tensor]] = defaultdict(dict)
         self._calls: dict[str, int] = defaultdict(int)
 
-    def observer(self, layer: str) -> Callable[..., None]:
-        """A callback for one attention layer: selects on its q, k, v and records the statistics.
+    def observer(self, layer: str, config: LighthouseConfig,
+                 mesh: DeviceMesh | None = None) -> Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]:
+        """A callback for one attention layer with `config`: selects on its q, k, v and records the statistics.
 
         Under context parallelism (`mesh`, the CP mesh) q, k, v are this rank's shards and the statistics
         are those of the whole sequence (`shard_selection_stats`).
         """
 
-        def observe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
-                    mesh: DeviceMesh | None = None) -> None:
+        def observe(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             if mesh is None:
                 stats = selection_stats(select(q, k, config, v=v), config, q.shape[1])
             else:
@@ -142,8 +142,12 @@ def _all_reduce_mean(table: torch.Tensor) -> torch.Tensor:
 
 
 def attach_observers(model_parts: list[nn.Module], stats: SelectionStats | None) -> None:
-    """Give every Lighthouse attention layer of the model an observer from `stats` (None detaches them)."""
+    """Give every Lighthouse attention layer of the model an observer from `stats` (None detaches them); a
+    layer whose Lighthouse call runs context parallel (its `inner_lighthouse` has a `mesh`) is observed on
+    that mesh."""
     for part in model_parts:
         for name, module in part.named_modules():
-            if getattr(module, "lighthouse", None) is not None and hasattr(module, "selection_observer"):
-                module.selection_observer = stats.observer(name) if stats is not None else None
+            if getattr(module, "lighthouse", None) is None or not hasattr(module, "selection_observer"):
+                continue
+            mesh = getattr(module.inner_lighthouse, "mesh", None)
+            module.selection_observer = stats.observer(name, module.lighthouse, mesh) if stats is not None else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import shlex
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+
+from .toml_config import toml_value
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS_FOLDER = "runs"
@@ -67,20 +68,6 @@ def card() -> str:
     return utils.device_module.get_device_name()
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"no TOML form for {value!r}")
-
-
 def to_toml(sections: dict[str, dict[str, Any]]) -> str:
     """`sections` (name -> {key: value}, a dict value being a sub-table) as a TOML document.
 
@@ -95,7 +82,7 @@ def to_toml(sections: dict[str, dict[str, Any]]) -> str:
             if value is None:
                 lines.append(f"# {key} = None (TOML has no null)")
             elif not isinstance(value, dict):
-                lines.append(f"{key} = {_toml_value(value)}")
+                lines.append(f"{key} = {toml_value(value)}")
         lines.append("")
         for key, value in values.items():
             if isinstance(value, dict):

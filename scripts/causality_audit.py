@@ -18,30 +18,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
-from eval_common import int_list, load, parser, provenance
-
-from eval.causality import causality_audit, plot_audit
+from eval.causality import causality_audit, checkpoint_steps, combine_records, plot_audit, record_label
+from eval.cli import evaluation_parser, load_checkpoint
 from eval.heldout import heldout_windows
-
-KEYS = ("selection", "steps", "lookahead", "honest_loss", "seen_loss", "delta", "stderr", "samples")
-
-
-def checkpoint_steps(path: Path) -> int | None:
-    """N of a step folder named step-N, else None."""
-    match = re.fullmatch(r"step-(\d+)", Path(path).name)
-    return int(match.group(1)) if match else None
-
-
-def label(record: dict) -> str:
-    return f"{record['selection']}, step {record['steps']}"
+from eval.options import int_list
+from eval.records import provenance, write_record
 
 
 def audit(argv: list[str]) -> dict:
-    p = parser(__doc__.split("\n\n")[0])
+    """Audit one checkpoint with the job arguments' attention setting; write and print its record."""
+    p = evaluation_parser(__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="glob of held-out files (.txt/.jsonl/.json/.parquet)")
     p.add_argument("--windows", type=int, default=16, help="held-out windows to sample from")
     p.add_argument("--samples", type=int, default=192, help="sampled block starts c (each audited at every lookahead)")
@@ -49,16 +38,16 @@ def audit(argv: list[str]) -> dict:
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
     p.add_argument("--batch-size", type=int, default=4)
     args, job_argv = p.parse_known_args(argv)
-    job_config, _, logits, device = load(args, job_argv)
+    job_config, _, logits, device = load_checkpoint(args.checkpoint, args.device, job_argv)
     windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
     results = causality_audit(logits, windows, args.lookaheads, args.samples, args.seed, args.batch_size)
     section = job_config.lighthouse
     record = {"selection": section.selection if section.enable else "dense", "steps": checkpoint_steps(args.checkpoint),
               "results": [r.as_dict() for r in results], "data": args.data, "windows": args.windows,
-              "seed": args.seed, "seq_len": job_config.training.seq_len, **provenance(args, job_config, device)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-    plot_audit([{**record, "label": label(record)}], str(args.out.with_suffix(".png")), record["attention"])
+              "seed": args.seed, "seq_len": job_config.training.seq_len,
+              **provenance(args.checkpoint, job_config, device)}
+    write_record(args.out, record)
+    plot_audit([{**record, "label": record_label(record)}], str(args.out.with_suffix(".png")), record["attention"])
     for r in results:
         print(f"lookahead {r.lookahead:4d}: honest {r.honest_loss:.4f} seen {r.seen_loss:.4f} "
               f"delta {r.delta:+.4f} +- {r.stderr:.4f}")
@@ -66,23 +55,21 @@ def audit(argv: list[str]) -> dict:
 
 
 def combine(argv: list[str]) -> list[dict]:
+    """Merge audit records into one list and one plot."""
     p = argparse.ArgumentParser(description="merge audit records into one list and one plot")
     p.add_argument("--combine", nargs="+", required=True, type=Path, help="records written by an audit run")
     p.add_argument("--out", required=True, type=Path, help="output path prefix (.json and .png)")
     args = p.parse_args(argv)
     records = [json.loads(path.read_text()) for path in args.combine]
-    rows = []
-    for record in records:
-        extra = {k: record.get(k) for k in ("checkpoint", "device", "commit", "attention", "command")}
-        rows += [{**{k: v for k, v in {**record, **r}.items() if k in KEYS}, **extra} for r in record["results"]]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n")
-    plot_audit([{**r, "label": label(r)} for r in records], str(args.out.with_suffix(".png")),
+    rows = combine_records(records)
+    write_record(args.out, rows)
+    plot_audit([{**r, "label": record_label(r)} for r in records], str(args.out.with_suffix(".png")),
                "causality audit: held-out loss owed to tokens after the block")
     return rows
 
 
-def main(argv: list[str] | None = None):
+def main(argv: list[str] | None = None) -> dict | list[dict]:
+    """`--combine` merges records, anything else audits a checkpoint."""
     argv = sys.argv[1:] if argv is None else argv
     return combine(argv) if "--combine" in argv else audit(argv)
 

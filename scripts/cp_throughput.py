@@ -21,92 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import tempfile
 from pathlib import Path
 
-from train_throughput import DEFAULT_CONFIG, REPO, environment, fmt, job_args, run_variant
-
-import torch  # noqa: E402  (after train_throughput, which imports the recipe before torchtitan)
-
-ATTENTIONS = ("lighthouse", "dense")
-
-
-def variant_args(args: argparse.Namespace, cp: int, attention: str, folder: Path) -> list[str]:
-    """train.py arguments of one (CP degree, attention) variant; `args.train_args` last, so they win."""
-    argv = job_args(args.config, cp * args.tokens_per_rank, args.steps, attention == "lighthouse", args.ac, folder)
-    argv += ["--parallelism.context_parallel_degree", str(cp), "--parallelism.data_parallel_shard_degree", "1",
-             "--lighthouse.no-log-stats"]
-    argv += ["--lighthouse.topk", str(args.topk)] if args.topk else []
-    return argv + args.train_args
-
-
-def summarize(runs: dict[tuple[int, str], dict], degrees: list[int]) -> list[dict]:
-    """One record per CP degree: per-rank tok/s and memory of each attention (None where not run or
-    failed), the share of the degree-1 throughput kept, and the Lighthouse speedup over dense."""
-    records = []
-    for cp in degrees:
-        record = {"cp_degree": cp}
-        for attention in ATTENTIONS:
-            run, base = runs.get((cp, attention), {}), runs.get((1, attention), {})
-            record[f"{attention}_tok_s_per_rank"] = run.get("tok_s")
-            record[f"{attention}_peak_gib"] = run.get("peak_gib")
-            kept = run.get("tok_s") and base.get("tok_s") and run["tok_s"] / base["tok_s"]
-            record[f"{attention}_kept_of_cp1"] = kept or None
-        lh, dense = record["lighthouse_tok_s_per_rank"], record["dense_tok_s_per_rank"]
-        record["lighthouse_speedup"] = lh / dense if lh and dense else None
-        record["runs"] = {attention: runs[cp, attention] for attention in ATTENTIONS if (cp, attention) in runs}
-        records.append(record)
-    return records
-
-
-def describe(record: dict) -> str:
-    """The config file, with the topk override and extra train.py arguments if any."""
-    override, extra = record.get("topk_override"), record.get("train_args")
-    return (record["config"] + (f" with lighthouse.topk={override}" if override else "")
-            + (f" {' '.join(extra)}" if extra else ""))
-
-
-def table(records: list[dict]) -> str:
-    lines = ["| CP degree | seq len | Lighthouse tok/s per rank | kept of CP=1 | dense tok/s per rank | kept of CP=1 "
-             "| Lighthouse speedup | Lighthouse / dense peak GiB |", "| --- " * 8 + "|"]
-    for r in records:
-        lines.append(
-            f"| {r['cp_degree']} | {r['seq_len']:,} | {fmt(r['lighthouse_tok_s_per_rank'], ',.0f')} | "
-            f"{fmt(r['lighthouse_kept_of_cp1'], '.0%')} | {fmt(r['dense_tok_s_per_rank'], ',.0f')} | "
-            f"{fmt(r['dense_kept_of_cp1'], '.0%')} | {fmt(r['lighthouse_speedup'], '.2f')} | "
-            f"{fmt(r['lighthouse_peak_gib'], '.1f')} / {fmt(r['dense_peak_gib'], '.1f')} |"
-        )
-    return "\n".join(lines)
-
-
-def plot(records: list[dict], path: Path) -> None:
-    """Bars of per-rank tok/s of each attention run, per CP degree; the card in the title."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    shown = [a for a in ATTENTIONS if any(r[f"{a}_tok_s_per_rank"] for r in records)]
-    width = 0.76 / len(shown)
-    for i, attention in enumerate(shown):
-        xs = [j + (i - (len(shown) - 1) / 2) * width for j in range(len(records))]
-        ys = [r[f"{attention}_tok_s_per_rank"] or 0 for r in records]
-        bars = ax.bar(xs, ys, width, label=attention)
-        ax.bar_label(bars, labels=[fmt(r[f"{attention}_kept_of_cp1"], ".0%") for r in records], fontsize=8)
-    ax.set_xticks(range(len(records)), [f"CP={r['cp_degree']}\nN={r['seq_len']:,}" for r in records])
-    ax.set_ylabel("tok/s per rank")
-    env = records[0]["environment"]
-    ax.set_title(f"{env['device']}, {records[0]['tokens_per_rank']:,} tokens per rank\n{describe(records[0])}\n"
-                 "(bar labels: share of the CP=1 tok/s kept)", fontsize=8)
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=130)
+from eval.cp_throughput import ATTENTIONS, CpThroughputJob, measure, plot, report
+from eval.throughput import DEFAULT_CONFIG
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
+    """Measure (or read with --records) the CP variants, print the table, write the JSON and the plot."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument("--tokens-per-rank", type=int, default=49152,
@@ -136,26 +58,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         attentions = args.attentions.split(",")
         if not set(attentions) <= set(ATTENTIONS):
             raise SystemExit(f"--attentions={args.attentions}: choose from {ATTENTIONS}")
-        runs: dict[tuple[int, str], dict] = {}
-        with tempfile.TemporaryDirectory() as tmp:
-            for cp in degrees:
-                for attention in attentions:
-                    folder = Path(tmp) / f"{attention}_cp{cp}"
-                    runs[cp, attention] = run_variant(variant_args(args, cp, attention, folder), folder, args.steps, cp)
-                    print(f"cp={cp} {attention:10s} {runs[cp, attention]}", flush=True)
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        config_path = Path(args.config).resolve()
-        shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
-        common = {"config": str(shown), "tokens_per_rank": args.tokens_per_rank, "activation_checkpointing": args.ac,
-                  "topk_override": args.topk, "train_args": args.train_args,
-                  "steps": args.steps, "environment": environment(device)}
-        records = [{**r, "seq_len": r["cp_degree"] * args.tokens_per_rank, **common} for r in summarize(runs, degrees)]
+        job = CpThroughputJob(args.config, args.tokens_per_rank, args.steps, args.ac, args.topk, args.train_args)
+        records = measure(job, degrees, attentions)
 
-    first = records[0]
-    print(f"\n{describe(first)}, {first['tokens_per_rank']:,} tokens per rank, batch 1, "
-          f"activation checkpointing {first['activation_checkpointing']}, {first['steps']} steps (first not timed)")
-    print(" | ".join(f"{k} {v}" for k, v in first["environment"].items()))
-    print(table(records))
+    print(report(records))
     if args.json and not args.records:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(records, indent=2) + "\n")

@@ -18,13 +18,14 @@ import sys
 from pathlib import Path
 
 import torch
-from eval_common import provenance
 
 from eval.checkpoint import build_model, load_weights, parse_job_config
 from eval.hf_export import export
+from eval.records import provenance
 
 
 def main(argv: list[str] | None = None) -> Path:
+    """Export STEP_DIR into OUT; exit code 2 with one line on stderr when OUT or STEP_DIR will not do."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 epilog="Other arguments are job arguments, e.g. --job.config_file configs/debug.toml")
     p.add_argument("checkpoint", metavar="STEP_DIR", help="a step folder, e.g. outputs/run/checkpoint/step-400")
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> Path:
         load_weights(model, args.checkpoint)
     except ValueError as err:
         p.exit(2, f"export_hf.py: error: {err}\n")
-    record = {**provenance(args, job_config, device), "job_config": dataclasses.asdict(job_config)}
+    record = {**provenance(args.checkpoint, job_config, device), "job_config": dataclasses.asdict(job_config)}
     export(model, job_config, args.out, record)
     print(f"exported {args.checkpoint} -> {args.out}")
     return args.out

@@ -10,56 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
-from importlib.metadata import version
 from pathlib import Path
-from typing import IO, Any, Sequence
+from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from recipe.metrics import METRICS_FILE, read_metrics  # noqa: E402
-
-STEPS, INTERVAL = 8, 2
-# The debug config, short: 8 steps of 256 tokens (one LR schedule, warmup 2), every step logged, a full
-# checkpoint every 2 steps and at the last.
-ARGS = ["--job.config_file", "configs/debug.toml", "--training.steps", str(STEPS), "--training.seq_len", "256",
-        "--metrics.log_freq", "1", "--checkpoint.enable", "--checkpoint.interval", str(INTERVAL)]
-LOSS = "loss_metrics/global_avg_loss"
-
-
-def start_debug_run(dump_folder: Path, log: IO[str], program: Sequence[str] = ("train.py",)) -> subprocess.Popen:
-    """`python train.py` (or `python <program>` that runs it) with ARGS as one CPU process writing to dump_folder
-    and its output to log, with one intra-op thread (fastest for this tiny model; more give the same losses)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "",
-           "OMP_NUM_THREADS": "1"}
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)  # a one-process job of its own, also when started from inside another job
-    cmd = [sys.executable, *program, *ARGS, "--job.dump_folder", str(dump_folder)]
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
-
-
-def final_losses(dump_folder: Path) -> dict[int, float]:
-    """Loss of every logged step, from its last record (a resumed run appends the steps it repeats)."""
-    return {r["step"]: r[LOSS] for r in read_metrics(str(dump_folder / METRICS_FILE))}
-
-
-def golden_record(dump_folder: Path) -> dict[str, Any]:
-    """Run the debug config to its end in dump_folder; the losses of steps 1..STEPS and what produced them."""
-    log = dump_folder.parent / f"{dump_folder.name}.log"
-    with open(log, "w") as out:
-        code = start_debug_run(dump_folder, out).wait()
-    if code != 0:
-        raise RuntimeError(f"train.py exited with {code}:\n{log.read_text()[-4000:]}")
-    losses = final_losses(dump_folder)
-    return {"args": ARGS, "torch": version("torch"), "torchtitan": version("torchtitan"),
-            "losses": [losses[step] for step in range(1, STEPS + 1)]}
+from recipe.debug_run import golden_record
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the debug config (`recipe.debug_run`) and print its record or write it to --write."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", type=Path, help="write the record to this JSON file (else print it)")
     args = parser.parse_args(argv)

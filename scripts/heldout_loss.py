@@ -12,41 +12,30 @@ mean loss of the positions between successive edges (does the model use far cont
 """
 from __future__ import annotations
 
-import json
 import sys
 
-from eval_common import load, parser, provenance
-
-from eval.heldout import bucket_means, heldout_windows, position_edges, position_losses
+from eval.cli import evaluation_parser, load_checkpoint
+from eval.heldout import heldout_windows, setting_losses
+from eval.records import provenance, write_record
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = parser(__doc__.split("\n\n")[0])
+    """Score the checkpoint on the held-out windows; write and print the losses."""
+    p = evaluation_parser(__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="glob of held-out files (.txt/.jsonl/.json/.parquet)")
     p.add_argument("--windows", type=int, default=32, help="number of windows to score")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--by-position", action="store_true", help="also the loss per log-spaced position bucket")
     args, job_argv = p.parse_known_args(argv)
-    job_config, model, logits, device = load(args, job_argv)
+    job_config, model, logits, device = load_checkpoint(args.checkpoint, args.device, job_argv)
     windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
-
-    loss, by_position = {}, {"edges": position_edges(job_config.training.seq_len)}
-
-    def score(name: str) -> None:
-        per_position = position_losses(logits, windows, args.batch_size, device)
-        loss[name] = per_position.mean().item()
-        if args.by_position:
-            by_position[name] = bucket_means(per_position, by_position["edges"])
-
-    if job_config.lighthouse.enable:
-        score("lighthouse")
-        model.set_lighthouse_enabled(False)
-    score("dense")
+    loss, by_position = setting_losses(model, logits, windows, job_config.lighthouse.enable, args.batch_size, device,
+                                       args.by_position)
     record = {"loss": loss, "data": args.data, "windows": args.windows, "seq_len": job_config.training.seq_len,
-              **({"by_position": by_position} if args.by_position else {}), **provenance(args, job_config, device)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
-    print("held-out loss " + "  ".join(f"{k}: {v:.4f}" for k, v in loss.items()) + f" -> {args.out.with_suffix('.json')}")
+              **({"by_position": by_position} if by_position else {}),
+              **provenance(args.checkpoint, job_config, device)}
+    path = write_record(args.out, record)
+    print("held-out loss " + "  ".join(f"{k}: {v:.4f}" for k, v in loss.items()) + f" -> {path}")
     return record
 
 

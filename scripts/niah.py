@@ -12,33 +12,34 @@ Writes `<out>.json` (grid, mean and provenance) and `<out>.png` (heatmap).
 """
 from __future__ import annotations
 
-import json
 import sys
 
-from eval_common import int_list, load, parser, provenance
-
 from eval.checkpoint import check_lengths, lighthouse_setting
+from eval.cli import evaluation_parser, load_checkpoint
 from eval.niah import DEPTHS, plot_heatmap, run_niah
+from eval.options import int_list
+from eval.records import provenance, write_record
 from recipe.tokenizer import ByteTokenizer
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = parser(__doc__.split("\n\n")[0])
+    """Run the NIAH grid on the checkpoint; write the record and the heatmap, print the mean."""
+    p = evaluation_parser(__doc__.split("\n\n")[0])
     p.add_argument("--lengths", required=True, type=int_list, help="context lengths in tokens, e.g. 2048,4096")
     p.add_argument("--depths", default=list(DEPTHS), type=int_list, help="needle depths in percent")
     p.add_argument("--seed", type=int, default=0, help="seed of the filler text")
     p.add_argument("--title", help="heatmap title (default: checkpoint and attention setting)")
     args, job_argv = p.parse_known_args(argv)
-    job_config, _, logits, device = load(args, job_argv, check=lambda job: check_lengths(job, args.lengths))
+    job_config, _, logits, device = load_checkpoint(args.checkpoint, args.device, job_argv,
+                                                    check=lambda job: check_lengths(job, args.lengths))
 
     tokenizer = ByteTokenizer()
     encode = lambda text: tokenizer.encode(text, add_bos=False, add_eos=False)  # noqa: E731
     result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device)
-    record = {**result.to_dict(), "seed": args.seed, **provenance(args, job_config, device)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    record = {**result.to_dict(), "seed": args.seed, **provenance(args.checkpoint, job_config, device)}
+    path = write_record(args.out, record)
     plot_heatmap(result, str(args.out.with_suffix(".png")), args.title or lighthouse_setting(job_config))
-    print(f"NIAH mean {result.mean:.3f} ({lighthouse_setting(job_config)}) -> {args.out.with_suffix('.json')}")
+    print(f"NIAH mean {result.mean:.3f} ({lighthouse_setting(job_config)}) -> {path}")
     return record
 
 

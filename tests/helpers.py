@@ -1,18 +1,49 @@
-"""Shared test inputs: fresh random q, k, v of a given geometry."""
+"""Shared test inputs: fresh random q, k, v of a given geometry, vectors of given norms, where kernels run,
+and the environment of a child process that runs the recipe."""
 from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
 
 import torch
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment for a child that runs train.py or a script: offline, the checkout importable."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+
+# The Triton kernels run on CUDA, or on the CPU in Triton's interpreter (conftest.py sets TRITON_INTERPRET=1).
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+# The dtypes the fused paths are compared in: bf16 on GPU only (lighthouse.testing.ERROR_RATIO says why).
+KERNEL_DTYPES = (torch.float32, torch.float16) + ((torch.bfloat16,) if DEVICE.type == "cuda" else ())
+
+
+def fresh_seed() -> int:
+    """A new seed for a test whose inputs must be rebuilt elsewhere (another rank) or named in a failure."""
+    return random.randrange(2**31)
+
 
 def random_qkv(
-    batch: int, seq_len: int, heads: int, kv_heads: int, dim: int, dtype=torch.float64, requires_grad=False, seed=None
-):
-    """Fresh standard-normal q [B,N,H,D], k, v [B,N,G,D] (a new seed every call unless one is given)."""
-    gen = torch.Generator().manual_seed(seed if seed is not None else int(torch.randint(0, 2**31, ()).item()))
-    q = torch.randn(batch, seq_len, heads, dim, generator=gen, dtype=dtype)
-    k = torch.randn(batch, seq_len, kv_heads, dim, generator=gen, dtype=dtype)
-    v = torch.randn(batch, seq_len, kv_heads, dim, generator=gen, dtype=dtype)
-    return tuple(x.requires_grad_(requires_grad) for x in (q, k, v))
+    batch: int,
+    seq_len: int,
+    heads: int,
+    kv_heads: int,
+    dim: int,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str = "cpu",
+    requires_grad: bool = False,
+    seed: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Fresh standard-normal q [B,N,H,D], k, v [B,N,G,D]; with `seed`, the same tensors every call."""
+    gen = None if seed is None else torch.Generator(device=device).manual_seed(seed)
+    shapes = ((batch, seq_len, heads, dim), (batch, seq_len, kv_heads, dim), (batch, seq_len, kv_heads, dim))
+    return tuple(
+        torch.randn(s, generator=gen, device=device, dtype=dtype).requires_grad_(requires_grad) for s in shapes
+    )
 
 
 def vectors_with_norms(norms: torch.Tensor, dim: int) -> torch.Tensor:

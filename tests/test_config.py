@@ -10,26 +10,38 @@ from .helpers import random_qkv
 
 
 @pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(levels=0, pool=2, topk=4, tile_budget=2), "levels=0 must be >= 1"),
+        (dict(levels=2, pool=3, topk=4, tile_budget=2), "pool=3 must be a power of two"),
+        (dict(levels=2, pool=1, topk=4, tile_budget=2), "pool=1 must be a power of two >= 2"),
+        (dict(levels=2, pool=2, topk=6, tile_budget=6), "tile_budget=6 must be a power of two"),
+        (dict(levels=2, pool=2, topk=1, tile_budget=1), "tile_budget=1 must be a power of two >= 2"),
+        (dict(levels=2, pool=2, topk=6, tile_budget=4), "topk=6 must be a positive multiple of tile_budget=4"),
+        (dict(levels=2, pool=2, topk=0, tile_budget=4), "topk=0 must be a positive multiple"),
+        (dict(levels=2, pool=2, topk=4, tile_budget=2, scorer="learned"), "scorer='learned' is not one of"),
+        (dict(levels=2, pool=2, topk=4, tile_budget=2, dilation=0), "dilation=0 must be >= 1"),
+        (dict(levels=2, pool=2, topk=4, tile_budget=2, backend="xformers"), "backend='xformers' is not one of"),
+        (dict(levels=2, pool=2, topk=4, tile_budget=2, backend="reference"), "is now implementation='reference'"),
+        (dict(levels=2, pool=2, topk=4, tile_budget=2, implementation="cuda"), "implementation='cuda' is not one of"),
+    ],
+)
+def test_every_setting_rule_rejects_at_construction_naming_the_values(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        LighthouseConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
     "kwargs, seq_len, message",
     [
-        (dict(levels=0, pool=2, topk=4, tile_budget=2), 64, "levels=0 must be >= 1"),
-        (dict(levels=2, pool=3, topk=4, tile_budget=2), 64, "pool=3 must be a power of two"),
-        (dict(levels=2, pool=1, topk=4, tile_budget=2), 64, "pool=1 must be a power of two >= 2"),
-        (dict(levels=2, pool=2, topk=6, tile_budget=6), 64, "tile_budget=6 must be a power of two"),
-        (dict(levels=2, pool=2, topk=1, tile_budget=1), 64, "tile_budget=1 must be a power of two >= 2"),
-        (dict(levels=2, pool=2, topk=6, tile_budget=4), 64, "topk=6 must be a positive multiple of tile_budget=4"),
-        (dict(levels=2, pool=2, topk=0, tile_budget=4), 64, "topk=0 must be a positive multiple"),
         (dict(levels=3, pool=4, topk=4, tile_budget=2), 100, "seq_len=100 is not divisible by pool**(levels-1)=16"),
         (dict(levels=2, pool=2, topk=6, tile_budget=2), 64, "32 coarsest entries do not split into topk/tile_budget=3"),
         (dict(levels=2, pool=2, topk=32, tile_budget=4), 32, "each tile has 2 coarsest entries"),
-        (dict(levels=2, pool=2, topk=4, tile_budget=2, scorer="learned"), 64, "scorer='learned' is not one of"),
         (dict(levels=2, pool=2, topk=4, tile_budget=2, scorer="dilated", dilation=3), 64, "seq_len=64 is not divisible by dilation=3"),
-        (dict(levels=2, pool=2, topk=4, tile_budget=2, dilation=0), 64, "dilation=0 must be >= 1"),
-        (dict(levels=2, pool=2, topk=4, tile_budget=2, backend="xformers"), 64, "backend='xformers' is not one of"),
         (dict(levels=2, pool=2, topk=4, tile_budget=2), 0, "seq_len=0 must be >= 1"),
     ],
 )
-def test_every_rule_rejects_with_a_message_naming_the_values(kwargs, seq_len, message):
+def test_every_length_rule_rejects_with_a_message_naming_the_values(kwargs, seq_len, message):
     config = LighthouseConfig(**kwargs)
     with pytest.raises(ValueError, match=re.escape(message)):
         config.validate(seq_len)

@@ -1,30 +1,23 @@
 """SPEC section 6: context-parallel Lighthouse layers equal the single-device layer (CPU, gloo).
 
-Two worker processes form one gloo group for the whole module (`RankPool`); each test sends them a
-check to run on a context-parallel mesh of degree 2 (or 1: each rank alone). Every rank builds the same
-full-sequence inputs from the test's seed, runs the single-device layer on them, runs the CP layer on its
-head/tail shards and compares its shards.
+Two worker processes form one gloo group for the whole session (the `ranks` fixture of conftest.py); each
+test sends them a check to run on a context-parallel mesh of degree 2 (or 1: each rank alone). Every rank
+builds the same full-sequence inputs from the test's seed, runs the single-device layer on them, runs the
+CP layer on its head/tail shards and compares its shards.
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
-import multiprocessing as std_mp
-import queue
-import random
 import re
-import traceback
-from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.tensor.experimental._attention import _cp_options, set_rotate_method
 
 from lighthouse import LighthouseConfig, lighthouse_attention, select
+from lighthouse.attention import resolve_backend
 from lighthouse.context_parallel import (
     ContextParallelLighthouseAttention,
     check_context_parallel,
@@ -33,109 +26,28 @@ from lighthouse.context_parallel import (
     halo_sources,
     offset_selection,
     owned_chunks,
-    ring_backend,
+    ring_options,
     shard_selections,
 )
-from recipe.context_parallel import enable_context_parallel, parallelize_lighthouse_attention
-from recipe.launch import free_port
 
-from .helpers import random_qkv, vectors_with_norms
-
-WORLD = 2
-TASK_TIMEOUT_S = 120
-
-
-def _worker(rank: int, world: int, port: int, tasks: std_mp.Queue, results: std_mp.Queue) -> None:
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
-    )
-    meshes = {world: init_device_mesh("cpu", (world,))}
-    alone = [dist.new_group([r]) for r in range(world)]  # every rank takes part in creating every group
-    meshes[1] = DeviceMesh.from_group(alone[rank], "cpu")
-    enable_context_parallel(meshes[world], "allgather")
-    while (task := tasks.get()) is not None:
-        check, degree, args = task
-        try:
-            check(meshes[degree], *args)
-            results.put((rank, None))
-        except BaseException:
-            results.put((rank, traceback.format_exc()))
-    dist.destroy_process_group()
-
-
-class RankPool:
-    """`world` processes in one gloo group; `run(check, degree, *args)` calls check(mesh, *args) on every rank."""
-
-    def __init__(self, world: int) -> None:
-        ctx = mp.get_context("spawn")
-        self.tasks = [ctx.Queue() for _ in range(world)]
-        self.results = ctx.Queue()
-        port = free_port()
-        self.procs = [
-            ctx.Process(target=_worker, args=(r, world, port, self.tasks[r], self.results), daemon=True)
-            for r in range(world)
-        ]
-        for p in self.procs:
-            p.start()
-
-    def run(self, check, degree: int, *args) -> None:
-        for t in self.tasks:
-            t.put((check, degree, args))
-        failures = []
-        for _ in self.tasks:
-            try:
-                rank, error = self.results.get(timeout=TASK_TIMEOUT_S)
-            except queue.Empty:
-                pytest.fail(f"a rank did not answer within {TASK_TIMEOUT_S} s")
-            if error is not None:
-                failures.append(f"rank {rank}:\n{error}")
-        if failures:
-            pytest.fail("\n".join(failures), pytrace=False)
-
-    def close(self) -> None:
-        for t in self.tasks:
-            t.put(None)
-        for p in self.procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-
-
-@pytest.fixture(scope="module")
-def ranks():
-    pool = RankPool(WORLD)
-    yield pool
-    pool.close()
-
-
-def _shard_positions(rank: int, cp_degree: int, seq_len: int) -> torch.Tensor:
-    """Positions of the rank's head and tail chunks, in local order."""
-    chunk = seq_len // (2 * cp_degree)
-    return torch.cat([torch.arange(c * chunk, (c + 1) * chunk) for c in owned_chunks(rank, cp_degree)])
-
-
-def _fresh_seed() -> int:
-    return random.randrange(2**31)
+from .cp_cases import DILATED, DILATED_CAUSAL, NORM, NORM_CAUSAL, PARITY, rising_norm_inputs, shard_positions
+from .helpers import fresh_seed, random_qkv
 
 
 # ---------------------------------------------------------------- checks run on every rank
 
 
 def _check_layer_parity(mesh, config, seq_len, heads, kv_heads, dtype, tol, rotate_method, seed):
-    set_rotate_method(rotate_method)
-    _cp_options.convert_to_f32 = dtype != torch.float64  # float64 merges keep float64 exactness
-    try:
+    # float64 merges keep float64 exactness
+    with ring_options(float32_merge=dtype != torch.float64, rotate_method=rotate_method):
         q, k, v = random_qkv(2, seq_len, heads, kv_heads, 8, dtype=dtype, requires_grad=True, seed=seed)
         grad_out = torch.randn(q.shape, generator=torch.Generator().manual_seed(seed + 1), dtype=dtype)
         full = lighthouse_attention(q, k, v, config)
         full.backward(grad_out)
-        pos = _shard_positions(mesh.get_local_rank(), mesh.size(), seq_len)
+        pos = shard_positions(mesh.get_local_rank(), mesh.size(), seq_len)
         local = [x.detach()[:, pos].requires_grad_(True) for x in (q, k, v)]
         out = context_parallel_lighthouse_attention(*local, config, mesh)
         out.backward(grad_out[:, pos])
-    finally:
-        _cp_options.convert_to_f32 = True
-        set_rotate_method("allgather")
     assert out.dtype == dtype
     torch.testing.assert_close(
         out, full.detach()[:, pos], rtol=tol, atol=tol, msg=lambda m: f"output (seed {seed}): {m}"
@@ -146,23 +58,14 @@ def _check_layer_parity(mesh, config, seq_len, heads, kv_heads, dtype, tol, rota
         )
 
 
-def _rising_norm_inputs(seq_len: int, heads: int, kv_heads: int, seed: int):
-    """q, k whose norms grow with position: the first entry of every tile scores lowest."""
-    torch.manual_seed(seed)
-    norms = torch.arange(1, seq_len + 1, dtype=torch.float64).view(1, seq_len, 1).expand(2, seq_len, heads)
-    q = vectors_with_norms(norms, 8)
-    k = vectors_with_norms(norms[..., :kv_heads], 8)
-    return q, k, torch.randn_like(k)
-
-
 def _check_selection_slices(mesh, config, seq_len, inputs, seed):
     if inputs == "random":
         q, k, v = random_qkv(2, seq_len, 4, 2, 8, seed=seed)
     else:
-        q, k, v = _rising_norm_inputs(seq_len, 4, 2, seed)
+        q, k, v = rising_norm_inputs(seq_len, 4, 2, seed)
     full = select(q, k, config, v=v)
     rank, cp_degree = mesh.get_local_rank(), mesh.size()
-    pos = _shard_positions(rank, cp_degree, seq_len)
+    pos = shard_positions(rank, cp_degree, seq_len)
     chunk_len, per_chunk = seq_len // (2 * cp_degree), config.gathered_len(seq_len) // (2 * cp_degree)
     selections = shard_selections(q[:, pos], k[:, pos], v[:, pos], config, mesh)
     for sel, chunk in zip(selections, owned_chunks(rank, cp_degree)):
@@ -177,7 +80,7 @@ def _check_statistics(mesh, config, seq_len, seed):
 
     q, k, v = random_qkv(2, seq_len, 4, 2, 8, seed=seed)
     full = selection_stats(select(q, k, config, v=v), config, seq_len)
-    pos = _shard_positions(mesh.get_local_rank(), mesh.size(), seq_len)
+    pos = shard_positions(mesh.get_local_rank(), mesh.size(), seq_len)
     sharded = shard_selection_stats(q[:, pos], k[:, pos], v[:, pos], config, mesh)
     assert set(sharded) == set(full)
     for name, value in full.items():
@@ -202,12 +105,9 @@ def _check_rejects_odd_local_length(mesh):
 def _check_rejects_layout_without_head_tail(mesh):
     q, k, v = random_qkv(1, 64, 2, 2, 8)
     config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=2)
-    _cp_options.enable_load_balance = False
-    try:
-        with pytest.raises(ValueError, match="context_parallel_load_balancer must be 'headtail'"):
-            context_parallel_lighthouse_attention(q, k, v, config, mesh)
-    finally:
-        _cp_options.enable_load_balance = True
+    with ring_options(load_balance=False), pytest.raises(
+            ValueError, match="context_parallel_load_balancer must be 'headtail'"):
+        context_parallel_lighthouse_attention(q, k, v, config, mesh)
 
 
 def _check_model_parity(mesh, seed):
@@ -215,6 +115,7 @@ def _check_model_parity(mesh, seed):
     from torchtitan.distributed.context_parallel import apply_cp_to_attention_module, prepare_context_parallel_input
 
     from models.llama3_lighthouse import FLAVORS, LighthouseLlama
+    from models.llama3_lighthouse.parallelize import parallelize_lighthouse_attention
 
     seq_len, config = 256, LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4)
     args = dataclasses.replace(FLAVORS["debug"], lighthouse=config, dense_layers=(0,), max_seq_len=seq_len)
@@ -222,8 +123,7 @@ def _check_model_parity(mesh, seed):
     single = LighthouseLlama(args).double()
     sharded = copy.deepcopy(single)
     tokens, labels = (torch.randint(0, args.vocab_size, (2, seq_len)) for _ in range(2))
-    _cp_options.convert_to_f32 = False
-    try:
+    with ring_options(float32_merge=False):
         loss = F.cross_entropy(single(tokens).flatten(0, 1), labels.flatten())
         loss.backward()
         # What a parallelize function does: Lighthouse layers get the CP layer, dense SDPA torch's CP hooks.
@@ -233,8 +133,6 @@ def _check_model_parity(mesh, seed):
         logits = sharded(tokens_l, positions=extra["positions"])
         loss_sum = F.cross_entropy(logits.flatten(0, 1), labels_l.flatten(), reduction="sum")
         (loss_sum / labels.numel()).backward()
-    finally:
-        _cp_options.convert_to_f32 = True
     dist.all_reduce(loss_sum.detach(), group=mesh.get_group())
     torch.testing.assert_close(loss_sum / labels.numel(), loss.detach(), rtol=1e-12, atol=0)
     for (name, p), p_cp in zip(single.named_parameters(), sharded.parameters()):
@@ -245,40 +143,17 @@ def _check_model_parity(mesh, seed):
 
 # ---------------------------------------------------------------- tests
 
-F64 = torch.float64
-PARITY = {
-    # id: (config, seq_len, heads, kv_heads, dtype, tolerance)
-    "L3-p2-k16-m4-MHA": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4), 256, 4, 4, F64, 1e-12),
-    "L3-p4-k8-m2-GQA-halo15": (LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2), 256, 4, 2, F64, 1e-12),
-    # causal scores of a chunk's first entries read the previous chunk's last 15 tokens (another rank's)
-    "L3-p4-k8-m2-GQA-causal": (
-        LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal"), 256, 4, 2, F64, 1e-12
-    ),
-    "L4-p2-k8-m2-MQA": (LighthouseConfig(levels=4, pool=2, topk=8, tile_budget=2), 256, 4, 1, F64, 1e-12),
-    "L3-p2-dilated": (
-        LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, scorer="dilated"), 256, 4, 2, F64, 1e-12
-    ),
-    "L1-dense": (LighthouseConfig(levels=1, pool=2, topk=4, tile_budget=2), 128, 4, 2, F64, 1e-12),
-    "L3-p2-float32": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4), 256, 4, 2, torch.float32, 2e-5),
-}
-
 
 @pytest.mark.parametrize("degree", [2, 1], ids=["cp2", "cp1"])
 @pytest.mark.parametrize("name", list(PARITY))
 def test_cp_layer_equals_the_single_device_layer_forward_and_backward(ranks, name, degree):
     config, seq_len, heads, kv_heads, dtype, tol = PARITY[name]
-    ranks.run(_check_layer_parity, degree, config, seq_len, heads, kv_heads, dtype, tol, "allgather", _fresh_seed())
+    ranks.run(_check_layer_parity, degree, config, seq_len, heads, kv_heads, dtype, tol, "allgather", fresh_seed())
 
 
 def test_alltoall_rotation_gives_the_same_layer(ranks):
     config, seq_len, heads, kv_heads, dtype, tol = PARITY["L3-p4-k8-m2-GQA-halo15"]
-    ranks.run(_check_layer_parity, 2, config, seq_len, heads, kv_heads, dtype, tol, "alltoall", _fresh_seed())
-
-
-NORM = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4)
-DILATED = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=2, scorer="dilated")
-NORM_CAUSAL = LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal")
-DILATED_CAUSAL = dataclasses.replace(DILATED, selection="causal")
+    ranks.run(_check_layer_parity, 2, config, seq_len, heads, kv_heads, dtype, tol, "alltoall", fresh_seed())
 
 
 @pytest.mark.parametrize(
@@ -290,20 +165,20 @@ DILATED_CAUSAL = dataclasses.replace(DILATED, selection="causal")
     ids=["norm-random", "norm-rising-norms", "dilated-random", "norm-causal-random", "dilated-causal-random"],
 )
 def test_each_rank_selects_its_slices_of_the_single_device_selection(ranks, config, inputs):
-    ranks.run(_check_selection_slices, 2, config, 256, inputs, _fresh_seed())
+    ranks.run(_check_selection_slices, 2, config, 256, inputs, fresh_seed())
 
 
 @pytest.mark.parametrize("config", [NORM, DILATED], ids=["norm", "dilated"])
 def test_statistics_from_the_shards_equal_the_single_device_statistics(ranks, config):
-    ranks.run(_check_statistics, 2, config, 256, _fresh_seed())
+    ranks.run(_check_statistics, 2, config, 256, fresh_seed())
 
 
 def test_cp2_llama_equals_the_single_device_llama_in_loss_and_every_gradient(ranks):
-    ranks.run(_check_model_parity, 2, _fresh_seed())
+    ranks.run(_check_model_parity, 2, fresh_seed())
 
 
 def test_module_wraps_the_function(ranks):
-    ranks.run(_check_module_equals_function, 2, _fresh_seed())
+    ranks.run(_check_module_equals_function, 2, fresh_seed())
 
 
 def test_local_sequence_must_be_a_head_and_a_tail_chunk(ranks):
@@ -354,9 +229,9 @@ def test_non_dividing_geometry_is_rejected_naming_the_values(kwargs, seq_len, cp
 @pytest.mark.parametrize("backend", ["math", "flash_attn"])
 def test_backends_without_ring_attention_are_rejected(backend):
     with pytest.raises(ValueError, match=f"backend='{backend}' has no ring attention"):
-        ring_backend(backend, torch.device("cpu"))
+        resolve_backend(backend, torch.device("cpu"), torch.float32, ring=True)
 
 
 def test_auto_backend_rings_with_flash_on_cpu_and_cudnn_on_cuda():
-    assert ring_backend("auto", torch.device("cpu")) == "flash"
-    assert ring_backend("auto", torch.device("cuda")) == "cudnn"
+    assert resolve_backend("auto", torch.device("cpu"), torch.float32, ring=True) == "flash"
+    assert resolve_backend("auto", torch.device("cuda"), torch.bfloat16, ring=True) == "cudnn"

@@ -86,11 +86,12 @@ def test_5_fsdp_modules_reduce_with_plain_sum(one_rank_gloo_group):
     # The 2-process FSDP run in test_recipe_train exercises the gloo reduce-scatter itself.
 
 
+@pytest.mark.slow
 def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     """A CP=2 run on two gloo processes, from the same seed checkpoint, gives the losses and selection
     statistics of a 1-process run."""
     from recipe.launch import free_port
-    from tests.test_recipe_train import child_env
+    from .helpers import child_env
     from recipe.metrics import METRICS_FILE, read_metrics
 
     common = ["train.py", "--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",

@@ -1,12 +1,11 @@
-"""The short CPU debug run of scripts/golden_losses.py: SIGKILLed at random steps and in the middle of a
-checkpoint save, then restarted, it ends with the losses of an uninterrupted run, bit for bit, and resumes
+"""The short CPU debug run of scripts/golden_losses.py (`recipe.debug_run`): SIGKILLed at random steps and in the
+middle of a checkpoint save, then restarted, it ends with the losses of an uninterrupted run, bit for bit, and resumes
 only from complete checkpoints; the uninterrupted losses are the golden file's."""
 from __future__ import annotations
 
 import json
 import random
 import signal
-import sys
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -14,12 +13,10 @@ from typing import Callable, Iterator
 
 import pytest
 
+from recipe.debug_run import ARGS, INTERVAL, STEPS, final_losses, start_debug_run
+from recipe.metrics import METRICS_FILE
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-
-from golden_losses import ARGS, INTERVAL, STEPS, final_losses, start_debug_run  # noqa: E402
-from recipe.metrics import METRICS_FILE  # noqa: E402
-
 GOLDEN = REPO / "tests" / "golden" / "debug_losses.json"
 # Across CPU instruction sets (AVX-512, AVX2, none) and thread counts the losses differ by at most 2.2e-7
 # relative; a 0.1% change of the learning rate moves them by up to 4e-4.

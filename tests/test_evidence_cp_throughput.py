@@ -1,8 +1,7 @@
-"""scripts/cp_throughput.py: the per-rank arithmetic, a CPU run of the debug model at CP degree 1 and 2, and
-the commit its records name."""
+"""scripts/cp_throughput.py: the per-rank arithmetic (eval.cp_throughput), a CPU run of the debug model at CP
+degree 1 and 2, and the commit its records name."""
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -10,10 +9,16 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from eval import cp_throughput
+from recipe.run_record import source_commit
 
-import cp_throughput  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_script(*argv: str) -> subprocess.CompletedProcess:
+    """`python scripts/cp_throughput.py <argv>` from the repository root."""
+    return subprocess.run([sys.executable, "scripts/cp_throughput.py", *argv], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
 
 
 def test_share_kept_and_speedup_are_per_rank_ratios_and_a_failed_or_missing_run_leaves_gaps():
@@ -36,28 +41,30 @@ def test_share_kept_and_speedup_are_per_rank_ratios_and_a_failed_or_missing_run_
 
 
 def test_every_degree_runs_on_as_many_processes_with_w_times_the_tokens(tmp_path):
-    args = argparse.Namespace(config="configs/debug.toml", tokens_per_rank=512, steps=3, ac="none", topk=64,
-                              train_args=["--lighthouse.dense_layers"])
-    argv = cp_throughput.variant_args(args, 2, "lighthouse", tmp_path)
+    job = cp_throughput.CpThroughputJob("configs/debug.toml", tokens_per_rank=512, steps=3, ac="none", topk=64,
+                                        train_args=["--lighthouse.dense_layers"])
+    argv = cp_throughput.variant_args(job, 2, "lighthouse", tmp_path)
     assert argv[argv.index("--training.seq_len") + 1] == "1024"
     assert argv[argv.index("--parallelism.context_parallel_degree") + 1] == "2"
     assert argv[argv.index("--lighthouse.topk") + 1] == "64"
     assert "--lighthouse.enable" in argv and "--lighthouse.no-log-stats" in argv
     assert argv[-1] == "--lighthouse.dense_layers"  # extra train.py arguments come last, so they win
-    assert "--lighthouse.no-enable" in cp_throughput.variant_args(args, 1, "dense", tmp_path)
+    assert "--lighthouse.no-enable" in cp_throughput.variant_args(job, 1, "dense", tmp_path)
 
 
 def test_cp1_is_required_as_the_baseline():
-    with pytest.raises(SystemExit, match="include 1"):
-        cp_throughput.main(["--cp", "2,4"])
+    out = run_script("--cp", "2,4")
+    assert out.returncode == 1 and "--cp=2,4: include 1, the baseline" in out.stderr
 
 
+@pytest.mark.slow
 def test_cpu_run_of_the_debug_model_at_cp_1_and_2(tmp_path):
     out = tmp_path / "cp.json"
-    records = cp_throughput.main(["--config", "configs/debug.toml", "--tokens-per-rank", "512", "--steps", "2",
-                                  "--topk", "64", "--ac", "none", "--cp", "1,2", "--json", str(out),
-                                  "--plot", str(tmp_path / "cp.png")])
-    assert json.loads(out.read_text()) == records
+    run = run_script("--config", "configs/debug.toml", "--tokens-per-rank", "512", "--steps", "2", "--topk", "64",
+                     "--ac", "none", "--cp", "1,2", "--json", str(out), "--plot", str(tmp_path / "cp.png"))
+    assert run.returncode == 0, run.stderr[-4000:]
+    records = json.loads(out.read_text())
+    assert cp_throughput.table(records) in run.stdout
     assert [(r["cp_degree"], r["seq_len"]) for r in records] == [(1, 512), (2, 1024)]
     for r in records:
         assert r["lighthouse_tok_s_per_rank"] > 0 and r["dense_tok_s_per_rank"] > 0
@@ -67,9 +74,8 @@ def test_cpu_run_of_the_debug_model_at_cp_1_and_2(tmp_path):
     assert (tmp_path / "cp.png").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_records_name_the_commit_and_flag_a_tree_that_differs_from_it(tmp_path):
-    from source_commit import source_commit
-
     assert source_commit(tmp_path) == "unknown"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     (tmp_path / "a.py").write_text("x = 1\n")

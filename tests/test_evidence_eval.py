@@ -1,4 +1,5 @@
-"""scripts/niah.py and scripts/heldout_loss.py on a tiny checkpoint written by a short training run on CPU.
+"""scripts/niah.py, scripts/heldout_loss.py and scripts/causality_audit.py on a tiny checkpoint written by a short
+training run on CPU.
 
 The run: train.py (on CPU the Lighthouse call is the reference), the debug flavor at sequence 256, three steps on a byte corpus of this repository's own sources.
 """
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -14,18 +16,16 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
+from eval.causality import ROW_KEYS
+from eval.checkpoint import build_model, load_weights, parse_job_config
+from eval.heldout import heldout_windows
+from recipe.corpus import make_corpus
+from recipe.data import LocalFiles, PackedDocuments, match_local_files
+from recipe.tokenizer import ByteTokenizer
+
+pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import causality_audit  # noqa: E402
-import heldout_loss  # noqa: E402
-import make_corpus  # noqa: E402
-import niah  # noqa: E402
-from eval.checkpoint import build_model, load_weights, parse_job_config  # noqa: E402
-from eval.heldout import heldout_windows  # noqa: E402
-from recipe.data import LocalFiles, PackedDocuments, match_local_files  # noqa: E402
-from recipe.tokenizer import ByteTokenizer  # noqa: E402
-
 SEQ_LEN, STEPS = 256, 3
 # Debug flavor (4 layers, 4 heads, 2 kv heads), Lighthouse L=3, p=2, k=16, m=8 in layers 1 and 2.
 JOB = ["--job.config_file", "configs/replicate/small.toml", "--model.flavor", "debug",
@@ -37,7 +37,7 @@ JOB = ["--job.config_file", "configs/replicate/small.toml", "--model.flavor", "d
 def trained(tmp_path_factory):
     """(corpus folder, step folder) of a 3-step Lighthouse run with a full checkpoint at its last step."""
     root = tmp_path_factory.mktemp("evidence")
-    make_corpus.make_corpus([REPO / "lighthouse", REPO / "recipe"], root / "corpus", heldout_every=4)
+    make_corpus([REPO / "lighthouse", REPO / "recipe"], root / "corpus", heldout_every=4)
     argv = [*JOB, "--job.dump_folder", str(root / "run"), "--training.steps", str(STEPS),
             "--training.local_batch_size", "2", "--training.global_batch_size", "2",
             "--training.dataset_path", str(root / "corpus" / "train" / "*.jsonl"),
@@ -49,6 +49,19 @@ def trained(tmp_path_factory):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
     return root / "corpus", root / "run" / "checkpoint" / f"step-{STEPS}"
+
+
+def run_script(name: str, *argv: str) -> subprocess.CompletedProcess:
+    """`python scripts/<name>.py <argv>` from the repository root."""
+    return subprocess.run([sys.executable, f"scripts/{name}.py", *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+
+
+def record(name: str, out: Path, *argv: str) -> dict:
+    """The record scripts/<name>.py writes to `<out>.json` when run with `--out out` and `argv`; it must succeed."""
+    run = run_script(name, "--out", str(out), *argv)
+    assert run.returncode == 0, run.stderr[-4000:]
+    return json.loads(out.with_suffix(".json").read_text())
 
 
 def test_loaded_weights_are_the_checkpoints(trained, tmp_path):
@@ -73,16 +86,15 @@ def test_a_folder_that_is_not_a_checkpoint_is_rejected(tmp_path):
 def test_niah_writes_the_grid_its_heatmap_and_the_setting_it_ran(trained, tmp_path, attention):
     _, step = trained
     out = tmp_path / "niah"
-    record = niah.main(["--checkpoint", str(step), "--lengths", "128,256", "--depths", "0,50,100", "--device", "cpu",
-                        "--out", str(out), *JOB, *attention])
-    assert json.loads(out.with_suffix(".json").read_text()) == record
+    niah = record("niah", out, "--checkpoint", str(step), "--lengths", "128,256", "--depths", "0,50,100", "--device",
+                  "cpu", *JOB, *attention)
     assert out.with_suffix(".png").stat().st_size > 0
-    assert record["lengths"] == [128, 256] and record["depths"] == [0, 50, 100]
-    cells = [a for row in record["accuracy"] for a in row]
+    assert niah["lengths"] == [128, 256] and niah["depths"] == [0, 50, 100]
+    cells = [a for row in niah["accuracy"] for a in row]
     assert len(cells) == 6 and all(round(10 * a) == 10 * a and 0 <= a <= 1 for a in cells)
-    assert record["mean"] == pytest.approx(sum(cells) / 6)
-    assert record["attention"] == ("dense" if attention else "lighthouse L3 p2 k16 m8 norm paper (dense layers [0, 3])")
-    assert record["checkpoint"] == str(step)
+    assert niah["mean"] == pytest.approx(sum(cells) / 6)
+    assert niah["attention"] == ("dense" if attention else "lighthouse L3 p2 k16 m8 norm paper (dense layers [0, 3])")
+    assert niah["checkpoint"] == str(step) and niah["command"].startswith("niah.py --out ")
 
 
 @pytest.mark.parametrize("extra, lengths, message", [
@@ -91,17 +103,18 @@ def test_niah_writes_the_grid_its_heatmap_and_the_setting_it_ran(trained, tmp_pa
 ], ids=["lighthouse-invalid-length", "past-rope-table"])
 def test_niah_rejects_lengths_the_model_cannot_run(trained, tmp_path, extra, lengths, message):
     _, step = trained
-    with pytest.raises(ValueError, match=message):
-        niah.main(["--checkpoint", str(step), "--lengths", lengths, "--device", "cpu", "--out", str(tmp_path / "x"),
-                   *JOB, *extra])
+    run = run_script("niah", "--checkpoint", str(step), "--lengths", lengths, "--device", "cpu", "--out",
+                     str(tmp_path / "x"), *JOB, *extra)
+    assert run.returncode != 0 and re.search(f"ValueError: {message}", run.stderr)
+    assert not list(tmp_path.iterdir())
 
 
 def test_heldout_loss_scores_the_same_weights_with_lighthouse_and_dense(trained, tmp_path):
     corpus, step = trained
     data = str(corpus / "heldout" / "*.jsonl")
     common = ["--checkpoint", str(step), "--data", data, "--windows", "2", "--batch-size", "2", "--device", "cpu"]
-    both = heldout_loss.main([*common, "--out", str(tmp_path / "lh"), *JOB])
-    dense = heldout_loss.main([*common, "--out", str(tmp_path / "dense"), *JOB, "--lighthouse.no-enable"])
+    both = record("heldout_loss", tmp_path / "lh", *common, *JOB)
+    dense = record("heldout_loss", tmp_path / "dense", *common, *JOB, "--lighthouse.no-enable")
     assert set(both["loss"]) == {"lighthouse", "dense"} and set(dense["loss"]) == {"dense"}
     assert both["loss"]["dense"] == pytest.approx(dense["loss"]["dense"], rel=1e-6)
     assert both["loss"]["lighthouse"] != both["loss"]["dense"]  # the sparse layers compute something else
@@ -110,14 +123,14 @@ def test_heldout_loss_scores_the_same_weights_with_lighthouse_and_dense(trained,
 
 def test_loss_by_position_buckets_average_to_the_held_out_loss(trained, tmp_path):
     corpus, step = trained
-    record = heldout_loss.main(["--checkpoint", str(step), "--data", str(corpus / "heldout" / "*.jsonl"), "--windows",
-                                "2", "--device", "cpu", "--by-position", "--out", str(tmp_path / "pos"), *JOB])
-    edges = record["by_position"]["edges"]
+    losses = record("heldout_loss", tmp_path / "pos", "--checkpoint", str(step), "--data",
+                    str(corpus / "heldout" / "*.jsonl"), "--windows", "2", "--device", "cpu", "--by-position", *JOB)
+    edges = losses["by_position"]["edges"]
     assert edges == [0, 64, SEQ_LEN]
     for name in ("lighthouse", "dense"):
-        buckets = record["by_position"][name]
+        buckets = losses["by_position"][name]
         weighted = sum(v * (b - a) for v, a, b in zip(buckets, edges, edges[1:])) / SEQ_LEN
-        assert weighted == pytest.approx(record["loss"][name], rel=1e-5)
+        assert weighted == pytest.approx(losses["loss"][name], rel=1e-5)
 
 
 def test_heldout_windows_are_the_training_windows_of_those_files(trained):
@@ -136,14 +149,13 @@ def test_causality_audit_records_each_lookahead_and_combines_into_the_docs_layou
     corpus, step = trained
     common = ["--checkpoint", str(step), "--data", str(corpus / "heldout" / "*.jsonl"), "--windows", "2",
               "--samples", "3", "--lookaheads", "1,8", "--device", "cpu"]
-    dense = causality_audit.main([*common, "--out", str(tmp_path / "dense"), *JOB, "--lighthouse.no-enable"])
-    causal = causality_audit.main([*common, "--out", str(tmp_path / "causal"), *JOB, "--lighthouse.selection", "causal"])
+    dense = record("causality_audit", tmp_path / "dense", *common, *JOB, "--lighthouse.no-enable")
+    causal = record("causality_audit", tmp_path / "causal", *common, *JOB, "--lighthouse.selection", "causal")
     assert (dense["selection"], causal["selection"], causal["steps"]) == ("dense", "causal", STEPS)
     assert [r["delta"] for r in dense["results"]] == [0.0, 0.0]
     assert (tmp_path / "causal.png").stat().st_size > 0
-    rows = causality_audit.main(["--combine", str(tmp_path / "dense.json"), str(tmp_path / "causal.json"),
-                                 "--out", str(tmp_path / "docs" / "causality")])
-    assert json.loads((tmp_path / "docs" / "causality.json").read_text()) == rows
+    rows = record("causality_audit", tmp_path / "docs" / "causality", "--combine", str(tmp_path / "dense.json"),
+                  str(tmp_path / "causal.json"))
     assert [(r["selection"], r["lookahead"]) for r in rows] == [("dense", 1), ("dense", 8), ("causal", 1), ("causal", 8)]
-    assert set(causality_audit.KEYS) <= set(rows[0])
+    assert set(ROW_KEYS) <= set(rows[0])
     assert (tmp_path / "docs" / "causality.png").stat().st_size > 0

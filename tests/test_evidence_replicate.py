@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from eval import replicate
+from recipe.corpus import is_heldout, make_corpus
 
-import make_corpus  # noqa: E402
-import replicate_report  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 ISSUE_ARM_KEYS = {"name", "lighthouse_steps", "dense_steps", "final_train_loss", "final_heldout_loss",
                   "wall_clock_s", "niah_mean"}
@@ -35,8 +34,8 @@ def test_corpus_split_is_disjoint_by_file_and_independent_of_the_seed(tmp_path):
     (tmp_path / "src" / "site-packages").mkdir()
     (tmp_path / "src" / "site-packages" / "skipped.py").write_text("x = 1\n")
     (tmp_path / "src" / "latin1.py").write_bytes(b"s = '\xe9'\n")
-    first = make_corpus.make_corpus([tmp_path / "src"], tmp_path / "a", heldout_every=4, seed=1)
-    second = make_corpus.make_corpus([tmp_path / "src"], tmp_path / "b", heldout_every=4, seed=2)
+    first = make_corpus([tmp_path / "src"], tmp_path / "a", heldout_every=4, seed=1)
+    second = make_corpus([tmp_path / "src"], tmp_path / "b", heldout_every=4, seed=2)
 
     def records(root, split):
         return [json.loads(line) for line in (root / split / "corpus.jsonl").read_text().splitlines()]
@@ -45,7 +44,7 @@ def test_corpus_split_is_disjoint_by_file_and_independent_of_the_seed(tmp_path):
     names = {r["path"] for r in train} | {r["path"] for r in heldout}
     assert names == {f"src/pkg{i % 3}/module_{i}.py" for i in range(60)}  # site-packages and non-UTF-8 left out
     assert not {r["path"] for r in train} & {r["path"] for r in heldout}
-    assert all(make_corpus.is_heldout(r["path"], 4) for r in heldout)
+    assert all(is_heldout(r["path"], 4) for r in heldout)
     assert first["skipped_not_utf8"] == 1 and first["heldout_files"] == first["heldout_documents"] == len(heldout) > 0
     assert first["documents"] == "files" and first["train_document_bytes"]["max"] == max(
         len(r["text"].encode()) for r in train)
@@ -62,7 +61,7 @@ def test_package_documents_join_a_folders_own_files_in_path_order_and_split_by_f
     (tmp_path / "src" / "pkg0" / "sub" / "a.py").write_text("a = 1")  # no final newline
     (tmp_path / "src" / "pkg0" / "sub" / "empty.py").write_text("\n")  # blank files are no text
     (tmp_path / "src" / "top.py").write_text("top = 0\n")
-    manifest = make_corpus.make_corpus([tmp_path / "src"], tmp_path / "out", heldout_every=4, documents="packages")
+    manifest = make_corpus([tmp_path / "src"], tmp_path / "out", heldout_every=4, documents="packages")
 
     def records(split):
         return {r["path"]: r["text"] for r in map(json.loads, (tmp_path / "out" / split / "corpus.jsonl").open())}
@@ -70,7 +69,7 @@ def test_package_documents_join_a_folders_own_files_in_path_order_and_split_by_f
     train, heldout = records("train"), records("heldout")
     assert sorted([*train, *heldout]) == ["src", "src/pkg0", "src/pkg0/sub", "src/pkg1", "src/pkg2"]
     assert set(heldout) == {"src/pkg0", "src/pkg2"}  # the SHA-1 of the folder name decides, as for files
-    assert all(make_corpus.is_heldout(name, 4) for name in heldout)
+    assert all(is_heldout(name, 4) for name in heldout)
     documents = {**train, **heldout}
     assert documents["src/pkg0/sub"] == "# ---- src/pkg0/sub/a.py ----\na = 1\n# ---- src/pkg0/sub/b.py ----\nb = 2\n"
     assert documents["src"] == "# ---- src/top.py ----\ntop = 0\n"  # a folder's own files, not its subfolders'
@@ -98,13 +97,13 @@ def test_corpus_rejects_bad_settings(tmp_path, kwargs, message):
     sources = [tmp_path / "x" / "src", tmp_path / "y" / "src"] if kwargs.pop("same_names", False) else \
         [tmp_path / "x" / "src"]
     with pytest.raises(ValueError, match=message):
-        make_corpus.make_corpus(sources, tmp_path / "out", **kwargs)
+        make_corpus(sources, tmp_path / "out", **kwargs)
 
 
 def _arm_with_gaps(dense: dict[int, float], switch: int, before: float, after: list[float]):
     losses = {s: dense[s] + before for s in range(10, switch + 1, 10)}
     losses.update({switch + 1 + i: dense[switch + 1 + i] + g for i, g in enumerate(after)})
-    return replicate_report.Arm("switch", switch, losses, [])
+    return replicate.Arm("switch", switch, losses, [])
 
 
 def test_switch_analysis_measures_spike_recovery_and_match_against_the_dense_arm():
@@ -113,7 +112,7 @@ def test_switch_analysis_measures_spike_recovery_and_match_against_the_dense_arm
     dense = {s: 3.0 - 0.01 * s + rng.uniform(-0.2, 0.2) for s in range(1, steps + 1)}
     # After the switch: 5 steps 0.4 above dense, 20 steps 0.015 above, then 0.02 below.
     after = [0.4] * 5 + [0.015] * 20 + [-0.02] * 25
-    result = replicate_report.switch_analysis(_arm_with_gaps(dense, switch, 0.02, after), dense, steps)
+    result = replicate.switch_analysis(_arm_with_gaps(dense, switch, 0.02, after), dense, steps)
     assert result["gap_before_switch"] == pytest.approx(0.02)
     assert result["switch_spike"] == pytest.approx(0.38)
     # First 10-step window at or under 0.02: it must skip all five 0.4 steps -> starts at step 6 after the switch.
@@ -125,7 +124,7 @@ def test_switch_analysis_measures_spike_recovery_and_match_against_the_dense_arm
 
 def test_switch_analysis_says_never_when_the_arm_stays_above_dense():
     dense = {s: 2.0 for s in range(1, 81)}
-    result = replicate_report.switch_analysis(_arm_with_gaps(dense, 50, -0.01, [0.05] * 30), dense, 80)
+    result = replicate.switch_analysis(_arm_with_gaps(dense, 50, -0.01, [0.05] * 30), dense, 80)
     assert result["recovery_steps"] is None and result["steps_to_match_dense"] is None
 
 
@@ -164,15 +163,14 @@ def _fabricate_run(run: Path, steps: int, rng: random.Random) -> dict[str, float
     return walltimes
 
 
-def test_report_of_a_run_has_the_issues_keys_and_sums_each_arms_stages(tmp_path, monkeypatch):
+def test_report_of_a_run_has_the_issues_keys_and_sums_each_arms_stages(tmp_path):
     rng, steps, run, docs = random.Random(), 160, tmp_path / "run", tmp_path / "docs"
     walltimes = _fabricate_run(run, steps, rng)
     rates = {"dense": 1000.0, "lighthouse": 2500.0}  # the tok/s _fabricate_run logs (within 5%)
     docs.mkdir()
-    monkeypatch.setattr(replicate_report, "DOCS", docs)
-    results = replicate_report.main(["--run", str(run), "--steps", str(steps), "--publish",
-                                     "--config", "configs/replicate/small.toml"])
-    assert json.loads((run / "results.json").read_text()) == results
+    tokens_per_step = replicate.tokens_per_step(["--job.config_file", "configs/replicate/small.toml"])
+    results, table = replicate.write_report(run, steps, tokens_per_step, run, publish_to=docs)
+    assert json.loads((run / "results.json").read_text()) == results and (run / "report.md").read_text() == table
     assert (run / "replicate_loss.png").stat().st_size > 0 and "| switch_100 | 100 |" in (run / "report.md").read_text()
     # --publish copies results and plot into docs/; the tables stay in the run folder
     assert sorted(p.name for p in docs.iterdir()) == ["replicate_loss.png", "results.json"]
@@ -208,6 +206,7 @@ def test_replicate_refuses_step_counts_that_are_not_multiples_of_80(steps, tmp_p
     assert f"STEPS={steps} must be a positive multiple of 80" in out.stderr
 
 
+@pytest.mark.slow
 def test_replicate_report_goes_to_the_run_folder_and_leaves_the_tracked_docs_alone(tmp_path):
     """`replicate.sh report` without --publish: results, plot and tables under $RUN, docs/ untouched."""
     run = tmp_path / "run"

@@ -1,4 +1,5 @@
-"""scripts/train_throughput.py: the Amdahl arithmetic, the out-of-memory path and a CPU run of the debug model."""
+"""scripts/train_throughput.py: the Amdahl arithmetic and the out-of-memory path (eval.throughput), and a CPU run
+of the debug model."""
 from __future__ import annotations
 
 import json
@@ -8,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from eval import throughput
 
-import train_throughput  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 ISSUE_KEYS = {"device", "seq_len", "model", "activation_checkpointing", "lighthouse_tok_s", "dense_tok_s",
               "lighthouse_peak_gib", "dense_peak_gib"}
@@ -23,7 +23,7 @@ def test_amdahl_view_from_step_and_layer_times(ac, dense_layer, lighthouse_layer
     times = {"dense_fwd_s": 0.010, "dense_fwd_bwd_s": 0.030, "lighthouse_fwd_s": 0.002, "lighthouse_fwd_bwd_s": 0.006}
     tokens, n_layers = 1000, 10
     dense_step, lighthouse_step = 1.0, 0.5  # seconds: 1000 and 2000 tok/s
-    out = train_throughput.amdahl(tokens / dense_step, tokens / lighthouse_step, tokens, n_layers, times, ac)
+    out = throughput.amdahl(tokens / dense_step, tokens / lighthouse_step, tokens, n_layers, times, ac)
     share = n_layers * dense_layer / dense_step
     assert out["lighthouse_layer_speedup"] == pytest.approx(dense_layer / lighthouse_layer)
     assert out["lighthouse_layers_attention_share_of_dense_step"] == pytest.approx(share)
@@ -34,7 +34,7 @@ def test_amdahl_view_from_step_and_layer_times(ac, dense_layer, lighthouse_layer
 
 def test_amdahl_view_without_a_dense_run_keeps_the_per_layer_speedup_only():
     times = {"dense_fwd_s": 1.0, "dense_fwd_bwd_s": 3.0, "lighthouse_fwd_s": 0.5, "lighthouse_fwd_bwd_s": 1.0}
-    out = train_throughput.amdahl(None, 500.0, 1000, 4, times, "none")
+    out = throughput.amdahl(None, 500.0, 1000, 4, times, "none")
     assert out["lighthouse_layer_speedup"] == pytest.approx(3.0)
     assert "speedup" not in out and "amdahl_ceiling" not in out
 
@@ -43,22 +43,24 @@ def test_a_variant_that_runs_out_of_memory_is_recorded_not_raised(monkeypatch, t
     def fake_run(*args, **kwargs):
         return subprocess.CompletedProcess(args, 1, stdout="", stderr="torch.OutOfMemoryError: CUDA out of memory.")
 
-    monkeypatch.setattr(train_throughput.subprocess, "run", fake_run)
-    assert train_throughput.run_variant([], tmp_path, 3) == {"error": "out of memory"}
+    monkeypatch.setattr(throughput.subprocess, "run", fake_run)
+    assert throughput.run_variant([], tmp_path, 3) == {"error": "out of memory"}
 
     def fake_crash(*args, **kwargs):
         return subprocess.CompletedProcess(args, 1, stdout="", stderr="ValueError: topk=3")
 
-    monkeypatch.setattr(train_throughput.subprocess, "run", fake_crash)
+    monkeypatch.setattr(throughput.subprocess, "run", fake_crash)
     with pytest.raises(RuntimeError, match="ValueError: topk=3"):
-        train_throughput.run_variant([], tmp_path, 3)
+        throughput.run_variant([], tmp_path, 3)
 
 
+@pytest.mark.slow
 def test_cpu_run_of_the_debug_model_writes_one_record_per_checkpointing_mode(tmp_path):
-    records = train_throughput.main(["--config", "configs/debug.toml", "--seq-len", "256", "--steps", "2",
-                                     "--ac", "none", "--json", str(tmp_path / "tt.json")])
-    assert json.loads((tmp_path / "tt.json").read_text()) == records
-    (record,) = records
+    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--config", "configs/debug.toml", "--seq-len",
+                          "256", "--steps", "2", "--ac", "none", "--json", str(tmp_path / "tt.json")],
+                         cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    (record,) = json.loads((tmp_path / "tt.json").read_text())
     assert ISSUE_KEYS <= set(record)
     assert record["activation_checkpointing"] == "none" and record["seq_len"] == 256
     assert record["device"].startswith("CPU")

@@ -13,17 +13,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from eval.checkpoint import build_model, load_weights, parse_job_config
+from eval.hf_export import RECORD_FILE, export
+from recipe.launch import single_process_env
+from recipe.run_record import source_commit
+from recipe.tokenizer import NUM_BYTES, ByteTokenizer
+
+pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
-
-import export_hf  # noqa: E402
-from source_commit import source_commit  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
-
-from eval.checkpoint import build_model, load_weights, parse_job_config  # noqa: E402
-from eval.hf_export import RECORD_FILE, export  # noqa: E402
-from recipe.launch import single_process_env  # noqa: E402
-from recipe.tokenizer import NUM_BYTES, ByteTokenizer  # noqa: E402
 
 SEQ_LEN, STEPS = 256, 2
 JOB = ["--job.config_file", "configs/debug.toml", "--training.seq_len", str(SEQ_LEN)]
@@ -45,11 +45,18 @@ def step_folder(tmp_path_factory) -> Path:
     return root / "run" / "checkpoint" / f"step-{STEPS}"
 
 
+def export_hf(*argv: str) -> subprocess.CompletedProcess:
+    """`python scripts/export_hf.py <argv>` from the repository root."""
+    return subprocess.run([sys.executable, "scripts/export_hf.py", *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
 @pytest.fixture(scope="module")
 def exported(step_folder, tmp_path_factory) -> Path:
     """The folder export_hf.py writes for that checkpoint."""
     out = tmp_path_factory.mktemp("hf") / "model"
-    export_hf.main([str(step_folder), str(out), *JOB])
+    run = export_hf(str(step_folder), str(out), *JOB)
+    assert run.returncode == 0 and run.stdout == f"exported {step_folder} -> {out}\n", run.stderr[-4000:]
     return out
 
 
@@ -102,22 +109,19 @@ def test_the_export_records_its_source(step_folder, exported):
     assert record["job_config"]["training"]["seq_len"] == SEQ_LEN
 
 
-def test_a_folder_that_is_not_a_checkpoint_is_rejected(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        export_hf.main([str(tmp_path), str(tmp_path / "out"), *JOB])
-    assert exit_info.value.code == 2
-    assert "is not a DCP checkpoint folder" in capsys.readouterr().err
+def test_a_folder_that_is_not_a_checkpoint_is_rejected(tmp_path):
+    run = export_hf(str(tmp_path), str(tmp_path / "out"), *JOB)
+    assert run.returncode == 2
+    assert "is not a DCP checkpoint folder" in run.stderr
     assert not (tmp_path / "out").exists()
 
 
-def test_a_non_empty_out_is_refused_unless_forced(step_folder, tmp_path, capsys):
+def test_a_non_empty_out_is_refused_unless_forced(step_folder, tmp_path):
     (tmp_path / "notes.txt").write_text("keep")
-    with pytest.raises(SystemExit) as exit_info:
-        export_hf.main([str(step_folder), str(tmp_path), *JOB])
-    assert exit_info.value.code == 2
-    message = capsys.readouterr().err
-    assert message.count("\n") == 1 and str(tmp_path) in message and "--force" in message
+    run = export_hf(str(step_folder), str(tmp_path), *JOB)
+    assert run.returncode == 2
+    assert run.stderr.count("\n") == 1 and str(tmp_path) in run.stderr and "--force" in run.stderr
     assert not (tmp_path / "config.json").exists()
 
-    export_hf.main([str(step_folder), str(tmp_path), "--force", *JOB])
+    assert export_hf(str(step_folder), str(tmp_path), "--force", *JOB).returncode == 0
     assert (tmp_path / "config.json").is_file() and (tmp_path / "notes.txt").read_text() == "keep"

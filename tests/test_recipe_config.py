@@ -169,6 +169,7 @@ def test_long_context_configs_keep_the_paper_step_and_pass_the_cp_start_up_check
     assert section.to_config().num_tiles % (2 * run.cp_degree) == 0  # tiles never cross a CP chunk
 
 
+@pytest.mark.slow
 def test_256k_config_builds_as_cp4_times_fsdp2_on_8_fake_ranks(tmp_path):
     run = paper_configs.LONG_CONTEXT_RUNS[0]
     line, log = build_on_8_fake_ranks(f"configs/long_context/{run.name}.toml", tmp_path)

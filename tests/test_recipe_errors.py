@@ -104,7 +104,6 @@ def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
 ])
 def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.syspath_prepend(str(REPO / "scripts"))
     monkeypatch.setattr(sys, "argv", [f"scripts/{script}", *args])
     with pytest.raises(SystemExit) as exit_info:
         runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")

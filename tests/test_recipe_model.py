@@ -72,13 +72,12 @@ def test_lighthouse_layer_output_is_wo_of_lighthouse_attention_on_its_rope_qkv()
     model = LighthouseLlama(tiny_args())
     attention = model.layers["2"].attention
     seen = []
-    attention.selection_observer = lambda q, k, v, config, mesh: seen.append((q, k, v, config, mesh))
+    attention.selection_observer = lambda q, k, v: seen.append((q, k, v))
     x = torch.randn(2, SEQ, model.model_args.dim)
     out = attention(x, model.freqs_cis, None)
-    (q, k, v, config, mesh), = seen
-    assert q.shape == (2, SEQ, 4, 32) and k.shape == v.shape == (2, SEQ, 2, 32) and config == CONFIG
-    assert mesh is None  # no context parallelism
-    expected = attention.wo(lighthouse_attention(q, k, v, config).reshape(2, SEQ, -1))
+    (q, k, v), = seen
+    assert q.shape == (2, SEQ, 4, 32) and k.shape == v.shape == (2, SEQ, 2, 32) and attention.lighthouse == CONFIG
+    expected = attention.wo(lighthouse_attention(q, k, v, CONFIG).reshape(2, SEQ, -1))
     torch.testing.assert_close(out, expected, rtol=0, atol=0)
 
 

@@ -54,12 +54,12 @@ def test_evenness_is_one_when_expansions_fill_every_bin_and_zero_when_they_share
 def test_summary_averages_calls_per_layer_then_layers_and_reports_the_worst_layer():
     config, n = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4), 64
     stats = SelectionStats()
-    layer_a, layer_b = stats.observer("layers.1.attention"), stats.observer("layers.2.attention")
+    layer_a, layer_b = stats.observer("layers.1.attention", config), stats.observer("layers.2.attention", config)
     q, k, v = random_qkv(1, n, 2, 2, 8, dtype=torch.float32)
-    layer_a(q, k, v, config)
-    layer_a(q, k, v, config)  # activation recomputation repeats a call; the mean is unchanged
+    layer_a(q, k, v)
+    layer_a(q, k, v)  # activation recomputation repeats a call; the mean is unchanged
     q2, k2, v2 = random_qkv(1, n, 2, 2, 8, dtype=torch.float32)
-    layer_b(q2, k2, v2, config)
+    layer_b(q2, k2, v2)
     a = selection_stats(select(q, k, config), config, n)["evenness/l1"].item()
     b = selection_stats(select(q2, k2, config), config, n)["evenness/l1"].item()
     summary = stats.summarize()

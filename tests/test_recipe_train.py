@@ -1,10 +1,8 @@
 """End-to-end runs of train.py on CPU: loss falls, resume is exact, the two-stage schedule and the one-run
 switch agree, and FSDP runs on two gloo processes."""
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -12,15 +10,14 @@ from lighthouse import LighthouseConfig
 from recipe.launch import free_port, single_process_env
 from recipe.metrics import METRICS_FILE, read_metrics
 
-REPO = Path(__file__).resolve().parent.parent
+from .helpers import REPO, child_env
+
+pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
+
 STEPS, HALF = 8, 4
 # Every run: the debug config with one LR schedule over 8 steps, logged at every step.
 COMMON = ["--job.config_file", "configs/debug.toml", "--lr_scheduler.total_steps", str(STEPS),
           "--metrics.log_freq", "1", "--checkpoint.interval", str(HALF)]
-
-
-def child_env() -> dict[str, str]:
-    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
 
 
 @pytest.fixture(scope="module")

@@ -10,13 +10,12 @@ import torch
 
 from eval.checkpoint import build_model, load_weights, parse_job_config
 from eval.heldout import heldout_windows, mean_loss
+from recipe.corpus import make_corpus
 from recipe.launch import single_process_env
 from recipe.metrics import METRICS_FILE, read_metrics
 from recipe.validation import check_validation
-from tests.test_recipe_train import REPO, child_env
 
-sys.path.insert(0, str(REPO / "scripts"))
-import make_corpus  # noqa: E402
+from .helpers import REPO, child_env
 
 SEQ_LEN, STEPS, BATCH, VAL_STEPS = 256, 4, 2, 2
 COMMON = ["--job.config_file", "configs/debug.toml", "--training.seq_len", str(SEQ_LEN), "--training.steps", str(STEPS),
@@ -31,7 +30,7 @@ def runs(tmp_path_factory):
     """Four debug runs in one process: Lighthouse on local data (held-out files validated), one that switches
     to dense after step 2, dense from scratch, and one whose weights never move (lr 0)."""
     root = tmp_path_factory.mktemp("validation")
-    make_corpus.make_corpus([REPO / "lighthouse", REPO / "recipe", REPO / "kernels"], root / "corpus", heldout_every=3)
+    make_corpus([REPO / "lighthouse", REPO / "recipe", REPO / "kernels"], root / "corpus", heldout_every=3)
     data = ["--training.dataset", "local", "--training.dataset_path", str(root / "corpus" / "train" / "*.jsonl"),
             "--validation.dataset", "local", "--validation.dataset_path", str(root / "corpus" / "heldout" / "*.jsonl")]
     jobs = {
@@ -52,6 +51,7 @@ def validations(root: Path, name: str) -> list[dict]:
     return [r for r in read_metrics(str(root / name / METRICS_FILE)) if "validation_metrics/loss" in r]
 
 
+@pytest.mark.slow
 def test_lighthouse_run_logs_both_losses_at_step_1_and_every_freq_steps(runs):
     root, log = runs
     records = validations(root, "lighthouse")
@@ -63,6 +63,7 @@ def test_lighthouse_run_logs_both_losses_at_step_1_and_every_freq_steps(runs):
     assert "validation  lighthouse_loss:" in log and "dense_loss:" in log
 
 
+@pytest.mark.slow
 def test_after_the_switch_and_without_lighthouse_only_the_dense_loss_is_logged(runs):
     root, _ = runs
     switch = validations(root, "switch")
@@ -73,6 +74,7 @@ def test_after_the_switch_and_without_lighthouse_only_the_dense_loss_is_logged(r
     assert [[r[k] for k in both] for r in switch[:2]] == [[r[k] for k in both] for r in validations(root, "lighthouse")[:2]]
 
 
+@pytest.mark.slow
 def test_every_evaluation_scores_the_same_windows(runs):
     root, _ = runs
     frozen = validations(root, "frozen")
@@ -80,6 +82,7 @@ def test_every_evaluation_scores_the_same_windows(runs):
     assert len({(r["validation/lighthouse_loss"], r["validation/dense_loss"]) for r in frozen}) == 1
 
 
+@pytest.mark.slow
 def test_the_logged_losses_are_the_held_out_losses_of_the_checkpoint(runs):
     root, _ = runs
     job = parse_job_config([*COMMON, "--training.dataset", "local", "--validation.dataset", "synthetic"])

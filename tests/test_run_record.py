@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import recipe  # noqa: F401  (before torchtitan)
-from recipe import cpu_compat
+from recipe import cpu_compat, run_logs
 from recipe.cli import parse_job_config, tomllib
 from recipe.launch import single_process_env
 from recipe.metrics import METRICS_FILE, JsonlLogger, read_metrics
@@ -19,9 +19,6 @@ from recipe.run_record import (CONFIG_FILE, RUN_FILE, RUN_START, RUNS_FOLDER, ru
                                to_toml, write_run_record)
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-
-import run_logs  # noqa: E402
 
 
 def without_config_file(config) -> dict:
@@ -67,12 +64,6 @@ def test_each_start_gets_its_own_record_folder_with_command_commit_card_and_vers
     assert (first / CONFIG_FILE).is_file()
     assert run_start_record(11, first) == {"event": RUN_START, "step": 11, "time": record["start"],
                                            "commit": record["commit"], "record": f"{RUNS_FOLDER}/{first.name}"}
-
-
-def test_the_scripts_source_commit_is_the_recipes():
-    import source_commit as scripts_source_commit
-
-    assert scripts_source_commit.source_commit is source_commit
 
 
 def write_metrics(path: Path, records: list[dict]) -> None:

@@ -232,6 +232,7 @@ exec "$@"
 
 @pytest.mark.skipif(not (REPO / "train.py").exists() or not (REPO / "configs/debug.toml").exists(),
                     reason="needs the recipe's train.py and configs/debug.toml")
+@pytest.mark.slow
 def test_the_launch_line_trains_with_real_torchrun(cluster, tmp_path):
     """The built command line is valid for torchrun: c10d rendezvous on the head host, then train.py runs."""
     _, log, env = cluster

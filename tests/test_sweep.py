@@ -1,11 +1,12 @@
-"""scripts/sweep.py: grid -> validated TOMLs, run names and folders, stage chains, submit lines, local runs,
-summary table."""
+"""scripts/sweep.py (recipe.sweep, recipe.sweep_summary): grid -> validated TOMLs, run names and folders, stage
+chains, submit lines, local runs, summary table."""
 from __future__ import annotations
 
 import itertools
 import json
 import os
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -16,12 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "scripts"))
+from lighthouse import LighthouseConfig
+from recipe import run_logs
+from recipe.sweep import LIGHTHOUSE_AXES, MANIFEST, create_sweep
+from recipe.sweep_summary import print_summary
+from recipe.toml_config import dump_toml
 
-import run_logs  # noqa: E402
-import sweep  # noqa: E402
-from lighthouse import LighthouseConfig  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 needs_recipe = pytest.mark.skipif(not (REPO / "recipe" / "job_config.py").exists(),
                                   reason="the recipe's JobConfig extension (recipe/job_config.py) is not present")
@@ -41,16 +43,26 @@ def _base(tmp_path: Path, rng: random.Random, **sections) -> Path:
     for section, values in sections.items():
         config.setdefault(section, {}).update(values)
     path = tmp_path / "base.toml"
-    path.write_text(sweep.dump_toml(config))
+    path.write_text(dump_toml(config))
     return path
 
 
-def _create(tmp_path: Path, base: Path, *grid: str, check: bool = False) -> tuple[int, str, dict]:
+def _create(tmp_path: Path, base: Path, check: bool = False, sets: list[list[str]] = (), **options
+            ) -> tuple[int, Path, dict]:
+    """Sweep "s" of `base` into tmp_path/sweep over the `[lighthouse]` axes named in `options` (topk=[32, 64])
+    and the `sets` axes ([key, TOML literal, ...]); the other options go to create_sweep as they are."""
     out = tmp_path / "sweep"
-    argv = ["create", str(base), "--name", "s", "--out", str(out), *grid]
-    code = sweep.main(argv if check else [*argv, "--no-torchtitan-check"])
-    manifest = json.loads((out / sweep.MANIFEST).read_text()) if (out / sweep.MANIFEST).exists() else {}
+    axes = {name: options.pop(name) for name in LIGHTHOUSE_AXES if name in options}
+    code = create_sweep(base, axes, [list(axis) for axis in sets], name="s", out=out, check_with_torchtitan=check,
+                        **options)
+    manifest = json.loads((out / MANIFEST).read_text()) if (out / MANIFEST).exists() else {}
     return code, out, manifest
+
+
+def sweep_py(*argv: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`python scripts/sweep.py <argv>` run in `cwd`."""
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "sweep.py"), *argv], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
 
 
 # ------------------------------------------------------------------------------------------------- TOML
@@ -78,12 +90,12 @@ def test_toml_writer_round_trips(seed):
         if rng.random() < 0.5:
             section["sub"] = {"inner": _random_value(rng), "deeper": {"leaf": _random_value(rng)}}
         config[f"section{s}"] = section
-    assert tomllib.loads(sweep.dump_toml(config, header="line one\nline two")) == config
+    assert tomllib.loads(dump_toml(config, header="line one\nline two")) == config
 
 
 def test_toml_writer_names_what_it_cannot_write():
     with pytest.raises(TypeError, match=r"cannot write set value \{1\}"):
-        sweep.dump_toml({"a": {"b": {1}}})
+        dump_toml({"a": {"b": {1}}})
 
 
 # --------------------------------------------------------------------------------------------- create
@@ -92,8 +104,7 @@ def test_every_valid_point_is_written_and_every_invalid_one_reported(tmp_path, c
     base = _base(tmp_path, rng)
     seq_len = tomllib.loads(base.read_text())["training"]["seq_len"]
     levels, pools, topks = [2, 3, 4, 5], [2, 4, 8], [32, 64, 128]
-    code, out, manifest = _create(tmp_path, base, "--levels", *map(str, levels), "--pool", *map(str, pools),
-                                  "--topk", *map(str, topks))
+    code, out, manifest = _create(tmp_path, base, levels=levels, pool=pools, topk=topks)
     printed = capsys.readouterr().out
     assert code == 0
     written = {path.name for path in out.glob("*.toml")}
@@ -121,8 +132,8 @@ def test_every_valid_point_is_written_and_every_invalid_one_reported(tmp_path, c
 
 def test_generic_axes_and_scorers_make_distinct_names(tmp_path, capsys):
     base = _base(tmp_path, random.Random(2))
-    code, out, manifest = _create(tmp_path, base, "--scorer", "norm", "dilated", "--set", "training.seq_len",
-                                  "1024", "2048", "--set", "lighthouse.dense_layers", "[0, 1]", "[]")
+    code, out, manifest = _create(tmp_path, base, scorer=["norm", "dilated"], sets=[
+        ["training.seq_len", "1024", "2048"], ["lighthouse.dense_layers", "[0, 1]", "[]"]])
     assert code == 0
     runs = [point["run"] for point in manifest["points"]]
     assert len(runs) == len(set(runs)) == 8
@@ -136,7 +147,7 @@ def test_two_stage_points_resume_stage_one_with_dense_attention(tmp_path, capsys
     rng = random.Random(3)
     base = _base(tmp_path, rng)
     steps, extra = tomllib.loads(base.read_text())["training"]["steps"], rng.randrange(5, 50)
-    code, out, manifest = _create(tmp_path, base, "--topk", "32", "64", "--stage2-steps", str(extra))
+    code, out, manifest = _create(tmp_path, base, topk=[32, 64], stage2_steps=extra)
     assert code == 0
     for point in manifest["points"]:
         stage1, stage2 = (tomllib.loads(Path(path).read_text()) for path in point["configs"])
@@ -172,42 +183,39 @@ def test_two_stage_points_resume_stage_one_with_dense_attention(tmp_path, capsys
 ], ids=["switch-step", "lr-total"])
 def test_conflicting_stage_settings_are_reported(tmp_path, capsys, sections, expected):
     base = _base(tmp_path, random.Random(4), **sections)
-    code, out, manifest = _create(tmp_path, base, "--topk", "32", "--stage2-steps", "5")
+    code, out, manifest = _create(tmp_path, base, topk=[32], stage2_steps=5)
     assert code == 1 and expected in manifest["points"][0]["error"] and not list(out.glob("*.toml"))
 
 
 @pytest.mark.parametrize("grid,expected", [
-    (["--set", "training.seq_len", "4096", "big"], "training.seq_len='big' is a str, but the base config has"),
-    (["--topk", "32", "--set", "lighthouse.topk", "64"], "--set lighthouse.topk repeats an axis"),
-    (["--pool", "2", "2"], "lighthouse.pool lists a value twice: [2, 2]"),
-    (["--set", "seq_len", "4096"], "name a key as section.key"),
-    ([], "the grid is empty"),
-    (["--set", "model.flavor", "a/b", "a_b"], "two grid points got the same run name"),
+    (dict(sets=[["training.seq_len", "4096", "big"]]), "training.seq_len='big' is a str, but the base config has"),
+    (dict(topk=[32], sets=[["lighthouse.topk", "64"]]), "--set lighthouse.topk repeats an axis"),
+    (dict(pool=[2, 2]), "lighthouse.pool lists a value twice: [2, 2]"),
+    (dict(sets=[["seq_len", "4096"]]), "name a key as section.key"),
+    ({}, "the grid is empty"),
+    (dict(sets=[["model.flavor", "a/b", "a_b"]]), "two grid points got the same run name"),
 ], ids=["type", "repeat-axis", "repeat-value", "no-section", "empty", "name-clash"])
-def test_bad_grids_fail_with_a_message_naming_them(tmp_path, capsys, grid, expected):
-    code, out, _ = _create(tmp_path, _base(tmp_path, random.Random(5)), *grid)
-    assert code == 2 and expected in capsys.readouterr().err
+def test_bad_grids_fail_with_a_message_naming_them(tmp_path, grid, expected):
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        _create(tmp_path, _base(tmp_path, random.Random(5)), **grid)
 
 
-def test_an_existing_sweep_is_not_overwritten(tmp_path, capsys):
+def test_an_existing_sweep_is_not_overwritten(tmp_path):
     base = _base(tmp_path, random.Random(6))
-    assert _create(tmp_path, base, "--topk", "32")[0] == 0
-    assert _create(tmp_path, base, "--topk", "64")[0] == 2
-    assert "exists: pass --force" in capsys.readouterr().err
-    assert sweep.main(["create", str(base), "--name", "s", "--out", str(tmp_path / "sweep"), "--topk", "64",
-                       "--force", "--no-torchtitan-check"]) == 0
+    assert _create(tmp_path, base, topk=[32])[0] == 0
+    with pytest.raises(ValueError, match="exists: pass --force"):
+        _create(tmp_path, base, topk=[64])
+    assert _create(tmp_path, base, topk=[64], force=True)[0] == 0
 
 
 @needs_recipe
 def test_torchtitan_parses_every_written_file_and_rejects_unknown_keys(tmp_path, capsys):
     base = _base(tmp_path, random.Random(7))
-    code, out, manifest = _create(tmp_path, base, "--topk", "32", "--set", "training.warmup_stepz", "3",
-                                  check=True)
+    code, out, manifest = _create(tmp_path, base, check=True, topk=[32], sets=[["training.warmup_stepz", "3"]])
     assert code == 1 and not list(out.glob("*.toml"))
     assert "torchtitan's parser rejected it" in manifest["points"][0]["error"]
     assert "warmup_stepz" in manifest["points"][0]["error"]
-    code, out, manifest = _create(tmp_path, base, "--topk", "32", "64", "--stage2-steps", "4", "--force",
-                                  check=True)
+    code, out, manifest = _create(tmp_path, base, check=True, topk=[32, 64], stage2_steps=4, force=True)
     assert code == 0 and len(list(out.glob("*.toml"))) == 4
 
 
@@ -223,11 +231,8 @@ def test_submit_chains_each_point(tmp_path):
     (tmp_path / "log").mkdir()
     base = _base(tmp_path, random.Random(8))
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(tmp_path / "log")}
-    result = subprocess.run(
-        [sys.executable, str(REPO / "scripts/sweep.py"), "create", str(base), "--name", "s", "--topk", "32", "64",
-         "--stage2-steps", "3", "--sbatch", "--nodes=2 --time=1:00:00", "--submit", "--no-torchtitan-check"],
-        cwd=work, env=env, capture_output=True, text=True, timeout=120,
-    )
+    result = sweep_py("create", str(base), "--name", "s", "--topk", "32", "64", "--stage2-steps", "3", "--sbatch",
+                      "--nodes=2 --time=1:00:00", "--submit", "--no-torchtitan-check", cwd=work, env=env)
     assert result.returncode == 0, result.stderr
     calls = [(tmp_path / "log" / str(n)).read_text().split("\n")[:-1] for n in range(4)]
     assert [call[1] for call in calls] == ["--job-name=s-k32", "--job-name=s-k32.stage2", "--job-name=s-k64",
@@ -276,7 +281,7 @@ def _float32(value: float) -> float:
 def test_summary_reads_final_loss_and_per_stage_throughput(tmp_path, capsys):
     rng = random.Random(9)
     base = _base(tmp_path, rng, training={"steps": 12})
-    code, out, manifest = _create(tmp_path, base, "--topk", "32", "64", "--stage2-steps", "6")
+    code, out, manifest = _create(tmp_path, base, topk=[32, 64], stage2_steps=6)
     done, running = manifest["points"]
     done_segments = _segments(rng, 12, 18, cut=rng.randrange(4, 12))
     _write_tensorboard(Path(done["dump_folders"][0]), done_segments[:2], start=1.7e9)
@@ -284,7 +289,7 @@ def test_summary_reads_final_loss_and_per_stage_throughput(tmp_path, capsys):
     running_segments = _segments(rng, 12, 18, cut=12)[:2]  # stage 1 killed after its last log, then requeued
     _write_tensorboard(Path(running["dump_folders"][0]), running_segments, start=1.7e9)
     capsys.readouterr()
-    assert sweep.main(["summary", str(out), "--format", "json"]) == 0
+    assert print_summary([out], "json") == 0
     rows = json.loads(capsys.readouterr().out)
 
     assert rows[0]["run"] == "s-k32" and rows[0]["topk"] == 32 and rows[0]["S"] == done["gathered_len"]
@@ -297,7 +302,7 @@ def test_summary_reads_final_loss_and_per_stage_throughput(tmp_path, capsys):
     assert rows[1]["step"] == 12 and rows[1]["final_loss"] == _float32(running_segments[1][-1][1])
     assert rows[1]["status"] == "at step 12/18" and rows[1]["dense_tok_s_gpu"] is None
 
-    assert sweep.main(["summary", str(out)]) == 0
+    assert print_summary([out]) == 0
     table = capsys.readouterr().out.splitlines()
     assert table[0].split("|")[1].strip() == "run" and len(table) == 4
     assert "| s-k32 " in table[2] and "| done " in table[2] and "at step 12/18" in table[3]
@@ -317,7 +322,7 @@ def test_summary_of_a_run_folder_reads_wandb_offline_runs(tmp_path, capsys):
     folder.mkdir(parents=True)
     env = {**os.environ, "WANDB_SILENT": "true", "WANDB_MODE": "offline"}
     subprocess.run([sys.executable, "-c", script, str(folder), json.dumps(values)], check=True, env=env, timeout=120)
-    assert sweep.main(["summary", str(tmp_path / "run7"), "--format", "json"]) == 0
+    assert print_summary([tmp_path / "run7"], "json") == 0
     (row,) = json.loads(capsys.readouterr().out)
     assert row["run"] == "run7" and row["step"] == 1200 and row["final_loss"] == values[-1][1]
     assert row["tok_s_gpu"] == statistics.median(tps for _, _, tps in values[1:])
@@ -332,7 +337,7 @@ def test_summary_falls_back_to_metrics_jsonl(tmp_path, capsys):
     first = [{"step": s, run_logs.LOSS_TAG: rng.random(), run_logs.TPS_TAG: rng.uniform(1, 9)} for s in range(1, 6)]
     second = [{"step": s, run_logs.LOSS_TAG: rng.random(), run_logs.TPS_TAG: rng.uniform(1, 9)} for s in range(4, 9)]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in first + second))
-    assert sweep.main(["summary", str(run), "--format", "csv"]) == 0
+    assert print_summary([run], "csv") == 0
     header, line = capsys.readouterr().out.splitlines()
     row = dict(zip(header.split(","), line.split(",")))
     assert row["step"] == "8" and float(row["final_loss"]) == second[-1][run_logs.LOSS_TAG]
@@ -343,18 +348,18 @@ def test_summary_falls_back_to_metrics_jsonl(tmp_path, capsys):
 def test_summary_of_nothing_is_an_error(tmp_path, capsys):
     empty = tmp_path / "nothing"
     empty.mkdir()
-    assert sweep.main(["summary", str(empty)]) == 1  # the table still shows the run folder without logs
+    assert print_summary([empty]) == 1  # the table still shows the run folder without logs
     printed = capsys.readouterr()
     assert "| nothing | - " in printed.out and "no logs" in printed.out
     assert f"no run in {empty} has logged a step" in printed.err
-    assert sweep.main(["summary", str(tmp_path / "typo")]) == 2
-    assert f"{tmp_path / 'typo'} does not exist" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'typo'} does not exist")):
+        print_summary([tmp_path / "typo"])
     base = _base(tmp_path, random.Random(12))
-    _create(tmp_path, base, "--topk", "8")  # every point invalid: nothing to summarize
-    assert sweep.main(["summary", str(tmp_path / "sweep")]) == 2
-    assert "no runs found" in capsys.readouterr().err
-    _create(tmp_path, base, "--topk", "32", "--force")  # written, not started
-    assert sweep.main(["summary", str(tmp_path / "sweep")]) == 1
+    _create(tmp_path, base, topk=[8])  # every point invalid: nothing to summarize
+    with pytest.raises(ValueError, match="no runs found"):
+        print_summary([tmp_path / "sweep"])
+    _create(tmp_path, base, topk=[32], force=True)  # written, not started
+    assert print_summary([tmp_path / "sweep"]) == 1
     assert "| s-k32 " in capsys.readouterr().out
 
 
@@ -382,8 +387,7 @@ def _calls(log: Path) -> list[list[str]]:
 def test_local_trains_every_stage_of_every_valid_point_in_order_and_records_it(tmp_path, monkeypatch, capsys):
     launcher, log = _stub_launcher(tmp_path, monkeypatch)
     base = _base(tmp_path, random.Random(13))
-    code, out, manifest = _create(tmp_path, base, "--topk", "8", "32", "64", "--stage2-steps", "3", "--local",
-                                  "--launcher", launcher)
+    code, out, manifest = _create(tmp_path, base, topk=[8, 32, 64], stage2_steps=3, local=True, launcher=launcher)
     assert code == 0
     stages = ["s-k32", "s-k32.stage2", "s-k64", "s-k64.stage2"]  # k=8 is invalid and not run
     assert _calls(log) == [[str(REPO / "train.py"), "--job.config_file", f"{out}/{name}.toml"] for name in stages]
@@ -399,8 +403,7 @@ def test_local_trains_every_stage_of_every_valid_point_in_order_and_records_it(t
 def test_local_stops_at_the_first_failing_stage_with_its_exit_code(tmp_path, monkeypatch, capsys):
     launcher, log = _stub_launcher(tmp_path, monkeypatch, fail="s-k32.stage2.toml")
     base = _base(tmp_path, random.Random(14))
-    code, out, manifest = _create(tmp_path, base, "--topk", "32", "64", "--stage2-steps", "3", "--local",
-                                  "--launcher", launcher)
+    code, out, manifest = _create(tmp_path, base, topk=[32, 64], stage2_steps=3, local=True, launcher=launcher)
     assert code == 3
     assert [call[-1] for call in _calls(log)] == [f"{out}/s-k32.toml", f"{out}/s-k32.stage2.toml"]
     first, second = manifest["points"]
@@ -411,11 +414,17 @@ def test_local_stops_at_the_first_failing_stage_with_its_exit_code(tmp_path, mon
 @pytest.mark.parametrize("flags, message", [
     (["--launcher", "torchrun"], "--launcher 'torchrun' is used with --local only"),
     (["--local", "--submit"], "not allowed with argument"),
-], ids=["launcher-without-local", "local-and-submit"])
-def test_local_flags_that_do_not_go_together_are_refused(tmp_path, capsys, flags, message):
-    with pytest.raises(SystemExit) as exit_:
-        sweep.main(["create", str(_base(tmp_path, random.Random(15))), "--topk", "32", *flags])
-    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    (["--set", "training.seq_len", "4096", "big"], "sweep.py create: training.seq_len='big' is a str, but the base"),
+], ids=["launcher-without-local", "local-and-submit", "bad-grid"])
+def test_the_command_line_refuses_what_does_not_go_together_with_exit_code_2(tmp_path, flags, message):
+    result = sweep_py("create", str(_base(tmp_path, random.Random(15))), "--topk", "32", "--out", str(tmp_path / "s"),
+                      *flags)
+    assert result.returncode == 2 and message in result.stderr
+
+
+def test_the_command_line_names_a_missing_path_in_one_line_with_exit_code_2(tmp_path):
+    result = sweep_py("summary", str(tmp_path / "typo"))
+    assert result.returncode == 2 and result.stderr == f"sweep.py summary: {tmp_path / 'typo'} does not exist\n"
 
 
 @pytest.mark.slow
@@ -425,15 +434,11 @@ def test_a_local_sweep_trains_on_cpu_and_summary_reads_it(tmp_path):
     env = {key: value for key, value in os.environ.items()
            if key not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
 
-    def sweep_py(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "scripts/sweep.py", *argv], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=600)
-
     created = sweep_py("create", "configs/debug.toml", "--name", "cpu", "--out", str(tmp_path / "sweep"),
                        "--dump-root", str(tmp_path / "runs"), "--topk", "16", "32", "--set", "training.steps", "2",
-                       "--local")
+                       "--local", env=env)
     assert created.returncode == 0, created.stderr[-3000:]
-    summary = sweep_py("summary", str(tmp_path / "sweep"), "--format", "json")
+    summary = sweep_py("summary", str(tmp_path / "sweep"), "--format", "json", env=env)
     assert summary.returncode == 0, summary.stderr
     rows = json.loads(summary.stdout)
     assert [(row["run"], row["step"], row["status"]) for row in rows] == [("cpu-k16-steps2", 2, "done"),

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from eval.time_to_quality import load_arms, seconds_to_reach, step_seconds
+from eval.time_to_quality import load_arms, markdown_table, seconds_to_reach, step_seconds
 
 STEP_TIME, DENSE_LOSS = "time_metrics/end_to_end(s)", "validation/dense_loss"
 
@@ -58,18 +60,17 @@ def test_seconds_to_reach_interpolates_between_validation_points(loss, expected)
     assert seconds_to_reach(curve, loss) == expected
 
 
+@pytest.mark.slow
 def test_the_report_names_every_key_of_the_docs_layout_and_the_speedup(tmp_path):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-    import time_to_quality
-
     write(tmp_path / "run" / "dense_s0", steps(1, 8, 1.0) + shadow((1, 5.0), (4, 3.0), (8, 2.0)))
     write(tmp_path / "run" / "paper_s0", steps(1, 4, 0.5) + shadow((1, 5.0), (4, 3.5)))
     write(tmp_path / "run" / "paper_s0_switch4", steps(5, 8, 1.0) + shadow((8, 2.5)))
-    records = time_to_quality.main(["--run", str(tmp_path / "run"), "--out", str(tmp_path / "report"),
-                                    "--seq-len", "1024", "--device", "cpu", "--commit", "abc"])
-    assert json.loads((tmp_path / "report.json").read_text()) == records
+    run = subprocess.run([sys.executable, "scripts/time_to_quality.py", "--run", str(tmp_path / "run"), "--out",
+                          str(tmp_path / "report"), "--seq-len", "1024", "--device", "cpu", "--commit", "abc"],
+                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-4000:]
+    records = json.loads((tmp_path / "report.json").read_text())
+    assert run.stdout == markdown_table(records) + "\n"
     assert (tmp_path / "report.png").stat().st_size > 0
     dense, paper = records
     keys = {"name", "selection", "switch_step", "total_steps", "seq_len", "seed", "device", "train_seconds",

@@ -61,6 +61,7 @@ def _preinstall_torch(site_packages: Path) -> None:
                 (site_packages / name).symlink_to(source)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _pypi_reachable(), reason="no network: the wheelhouse is built from PyPI")
 def test_wheelhouse_installs_into_a_fresh_venv_without_an_index(tmp_path):
     house = tmp_path / "wheelhouse"

@@ -8,14 +8,13 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-from torch.distributed.device_mesh import DeviceMesh
 from torchtitan.models.llama3.model.model import Attention, Transformer, apply_rotary_emb
 
 from lighthouse import LighthouseAttention, LighthouseConfig
 
 from .args import LighthouseLlamaArgs
 
-SelectionObserver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, LighthouseConfig, DeviceMesh | None], None]
+SelectionObserver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
 
 class LighthouseLlamaAttention(Attention):
@@ -24,8 +23,8 @@ class LighthouseLlamaAttention(Attention):
     With `lighthouse` None, or after `use_lighthouse = False`, it is exactly torchtitan's causal SDPA.
     The Lighthouse call is the parameter-free module `inner_lighthouse`, so a parallelize function can
     swap it (e.g. for a context-parallel version) as torchtitan does with `inner_attention`.
-    `selection_observer`, when set, is called with (q, k, v, config, mesh) detached, for logging statistics
-    (mesh: the context-parallel mesh when `inner_lighthouse` has one, else None); skipped under torch.compile.
+    `selection_observer`, when set, is called with (q, k, v) detached, for logging statistics; skipped under
+    torch.compile.
     """
 
     def __init__(self, model_args: LighthouseLlamaArgs, lighthouse: LighthouseConfig | None) -> None:
@@ -46,8 +45,7 @@ class LighthouseLlamaAttention(Attention):
         xv = self.wv(x).view(bs, seqlen, -1, self.head_dim)
         xq, xk = apply_rotary_emb(xq, xk, freqs_cis=freqs_cis, positions=positions)
         if self.selection_observer is not None and not torch.compiler.is_compiling():
-            mesh = getattr(self.inner_lighthouse, "mesh", None)
-            self.selection_observer(xq.detach(), xk.detach(), xv.detach(), self.lighthouse, mesh)
+            self.selection_observer(xq.detach(), xk.detach(), xv.detach())
         output = self.inner_lighthouse(xq, xk, xv)
         return self.wo(output.reshape(bs, seqlen, -1))
 

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule
 from torchtitan.distributed import ParallelDims
 from torchtitan.models.llama3 import parallelize_llama
 from torchtitan.tools import utils
 from torchtitan.tools.logging import logger
 
-from recipe.context_parallel import enable_context_parallel, parallelize_lighthouse_attention
+from lighthouse import LighthouseAttention
+from lighthouse.context_parallel import ContextParallelLighthouseAttention, enable_context_parallel
 
 
 def force_sum_reduction(model: nn.Module) -> None:
@@ -16,6 +18,23 @@ def force_sum_reduction(model: nn.Module) -> None:
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_force_sum_reduction_for_comms(True)
+
+
+def parallelize_lighthouse_attention(model: nn.Module, cp_mesh: DeviceMesh) -> int:
+    """Replace every `LighthouseAttention` in `model` by `ContextParallelLighthouseAttention` on `cp_mesh`.
+
+    Returns how many were replaced. Apply torchtitan's `apply_cp_to_attention_module` to the dense layers'
+    SDPA modules only: its hooks would hand a Lighthouse layer DTensors instead of local shards.
+    """
+    targets = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if isinstance(child, LighthouseAttention) and not isinstance(child, ContextParallelLighthouseAttention)
+    ]
+    for parent, name, child in targets:
+        setattr(parent, name, ContextParallelLighthouseAttention(child.config, cp_mesh))
+    return len(targets)
 
 
 def parallelize_lighthouse_llama(model: nn.Module, parallel_dims: ParallelDims, job_config) -> nn.Module:

@@ -5,11 +5,10 @@ import types
 import pytest
 import torch
 
-from lighthouse import LighthouseConfig
-
-from ._testing import random_qkv
+from lighthouse import LighthouseConfig, lighthouse_attention
 from lighthouse.flash_attn import IMPLEMENTATIONS, flash_attn_causal, load_flash_attn
-from .fused import fused_lighthouse_attention
+
+from .helpers import random_qkv
 
 MODULES = [module for module, _ in IMPLEMENTATIONS]
 
@@ -35,10 +34,10 @@ def test_missing_package_raises_naming_it(no_flash_attn):
 
 
 def test_layer_with_missing_package_raises(no_flash_attn):
-    q, k, v = random_qkv(1, 64, 2, 2, 8, torch.float32)
+    q, k, v = random_qkv(1, 64, 2, 2, 8)
     config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, backend="flash_attn")
     with pytest.raises(RuntimeError, match="flash-attn package"):
-        fused_lighthouse_attention(q, k, v, config)
+        lighthouse_attention(q, k, v, config)
 
 
 def test_prefers_flash_attention_3_and_calls_it_causal(no_flash_attn, monkeypatch):

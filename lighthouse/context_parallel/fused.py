@@ -1,6 +1,6 @@
 """The fused stages on a context-parallel shard: a rank's head and tail chunks, run as a batch of chunks.
 
-Under context parallelism (`lighthouse.context_parallel`) a rank holds two chunks of C tokens laid out
+Under context parallelism a rank holds two chunks of C tokens laid out
 [head, tail] along the sequence. Viewed as [2B, C, heads, D], its q, k, v are a batch of whole chunks
 (row 2b + half). Pooling windows and tiles never cross a chunk, so pooling+scores, gather and scatter-back
 run on that batch exactly as on 2B sequences of C tokens, with the per-chunk config (topk / 2W). Only the
@@ -15,12 +15,11 @@ from typing import Callable
 
 import torch
 
-from lighthouse.config import LighthouseConfig
-from lighthouse.scoring import CausalAttention
+from kernels.pyramid import Pyramid, pool_and_score
 
-from .fused import attend_packed, check_supported, norm_score_pyramids, score_pyramid
-from .pyramid import Pyramid, pool_and_score
-from .selection import select_packed
+from ..config import LighthouseConfig
+from ..fused import attend_packed, norm_score_pyramids, score_pyramid, select_keys
+from ..scoring import CausalAttention
 
 
 def chunk_rows(x: torch.Tensor) -> torch.Tensor:
@@ -70,7 +69,7 @@ def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: Ligh
         rows = tuple(chunk_scores(s) for s in token_scores)
         before = _histories(*rows, config, history) or (None, None)
         sq, sk = (score_pyramid(s, config, h) for s, h in zip(rows, before))
-    halves = [select_packed(sq[half::2], sk[half::2], chunk_len, config, prefix)
+    halves = [select_keys(sq[half::2], sk[half::2], chunk_len, config, prefix)
               for half, prefix in enumerate(prefixes)]
     return pyramid, torch.stack(halves, dim=1).flatten(0, 1)
 
@@ -85,10 +84,9 @@ def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: L
     caller adds the received halos and casts once, as the single-device layer casts its sums once.
     `attention` maps the gathered sequence laid out [head part, tail part] (Q~ [B, 2S_c, H, D], K~, V~
     [B, 2S_c, G, D]) to O~; context parallelism passes ring attention. Selection as `select_shard`
-    (`token_scores`, `history`);
-    differentiable in q, k, v.
+    (`token_scores`, `history`); differentiable in q, k, v. The caller has checked that the fused path
+    applies (`lighthouse.layer.resolve_implementation`).
     """
-    check_supported(q, config)
     b = q.shape[0]
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     with torch.no_grad():

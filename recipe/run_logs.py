@@ -13,15 +13,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .metrics import METRICS_FILE
+
 LOSS_TAG = "loss_metrics/global_avg_loss"
 TPS_TAG = "throughput(tps)"
 MFU_TAG = "mfu(%)"
 MEMORY_TAG = "memory/max_reserved(GiB)"
-JSONL_NAME = "metrics.jsonl"
 
 
 @dataclass(frozen=True)
 class Point:
+    """One logged value of a tag."""
+
     step: int
     value: float
     wall_time: float
@@ -142,7 +145,7 @@ def read_logs(root: Path) -> list[LogFile]:
     wandb_files = sorted(root.rglob("run-*.wandb"))
     if wandb_files:
         return [read_wandb(path) for path in wandb_files]
-    return [log for path in sorted(root.rglob(JSONL_NAME)) for log in read_jsonl(path)]
+    return [log for path in sorted(root.rglob(METRICS_FILE)) for log in read_jsonl(path)]
 
 
 def latest(logs: list[LogFile], tag: str) -> Point | None:

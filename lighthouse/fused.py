@@ -1,9 +1,10 @@
-"""The fused Lighthouse layer: Triton pyramid+scores, tile selection, gather, stock attention, scatter-back.
+"""The fused Lighthouse layer: the Triton kernels of `kernels/` composed into the pipeline of `reference.py`.
 
 Same function as `lighthouse.reference_lighthouse_attention` (SPEC sections 1-5), same argument layout.
 Differences from the reference are float rounding only: per-token norms and pooled means are summed in
 another order, and gradients of a token are summed in float32 then cast once (the reference adds its
 bf16 parts). The selection itself matches the reference index for index on the same scores.
+Importing this module imports Triton; `lighthouse.layer` imports it only where the fused path runs.
 """
 from __future__ import annotations
 
@@ -11,16 +12,16 @@ from functools import partial
 
 import torch
 
-from lighthouse.attention import causal_attention
-from lighthouse.config import LighthouseConfig
-from lighthouse.layer import check_inputs
-from lighthouse.scoring import CausalAttention, pyramid_scores, token_scores
+from kernels.gather import gather_pyramid
+from kernels.ordering import decode, slot_map
+from kernels.pyramid import Pyramid, causal_score_levels, pool_and_score
+from kernels.scatter import scatter_back
+from kernels.selection import select_packed
 
-from .gather import gather_pyramid
-from .ordering import slot_map
-from .pyramid import Pyramid, causal_score_levels, pool_and_score
-from .scatter import scatter_back
-from .selection import select_packed
+from .attention import causal_attention
+from .config import LighthouseConfig
+from .scoring import CausalAttention, pyramid_scores, token_scores
+from .selection import Selection
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MAX_HEAD_DIM = 256
@@ -28,8 +29,8 @@ MAX_COARSEST_SPAN = 256  # the pooling kernel holds one coarsest window per head
 
 
 def supports(q: torch.Tensor, config: LighthouseConfig) -> bool:
-    """Whether the fused path runs this call: CUDA tensors (or Triton's CPU interpreter), bf16/fp16/fp32,
-    head dim <= 256 and a coarsest window p**(L-1) <= 256 tokens."""
+    """Whether the fused kernels take this call: bf16/fp16/fp32, head dim <= 256 and a coarsest window
+    p**(L-1) <= 256 tokens (the device is the caller's concern: CUDA, or Triton's CPU interpreter)."""
     return (
         q.dtype in SUPPORTED_DTYPES
         and q.shape[-1] <= MAX_HEAD_DIM
@@ -45,6 +46,23 @@ def check_supported(q: torch.Tensor, config: LighthouseConfig) -> None:
             f"pool**(levels-1) <= {MAX_COARSEST_SPAN}; got dtype={q.dtype}, head dim={q.shape[-1]}, "
             f"pool**(levels-1)={config.coarsest_span}"
         )
+
+
+def select_keys(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, config: LighthouseConfig,
+                prefix: bool = True) -> torch.Tensor:
+    """The tile kernel's gather order (packed keys, int64 [B, G, S]) for `config` from score pyramids
+    sq, sk (float32 [B, G, sum_l N/p^l])."""
+    return select_packed(sq, sk, seq_len, config.pool, config.levels, config.topk, config.tile_budget, prefix)
+
+
+def selection_of(packed: torch.Tensor, config: LighthouseConfig) -> Selection:
+    """The reference's `Selection` view of packed keys."""
+    return Selection(*decode(packed, config.pool, config.levels))
+
+
+def scores_in_pooling_pass(config: LighthouseConfig) -> bool:
+    """Whether the pooling kernel computes the level-0 scores (the norm scorer) or `token_scores` does."""
+    return config.scorer == "norm"
 
 
 def score_pyramid(s: torch.Tensor, config: LighthouseConfig, history: torch.Tensor | None = None) -> torch.Tensor:
@@ -63,40 +81,33 @@ def norm_score_pyramids(pyramid: Pyramid, seq_len: int, config: LighthouseConfig
     return causal_score_levels(pyramid.sq, pyramid.sk, seq_len, config.pool, config.levels, history)
 
 
-def _score_pyramids(q, k, v, pyramid: Pyramid, config: LighthouseConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """sq, sk [B, G, sum_l N/p^l]: from the pooling pass (norm scorer) or the reference scorer (dilated)."""
-    if config.scorer == "norm":
-        return norm_score_pyramids(pyramid, q.shape[1], config)
-    return tuple(score_pyramid(s, config) for s in token_scores(q, k, v, config))
+def pool_and_score_pyramids(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig
+                            ) -> tuple[Pyramid, torch.Tensor, torch.Tensor]:
+    """Pooled levels and score pyramids sq, sk [B, G, sum_l N/p^l] of contiguous q, k, v: the norm scorer's
+    scores come out of the pooling pass, any other scorer's from `lighthouse.token_scores`."""
+    norm = scores_in_pooling_pass(config)
+    pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=norm)
+    if norm:
+        return (pyramid, *norm_score_pyramids(pyramid, q.shape[1], config))
+    return (pyramid, *(score_pyramid(s, config) for s in token_scores(q, k, v, config)))
 
 
 def fused_lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                               config: LighthouseConfig, spill: bool = False) -> torch.Tensor:
-    """Lighthouse attention on q [B, N, H, D], k/v [B, N, G, D] -> o [B, N, H, D] (q's dtype).
+                               config: LighthouseConfig) -> torch.Tensor:
+    """Lighthouse attention on q [B, N, H, D], k/v [B, N, G, D] -> o [B, N, H, D] (q's dtype), inputs and
+    length already checked (`lighthouse.lighthouse_attention` is the public entry).
 
     Differentiable in q, k, v; no host synchronisation and static shapes (CUDA-graph and torch.compile
-    friendly). `spill` keeps the p**(L-1)-1 positions past the end, as `lighthouse.scatter_back`.
+    friendly).
     """
-    check_inputs(q, k, v)
-    n = q.shape[1]
-    config.validate(n)
     check_supported(q, config)
     if config.levels == 1:
         return causal_attention(q, k, v, config.backend)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     with torch.no_grad():
-        pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=config.scorer == "norm")
-        sq, sk = _score_pyramids(q, k, v, pyramid, config)
-    return attend_selected(q, k, v, pyramid, sq, sk, config, spill)
-
-
-def attend_selected(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, sq: torch.Tensor,
-                    sk: torch.Tensor, config: LighthouseConfig, spill: bool = False) -> torch.Tensor:
-    """Selection, gather, attention and scatter-back, given contiguous q, k, v, their pooled levels and the
-    score pyramids sq, sk (float32 [B, G, sum_l N/p^l]); levels >= 2."""
-    with torch.no_grad():
-        packed = select_packed(sq, sk, q.shape[1], config)
-    return attend_packed(q, k, v, pyramid, packed, config, spill)
+        pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
+        packed = select_keys(sq, sk, q.shape[1], config)
+    return attend_packed(q, k, v, pyramid, packed, config)
 
 
 def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, packed: torch.Tensor,
@@ -106,8 +117,9 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Py
     contiguous q, k, v and their pooled levels; levels >= 2.
 
     `attention` maps the gathered Q~ [B, S, H, D], K~, V~ [B, S, G, D] to O~ [B, S, H, D]; by default the
-    causal SDPA of `config.backend` (context parallelism passes its ring attention). The output is
-    `out_dtype` (q's dtype if None), summed in float32.
+    causal SDPA of `config.backend` (context parallelism passes its ring attention). `spill` keeps the
+    p**(L-1)-1 positions past the end (a context-parallel chunk's halo). The output is `out_dtype` (q's
+    dtype if None), summed in float32.
     """
     n, pool, levels = q.shape[1], config.pool, config.levels
     attention = attention or partial(causal_attention, backend=config.backend)

@@ -1,17 +1,21 @@
 """The context-parallel layer on the fused kernels equals it on the reference pipeline (2 gloo ranks).
 
 On a machine without CUDA the kernels run in Triton's interpreter (conftest.py; the worker processes
-inherit the setting). The dispatch rule takes the fused path on CUDA only, so the checks call the fused
-CP path directly: per-chunk selection index for index, then the layer's output and input gradients.
+inherit the setting); without Triton the module is skipped. The dispatch rule takes the fused path by
+itself on CUDA only, so the checks call the fused CP path directly, or ask for it with
+implementation="fused": per-chunk selection index for index, then the layer's output and input gradients.
 q and k get a random permutation of well separated norms, so the pooling kernel's float32 norms and the
 reference's (summed in another order) rank tokens alike and both paths select the same entries.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
-import lighthouse.context_parallel as cp
+pytest.importorskip("triton")
+
 from lighthouse.context_parallel import (
     context_parallel_lighthouse_attention,
     fused_shard_attention,
@@ -19,29 +23,12 @@ from lighthouse.context_parallel import (
     reference_shard_attention,
     shard_selections,
 )
-from tests.helpers import vectors_with_norms
-from tests.test_context_parallel import (
-    DILATED,
-    DILATED_CAUSAL,
-    NORM,
-    NORM_CAUSAL,
-    PARITY,
-    RankPool,
-    _fresh_seed,
-    _rising_norm_inputs,
-    _shard_positions,
-)
+from lighthouse.testing import assert_close
 
-from ._testing import assert_close
+from .cp_cases import DILATED, DILATED_CAUSAL, NORM, NORM_CAUSAL, PARITY, rising_norm_inputs, shard_positions
+from .helpers import fresh_seed, vectors_with_norms
 
 DTYPE = torch.float32  # the CPU ring runs float32; the interpreter compares 16-bit dtypes less faithfully
-
-
-@pytest.fixture(scope="module")
-def ranks():
-    pool = RankPool(2)
-    yield pool
-    pool.close()
 
 
 def _distinct_norm_qkv(local_len: int, heads: int, kv_heads: int, dim: int, seed: int, rank: int, world: int):
@@ -62,8 +49,8 @@ def _local_inputs(mesh, inputs: str, seq_len: int, heads: int, kv_heads: int, se
     if inputs == "distinct-norms":
         return _distinct_norm_qkv(local_len, heads, kv_heads, 8, seed, mesh.get_local_rank(), mesh.size())
     # rising norms over the whole sequence: only the prefix guarantee expands a tile's first entry
-    pos = _shard_positions(mesh.get_local_rank(), mesh.size(), seq_len)
-    return tuple(x[:, pos].to(DTYPE) for x in _rising_norm_inputs(seq_len, heads, kv_heads, seed))
+    pos = shard_positions(mesh.get_local_rank(), mesh.size(), seq_len)
+    return tuple(x[:, pos].to(DTYPE) for x in rising_norm_inputs(seq_len, heads, kv_heads, seed))
 
 
 def _check_selection(mesh, config, seq_len, inputs, seed):
@@ -93,12 +80,7 @@ def _check_dispatch(mesh, seed):
     # on CPU the rule says reference; where it says fused, the fused path runs
     assert torch.equal(context_parallel_lighthouse_attention(q, k, v, NORM, mesh),
                        reference_shard_attention(q, k, v, NORM, mesh))
-    rule = cp.uses_fused_kernels
-    cp.uses_fused_kernels = lambda q, config: True
-    try:
-        dispatched = context_parallel_lighthouse_attention(q, k, v, NORM, mesh)
-    finally:
-        cp.uses_fused_kernels = rule
+    dispatched = context_parallel_lighthouse_attention(q, k, v, dataclasses.replace(NORM, implementation="fused"), mesh)
     assert torch.equal(dispatched, fused_shard_attention(q, k, v, NORM, mesh))
 
 
@@ -109,10 +91,10 @@ def _check_dispatch(mesh, seed):
     ids=["norm-random", "norm-rising-norms-prefix", "dilated-random", "norm-causal-random", "dilated-causal-random"],
 )
 def test_fused_per_chunk_selection_equals_the_reference_index_for_index(ranks, config, inputs):
-    ranks.run(_check_selection, 2, config, 256, inputs, _fresh_seed())
+    ranks.run(_check_selection, 2, config, 256, inputs, fresh_seed())
 
 
-# The CP parity cases of tests/test_context_parallel.py with levels >= 2 (the fused path), in float32.
+# The CP parity cases (cp_cases.PARITY) with levels >= 2 (the fused path), in float32.
 LAYER_CASES = ["L3-p2-k16-m4-MHA", "L3-p4-k8-m2-GQA-halo15", "L4-p2-k8-m2-MQA", "L3-p2-dilated",
                "L3-p4-k8-m2-GQA-causal"]
 
@@ -124,12 +106,12 @@ def _layer_case(name: str):
 
 @pytest.mark.parametrize("name", LAYER_CASES)
 def test_fused_cp_layer_equals_the_reference_cp_layer_forward_and_backward(ranks, name):
-    ranks.run(_check_layer, 2, *_layer_case(name), _fresh_seed())
+    ranks.run(_check_layer, 2, *_layer_case(name), fresh_seed())
 
 
 def test_cp1_fused_layer_equals_the_reference(ranks):
-    ranks.run(_check_layer, 1, *_layer_case("L3-p4-k8-m2-GQA-halo15"), _fresh_seed())
+    ranks.run(_check_layer, 1, *_layer_case("L3-p4-k8-m2-GQA-halo15"), fresh_seed())
 
 
 def test_cp_layer_takes_the_path_the_dispatch_rule_names(ranks):
-    ranks.run(_check_dispatch, 2, _fresh_seed())
+    ranks.run(_check_dispatch, 2, fresh_seed())

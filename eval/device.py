@@ -1,0 +1,25 @@
+"""The device a measurement runs on: chosen from a command-line name, or required to be an NVIDIA GPU."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+
+def pick_device(name: str) -> torch.device:
+    """`name` as a device; "auto" is cuda when torch sees a GPU, else cpu."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def require_cuda(hint: str = "") -> None:
+    """Exit with code 2 and one line on stderr, naming the script (and `hint`), when torch sees no CUDA GPU:
+    the entry check of the scripts that only run on an NVIDIA GPU, one line instead of a torch traceback."""
+    if torch.cuda.is_available():
+        return
+    why = "torch was built without CUDA" if torch.version.cuda is None else "torch sees no CUDA device"
+    print(f"error: {Path(sys.argv[0]).name} needs an NVIDIA GPU with CUDA; {why} (torch {torch.__version__})"
+          + (f"; {hint}" if hint else ""), file=sys.stderr, flush=True)
+    raise SystemExit(2)

@@ -1,0 +1,60 @@
+"""What the JSON records of evaluations and measurements carry so that a number can be traced back (command,
+commit, device, versions, date), and how they are written."""
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import recipe  # noqa: F401  (before torchtitan)
+import torch
+import torchtitan
+from torchtitan.config import JobConfig
+
+from eval.checkpoint import lighthouse_setting
+from recipe.run_record import source_commit
+
+
+def command_line() -> str:
+    """This process's command line, the script named without its folder."""
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
+def provenance(checkpoint: str | Path, job_config: JobConfig, device: torch.device) -> dict[str, Any]:
+    """The record of an evaluation of `checkpoint`: command, commit, date, device, torch, model, attention."""
+    return {
+        "command": command_line(),
+        "commit": source_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "checkpoint": str(checkpoint),
+        "model": f"{job_config.model.name}/{job_config.model.flavor}",
+        "attention": lighthouse_setting(job_config),
+    }
+
+
+def environment(device: torch.device) -> dict[str, str]:
+    """The record of a throughput measurement on `device`: card, CUDA, cuDNN, torch, torchtitan, commit, date."""
+    return {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else f"CPU {platform.machine()}",
+        "cuda": str(torch.version.cuda),
+        "cudnn": str(torch.backends.cudnn.version()) if device.type == "cuda" else "none",
+        "torch": torch.__version__,
+        "torchtitan": torchtitan.__version__,
+        "commit": source_commit(),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+
+
+def write_record(out: Path, record: Any, indent: int = 2) -> Path:
+    """Write `record` as JSON to `out` with the suffix .json (its folder created); returns that path."""
+    path = out.with_suffix(".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=indent) + "\n")
+    return path

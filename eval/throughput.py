@@ -1,0 +1,92 @@
+"""Training throughput of one model variant, each variant trained in a job of its own, and the Amdahl view
+of a per-layer attention speedup (scripts/train_throughput.py, scripts/cp_throughput.py).
+
+A variant trains the config with local batch 1 on synthetic data, without checkpoints or selection
+statistics, with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`; an out-of-memory run is recorded as such
+so the other variants still run. tok/s and peak reserved memory are torchtitan's own, logged at the last step
+over every step after the first.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from recipe.launch import single_process_env
+from recipe.metrics import METRICS_FILE, read_metrics
+from recipe.run_logs import MEMORY_TAG, TPS_TAG
+from recipe.run_record import REPO
+
+DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k1536_norm.toml"
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
+
+
+def job_args(config: str, seq_len: int, steps: int, lighthouse: bool, ac: str, compile_on: bool,
+             folder: Path) -> list[str]:
+    """Job arguments of one variant: only the attention, the checkpointing mode and compile differ."""
+    return [
+        "--job.config_file", config, "--job.dump_folder", str(folder), "--model.name", "llama3_lighthouse",
+        "--training.seq_len", str(seq_len), "--training.steps", str(steps),
+        "--training.local_batch_size", "1", "--training.global_batch_size", "1",
+        "--training.dataset", "synthetic", "--checkpoint.no-enable", "--metrics.log_freq", str(steps),
+        "--metrics.no-enable-tensorboard", "--metrics.no-enable-wandb", "--lighthouse.no-log-stats",
+        *(["--compile.enable", "--compile.components", "model"] if compile_on else ["--compile.no-enable"]),
+        "--activation_checkpoint.mode", ac, "--lighthouse.enable" if lighthouse else "--lighthouse.no-enable",
+    ]
+
+
+def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1) -> dict:
+    """Train one variant in its own job (`nproc` processes through torchrun); rank 0's last logged step's
+    throughput (torchtitan's, per rank) and memory, or the error."""
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    if nproc == 1:
+        launcher = [sys.executable]
+        env.update(single_process_env())
+    else:
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    proc = subprocess.run([*launcher, str(REPO / "train.py"), *argv], cwd=REPO, env=env,
+                          capture_output=True, text=True)
+    (folder / "train.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        if any(marker in proc.stdout + proc.stderr for marker in OOM_MARKERS):
+            return {"error": "out of memory"}
+        raise RuntimeError(f"training failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+    last = read_metrics(str(folder / METRICS_FILE))[-1]
+    if last["step"] != steps:
+        raise RuntimeError(f"expected a logged step {steps}, the last logged step is {last['step']}")
+    return {
+        "tok_s": last[TPS_TAG],
+        "peak_gib": last[MEMORY_TAG],
+        "peak_active_gib": last["memory/max_active(GiB)"],
+        "tflops": last["tflops"],
+        "process_s": time.perf_counter() - start,
+    }
+
+
+def amdahl(dense_tok_s: float | None, lighthouse_tok_s: float | None, tokens_per_step: int, n_lighthouse: int,
+           times: dict[str, float], ac: str) -> dict:
+    """Per-layer speedup and what it allows for the whole step (full checkpointing repeats the forward)."""
+    def per_layer(name: str) -> float:
+        return times[f"{name}_fwd_bwd_s"] + (times[f"{name}_fwd_s"] if ac == "full" else 0.0)
+
+    dense_layer, lighthouse_layer = per_layer("dense"), per_layer("lighthouse")
+    out = {"lighthouse_layer_speedup": dense_layer / lighthouse_layer, "lighthouse_layers": n_lighthouse,
+           "dense_attention_layer_s": dense_layer, "lighthouse_attention_layer_s": lighthouse_layer}
+    if dense_tok_s:
+        dense_step = tokens_per_step / dense_tok_s
+        share = n_lighthouse * dense_layer / dense_step
+        out["lighthouse_layers_attention_share_of_dense_step"] = share
+        out["amdahl_ceiling"] = 1 / (1 - share) if share < 1 else None
+        out["predicted_speedup"] = dense_step / (dense_step - n_lighthouse * (dense_layer - lighthouse_layer))
+        if lighthouse_tok_s:
+            out["speedup"] = lighthouse_tok_s / dense_tok_s
+    return out
+
+
+def fmt(x: float | None, spec: str) -> str:
+    """`x` formatted by `spec`, or "-" for a value not measured."""
+    return "-" if x is None else format(x, spec)

@@ -1,0 +1,53 @@
+"""Context-parallel test cases and inputs shared by the reference (test_context_parallel.py) and fused
+(test_context_parallel_fused.py) CP tests."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from lighthouse import LighthouseConfig
+from lighthouse.context_parallel import owned_chunks
+
+from .helpers import vectors_with_norms
+
+F64 = torch.float64
+PARITY = {
+    # id: (config, seq_len, heads, kv_heads, dtype, tolerance)
+    "L3-p2-k16-m4-MHA": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4), 256, 4, 4, F64, 1e-12),
+    "L3-p4-k8-m2-GQA-halo15": (LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2), 256, 4, 2, F64, 1e-12),
+    # causal scores of a chunk's first entries read the previous chunk's last 15 tokens (another rank's)
+    "L3-p4-k8-m2-GQA-causal": (
+        LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal"), 256, 4, 2, F64, 1e-12
+    ),
+    "L4-p2-k8-m2-MQA": (LighthouseConfig(levels=4, pool=2, topk=8, tile_budget=2), 256, 4, 1, F64, 1e-12),
+    "L3-p2-dilated": (
+        LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, scorer="dilated"), 256, 4, 2, F64, 1e-12
+    ),
+    "L1-dense": (LighthouseConfig(levels=1, pool=2, topk=4, tile_budget=2), 128, 4, 2, F64, 1e-12),
+    "L3-p2-float32": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4), 256, 4, 2, torch.float32, 2e-5),
+}
+
+# Selection configs: both scorers, the paper's and the causal selection.
+NORM = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4)
+DILATED = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=2, scorer="dilated")
+NORM_CAUSAL = LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal")
+DILATED_CAUSAL = dataclasses.replace(DILATED, selection="causal")
+
+
+def shard_positions(rank: int, cp_degree: int, seq_len: int) -> torch.Tensor:
+    """Positions of the rank's head and tail chunks, in local order."""
+    chunk = seq_len // (2 * cp_degree)
+    return torch.cat([torch.arange(c * chunk, (c + 1) * chunk) for c in owned_chunks(rank, cp_degree)])
+
+
+def rising_norm_inputs(
+    seq_len: int, heads: int, kv_heads: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k (float64, batch 2, dim 8) whose norms grow with position, and a random v: the first entry of
+    every tile scores lowest."""
+    torch.manual_seed(seed)
+    norms = torch.arange(1, seq_len + 1, dtype=torch.float64).view(1, seq_len, 1).expand(2, seq_len, heads)
+    q = vectors_with_norms(norms, 8)
+    k = vectors_with_norms(norms[..., :kv_heads], 8)
+    return q, k, torch.randn_like(k)

@@ -1,0 +1,22 @@
+"""Inputs of the Triton kernels' tests that come from the kernels themselves (importing this needs Triton)."""
+from __future__ import annotations
+
+import torch
+
+from kernels.ordering import slot_map
+from lighthouse import LighthouseConfig, pyramid_index, pyramid_scores
+from lighthouse.fused import select_keys, selection_of
+
+from .helpers import DEVICE
+
+
+def random_selection(
+    batch: int, kv_heads: int, seq_len: int, config: LighthouseConfig
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(packed, slots, flat_index) of a selection drawn from fresh random scores on DEVICE: the kernels' gather
+    order, its inverse map, and the reference's index into the concatenated pyramid."""
+    sq, sk = (torch.cat(pyramid_scores(torch.rand(batch, kv_heads, seq_len, device=DEVICE), config.pool,
+                                       config.levels), dim=-1) for _ in range(2))
+    packed = select_keys(sq, sk, seq_len, config)
+    flat = pyramid_index(selection_of(packed, config), seq_len, config.pool, config.levels)
+    return packed, slot_map(packed, seq_len, config.pool, config.levels), flat
