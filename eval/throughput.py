@@ -1,5 +1,6 @@
-"""Training throughput of one model variant, each variant trained in a job of its own, and the Amdahl view
-of a per-layer attention speedup (scripts/train_throughput.py, scripts/cp_throughput.py).
+"""Training throughput of one model variant, each variant trained in a job of its own, the time of one
+attention call of the model's shape, and the Amdahl view of a per-layer attention speedup
+(scripts/train_throughput.py, scripts/cp_throughput.py).
 
 A variant trains the config with local batch 1 on synthetic data, without checkpoints or selection
 statistics, with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`; an out-of-memory run is recorded as such
@@ -9,11 +10,15 @@ over every step after the first.
 from __future__ import annotations
 
 import os
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import torch
+
+from lighthouse import LighthouseAttention, causal_attention
 from recipe.launch import single_process_env
 from recipe.metrics import METRICS_FILE, read_metrics
 from recipe.run_logs import MEMORY_TAG, TPS_TAG
@@ -90,3 +95,43 @@ def amdahl(dense_tok_s: float | None, lighthouse_tok_s: float | None, tokens_per
 def fmt(x: float | None, spec: str) -> str:
     """`x` formatted by `spec`, or "-" for a value not measured."""
     return "-" if x is None else format(x, spec)
+
+
+def median_seconds(fn, device: torch.device, warmup: int = 2, reps: int = 7) -> float:
+    """Median wall time of fn() in seconds (device-synchronised)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def attention_times(model_args, config, seq_len: int, device: torch.device) -> dict[str, float]:
+    """Seconds of one attention call, Lighthouse (as the model runs it) and dense SDPA, fwd and fwd + bwd."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    heads, kv_heads = model_args.n_heads, model_args.n_kv_heads or model_args.n_heads
+    head_dim = model_args.dim // heads
+    q = torch.randn(1, seq_len, heads, head_dim, device=device, dtype=dtype, requires_grad=True)
+    k, v = (torch.randn(1, seq_len, kv_heads, head_dim, device=device, dtype=dtype, requires_grad=True)
+            for _ in range(2))
+    grad = torch.randn_like(q)
+    calls = {"lighthouse": LighthouseAttention(config), "dense": lambda a, b, c: causal_attention(a, b, c)}
+    times = {}
+    for name, call in calls.items():
+        def forward():
+            with torch.no_grad():
+                call(q, k, v)
+
+        def forward_backward():
+            torch.autograd.grad(call(q, k, v), (q, k, v), grad)
+
+        times[f"{name}_fwd_s"] = median_seconds(forward, device)
+        times[f"{name}_fwd_bwd_s"] = median_seconds(forward_backward, device)
+    return times

@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import recipe  # noqa: F401  (before torchtitan)
@@ -36,49 +34,8 @@ from torchtitan.config import ConfigManager
 from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.records import environment
-from eval.throughput import DEFAULT_CONFIG, amdahl, fmt, job_args, run_variant
-from lighthouse import LighthouseAttention, causal_attention
+from eval.throughput import DEFAULT_CONFIG, amdahl, attention_times, fmt, job_args, run_variant
 from recipe.run_record import REPO
-
-def median_seconds(fn, device: torch.device, warmup: int = 2, reps: int = 7) -> float:
-    """Median wall time of fn() in seconds (device-synchronised)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def attention_times(model_args, config, seq_len: int, device: torch.device) -> dict[str, float]:
-    """Seconds of one attention call, Lighthouse (as the model runs it) and dense SDPA, fwd and fwd + bwd."""
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    heads, kv_heads = model_args.n_heads, model_args.n_kv_heads or model_args.n_heads
-    head_dim = model_args.dim // heads
-    q = torch.randn(1, seq_len, heads, head_dim, device=device, dtype=dtype, requires_grad=True)
-    k, v = (torch.randn(1, seq_len, kv_heads, head_dim, device=device, dtype=dtype, requires_grad=True)
-            for _ in range(2))
-    grad = torch.randn_like(q)
-    calls = {"lighthouse": LighthouseAttention(config), "dense": lambda a, b, c: causal_attention(a, b, c)}
-    times = {}
-    for name, call in calls.items():
-        def forward():
-            with torch.no_grad():
-                call(q, k, v)
-
-        def forward_backward():
-            torch.autograd.grad(call(q, k, v), (q, k, v), grad)
-
-        times[f"{name}_fwd_s"] = median_seconds(forward, device)
-        times[f"{name}_fwd_bwd_s"] = median_seconds(forward_backward, device)
-    return times
-
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
