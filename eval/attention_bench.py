@@ -34,7 +34,7 @@ from lighthouse import (
     pyramid_scores,
     reference_lighthouse_attention,
 )
-from lighthouse.fused import fused_lighthouse_attention, select_keys, selection_of
+from lighthouse.fused import fused_lighthouse_attention, pyramid_levels_to_store, select_keys, selection_of
 from lighthouse.gather import per_head_index
 
 B, H, G, D, DTYPE, LEVELS, POOL = 1, 8, 8, 128, torch.bfloat16, 3, 4
@@ -140,11 +140,12 @@ def hbm_copy_gbps() -> float:
 def stage_breakdown(n: int, topk: int) -> list[tuple[str, float, float | None]]:
     """(stage, ms, achieved GB/s or None) of each stage, forward then backward, at one point."""
     config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn")
+    stored = pyramid_levels_to_store(n, config)  # the pooled levels the layer keeps
     q, k, v = qkv(n)
     es = 2  # bytes per bf16 element
     row = D * es
     with torch.no_grad():
-        pyramid = pool_and_score(q, k, v, POOL, LEVELS)
+        pyramid = pool_and_score(q, k, v, POOL, LEVELS, stored=stored)
         packed = select_keys(pyramid.sq, pyramid.sk, n, config)
         slots = slot_map(packed, n, POOL, LEVELS)
     s = packed.shape[-1]
@@ -152,7 +153,7 @@ def stage_breakdown(n: int, topk: int) -> list[tuple[str, float, float | None]]:
     heads = H + 2 * G
     qt, kt, vt = gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS)
     ot = cudnn(qt, kt, vt)
-    o = scatter_back(ot, packed, slots, n, POOL, LEVELS)
+    o = scatter_back(ot, slots, n, POOL, LEVELS)
     grad_o = torch.randn_like(o)
     grad_ot = torch.randn_like(ot)
     grads_t = [torch.randn_like(x) for x in (qt, kt, vt)]
@@ -163,14 +164,14 @@ def stage_breakdown(n: int, topk: int) -> list[tuple[str, float, float | None]]:
         out.append((name, ms, nbytes / ms / 1e6 if nbytes else None))
 
     with torch.no_grad():
-        add("fwd pool+scores", lambda: pool_and_score(q, k, v, POOL, LEVELS),
+        add("fwd pool+scores", lambda: pool_and_score(q, k, v, POOL, LEVELS, stored=stored),
             B * (n + np_) * heads * row + 2 * B * G * ntot * 4)
         add("fwd select (tile kernel + per-tile sort)", lambda: select_keys(pyramid.sq, pyramid.sk, n, config))
         add("fwd slot map", lambda: slot_map(packed, n, POOL, LEVELS), B * G * (ntot + s) * 4 + B * G * s * 8)
         add("fwd gather", lambda: gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS),
             2 * B * s * heads * row + B * G * s * 8)
         add("fwd SDPA on S", lambda: cudnn(qt, kt, vt))
-        add("fwd scatter", lambda: scatter_back(ot, packed, slots, n, POOL, LEVELS),
+        add("fwd scatter", lambda: scatter_back(ot, slots, n, POOL, LEVELS),
             B * (s + n) * H * row + B * G * n * LEVELS * 4)
     add("bwd scatter", lambda: torch.autograd.grad(o, ot, grad_o, retain_graph=True), B * (n + s) * H * row)
     add("bwd SDPA on S", lambda: torch.autograd.grad(ot, (qt, kt, vt), grad_ot, retain_graph=True))
@@ -285,7 +286,8 @@ def graph_capture_report(n: int, config: LighthouseConfig, layer: Attention) -> 
         return fwd_bwd(fn, *leaves, grad_o)
 
     eager = tuple(x.detach() for x in step(layer))
-    pyramid = pool_and_score(q, k, v, POOL, LEVELS)
+    stored = pyramid_levels_to_store(n, config)
+    pyramid = pool_and_score(q, k, v, POOL, LEVELS, stored=stored)
     packed = select_keys(pyramid.sq, pyramid.sk, n, config)
     slots = slot_map(packed, n, POOL, LEVELS)
     qt, kt, vt = gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS)
@@ -293,11 +295,11 @@ def graph_capture_report(n: int, config: LighthouseConfig, layer: Attention) -> 
     grad_t = torch.randn_like(qt)
     others = {b: LighthouseConfig(levels=LEVELS, pool=POOL, topk=config.topk, backend=b) for b in ("flash", "efficient")}
     forward_only = {
-        "pool+scores": lambda: pool_and_score(q, k, v, POOL, LEVELS),
+        "pool+scores": lambda: pool_and_score(q, k, v, POOL, LEVELS, stored=stored),
         "select": lambda: select_keys(pyramid.sq, pyramid.sk, n, config),
         "slot map": lambda: slot_map(packed, n, POOL, LEVELS),
         "gather": lambda: gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS),
-        "scatter": lambda: scatter_back(qt, packed, slots, n, POOL, LEVELS),
+        "scatter": lambda: scatter_back(qt, slots, n, POOL, LEVELS),
         "cuDNN SDPA fwd": lambda: cudnn(qt, kt, vt),
         "fused layer fwd": lambda: fused_lighthouse_attention(q, k, v, config),
     }
@@ -359,6 +361,7 @@ def check_compile_and_graphs(n: int) -> list[str]:
 def extras(n: int, topk: int) -> list[str]:
     """The fused pooling pass vs torch.compile of the reference, and the gather kernel vs torch.gather."""
     config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn")
+    stored = pyramid_levels_to_store(n, config)
     q, k, v = qkv(n, grad=False)
     notes = []
 
@@ -367,11 +370,13 @@ def extras(n: int, topk: int) -> list[str]:
         sq, sk = norm_scores(q_, k_)
         return pooled, [torch.cat(pyramid_scores(s, POOL, LEVELS), dim=-1) for s in (sq, sk)]
 
-    triton_ms = median_ms(lambda: pool_and_score(q, k, v, POOL, LEVELS))
-    pool_bytes = B * (n + q.shape[1] // POOL + q.shape[1] // POOL**2) * (H + 2 * G) * D * 2
+    triton_ms = median_ms(lambda: pool_and_score(q, k, v, POOL, LEVELS, stored=stored))
+    stored_rows = pool_and_score(q, k, v, POOL, LEVELS, stored=stored).q.shape[1]
+    pool_bytes = B * (n + stored_rows) * (H + 2 * G) * D * 2
     for tokens in (32, 64, 128, 256):
         for warps in (4, 8):
-            ms = median_ms(lambda: pool_and_score(q, k, v, POOL, LEVELS, tokens_per_program=tokens, num_warps=warps))
+            ms = median_ms(lambda: pool_and_score(q, k, v, POOL, LEVELS, stored=stored, tokens_per_program=tokens,
+                                                    num_warps=warps))
             notes.append(f"N={n} pool+scores variant tokens/program={tokens} warps={warps}: {ms:.3f} ms, "
                          f"{pool_bytes / ms / 1e6:.0f} GB/s")
     try:
@@ -380,7 +385,7 @@ def extras(n: int, topk: int) -> list[str]:
         notes.append(f"N={n} pool+scores: Triton {triton_ms:.3f} ms, torch.compile of the reference {compiled_ms:.3f} ms")
     except Exception as err:
         notes.append(f"N={n} pool+scores: Triton {triton_ms:.3f} ms, torch.compile failed: {type(err).__name__}: {err}")
-    pyramid = pool_and_score(q, k, v, POOL, LEVELS)
+    pyramid = pool_and_score(q, k, v, POOL, LEVELS)  # every level: torch.gather needs the whole pyramid
     packed = select_keys(pyramid.sq, pyramid.sk, n, config)
     slots = slot_map(packed, n, POOL, LEVELS)
     flat = pyramid_index(selection_of(packed, config), n, POOL, LEVELS)

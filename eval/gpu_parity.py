@@ -31,7 +31,7 @@ from lighthouse import (
     reference_lighthouse_attention,
     token_scores,
 )
-from lighthouse.fused import attend_packed, fused_lighthouse_attention, select_keys, selection_of
+from lighthouse.fused import attend_packed, fused_lighthouse_attention, pyramid_levels_to_store, select_keys, selection_of
 from lighthouse.testing import ERROR_RATIO, error_ratio
 
 # (B, N, H, G, D, dtype, LighthouseConfig kwargs)
@@ -70,7 +70,7 @@ def backward_kernels_repeat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
     slots = slot_map(packed, n, pool, levels)
     gathered = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
     o_t = torch.randn_like(gathered[0], requires_grad=True)
-    o = scatter_back(o_t, packed, slots, n, pool, levels)
+    o = scatter_back(o_t, slots, n, pool, levels)
     grad_o = torch.randn_like(o)
     grads_t = [torch.randn_like(x) for x in gathered]
     runs = [(*torch.autograd.grad(o, o_t, grad_o, retain_graph=True),
@@ -97,7 +97,8 @@ def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs:
         fast_sel = selection_of(packed, config)
         same = all(torch.equal(getattr(fast_sel, f), getattr(ref_sel, f)) for f in ("level", "index", "expanded"))
         ok &= same
-        pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=config.scorer == "norm")
+        pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=config.scorer == "norm",
+                                 stored=pyramid_levels_to_store(n, config))
         line = f"select={'exact' if same else 'MISMATCH'}"
         if config.scorer == "norm":
             score_err = max(error_ratio(ref_sq, pyramid.sq)[0], error_ratio(ref_sk, pyramid.sk)[0])

@@ -2,7 +2,8 @@
 backward of gather and pooling together.
 
 Forward: one program per (block of gathered slots, batch * kv-head) decodes each slot's (level, index)
-from its packed key and copies the group's query heads, key head and value head rows.
+from its packed key and copies the group's query heads, key head and value head rows; an entry of a pooled
+level that is not stored (`kernels.pyramid.stored_levels`) is the float32 mean of its tokens, cast once.
 Backward: each pyramid entry is gathered at most once per row, so gradient reaches token j only from the
 slots that hold an entry covering j, at most one per level. With the inverse map entry -> slot this is a
 gather too: dx_j = sum_l dX~[slot(l, j // p^l)] / p^l, summed in float32 and cast once (no atomics).
@@ -14,36 +15,48 @@ import triton
 import triton.language as tl
 
 from .launch import log2, program_block, row_block
-from .ordering import decode_entry, level_offset, static_level_offset
+from .ordering import decode_entry, static_level_offset, stored_level_offset
 from .pyramid import Pyramid
 
 
 @triton.jit
-def _gather_head(x_ptr, pyr_ptr, out_ptr, b, h, s, smask, is_base, idx, pidx, N, NP, S,
-                 HX: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr):
+def _gather_head(x_ptr, pyr_ptr, out_ptr, b, h, s, smask, lvl, idx, pidx, N, NP, S, HX: tl.constexpr,
+                 D: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr, STORED: tl.constexpr,
+                 BLOCK_D: tl.constexpr):
     d = tl.arange(0, BLOCK_D)
     mask = smask[:, None] & (d < D)[None, :]
+    is_stored = ((tl.full(lvl.shape, STORED, tl.int64) >> lvl) & 1) != 0
     base = tl.load(x_ptr + ((b * N + idx) * HX + h)[:, None] * D + d[None, :],
-                   mask=mask & is_base[:, None], other=0.0)
+                   mask=mask & (lvl == 0)[:, None], other=0.0)
     pooled = tl.load(pyr_ptr + ((b * NP + pidx) * HX + h)[:, None] * D + d[None, :],
-                     mask=mask & ~is_base[:, None], other=0.0)
-    tl.store(out_ptr + ((b * S + s) * HX + h)[:, None] * D + d[None, :],
-             tl.where(is_base[:, None], base, pooled), mask=mask)
+                     mask=mask & is_stored[:, None], other=0.0)
+    out = tl.where(is_stored[:, None], pooled, base)
+    for rl in tl.static_range(1, L - 1):
+        if not (STORED >> rl) & 1:
+            # a recomputed level: the mean of the entry's p**rl tokens in float32
+            hit = mask & (lvl == rl)[:, None]
+            acc = tl.zeros(out.shape, tl.float32)
+            for t in tl.static_range(1 << (rl * LOG2P)):
+                token = (idx << (rl * LOG2P)) + t
+                acc += tl.load(x_ptr + ((b * N + token) * HX + h)[:, None] * D + d[None, :], mask=hit,
+                               other=0.0).to(tl.float32)
+            out = tl.where(hit, (acc * (1.0 / (1 << (rl * LOG2P)))).to(out.dtype), out)
+    tl.store(out_ptr + ((b * S + s) * HX + h)[:, None] * D + d[None, :], out, mask=mask)
 
 
 @triton.jit
 def _gather_kernel(packed_ptr, q_ptr, k_ptr, v_ptr, qp_ptr, kp_ptr, vp_ptr, qo_ptr, ko_ptr, vo_ptr,
                    N, NP, S, H: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
-                   LOG2P: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+                   LOG2P: tl.constexpr, STORED: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
     bg, b, g, s, smask = program_block(G, BLOCK_S, S)
     REP: tl.constexpr = H // G
     lvl, idx, _ = decode_entry(tl.load(packed_ptr + bg * S + s, mask=smask, other=0), L, LOG2P)
-    pidx = level_offset(lvl, N, L, LOG2P) - N + idx  # row in the pooled levels (level >= 1)
-    is_base = lvl == 0
+    pidx = stored_level_offset(lvl, N, L, LOG2P, STORED) + idx  # row in the stored pooled levels
     for r in tl.static_range(REP):
-        _gather_head(q_ptr, qp_ptr, qo_ptr, b, g * REP + r, s, smask, is_base, idx, pidx, N, NP, S, H, D, BLOCK_D)
-    _gather_head(k_ptr, kp_ptr, ko_ptr, b, g, s, smask, is_base, idx, pidx, N, NP, S, G, D, BLOCK_D)
-    _gather_head(v_ptr, vp_ptr, vo_ptr, b, g, s, smask, is_base, idx, pidx, N, NP, S, G, D, BLOCK_D)
+        _gather_head(q_ptr, qp_ptr, qo_ptr, b, g * REP + r, s, smask, lvl, idx, pidx, N, NP, S, H, D, L, LOG2P,
+                     STORED, BLOCK_D)
+    _gather_head(k_ptr, kp_ptr, ko_ptr, b, g, s, smask, lvl, idx, pidx, N, NP, S, G, D, L, LOG2P, STORED, BLOCK_D)
+    _gather_head(v_ptr, vp_ptr, vo_ptr, b, g, s, smask, lvl, idx, pidx, N, NP, S, G, D, L, LOG2P, STORED, BLOCK_D)
 
 
 @triton.jit
@@ -81,14 +94,14 @@ class GatherPyramid(torch.autograd.Function):
     gather and pooling (the pooled levels are a function of q, k, v, not independent inputs)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, qp, kp, vp, packed, slots, pool: int, levels: int):
+    def forward(ctx, q, k, v, qp, kp, vp, stored: int, packed, slots, pool: int, levels: int):
         b, n, h, d = q.shape
         g, s = k.shape[2], packed.shape[-1]
         qt, kt, vt = q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d)
         block_s, block_d = row_block(d)
         _gather_kernel[(triton.cdiv(s, block_s), b * g)](
             packed, q, k, v, qp, kp, vp, qt, kt, vt, n, qp.shape[1], s,
-            H=h, G=g, D=d, L=levels, LOG2P=log2(pool), BLOCK_S=block_s, BLOCK_D=block_d,
+            H=h, G=g, D=d, L=levels, LOG2P=log2(pool), STORED=stored, BLOCK_S=block_s, BLOCK_D=block_d,
         )
         ctx.save_for_backward(slots)
         ctx.meta = (q.shape, k.shape, pool, levels)
@@ -106,10 +119,10 @@ class GatherPyramid(torch.autograd.Function):
             slots, dqt.contiguous(), dkt.contiguous(), dvt.contiguous(), dq, dk, dv, n, slots.shape[-1], s,
             H=h, G=g, D=d, L=levels, LOG2P=log2(pool), BLOCK_N=block_n, BLOCK_D=block_d,
         )
-        return dq, dk, dv, None, None, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 def gather_pyramid(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, packed: torch.Tensor,
                    slots: torch.Tensor, pool: int, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Q~ [B, S, H, D], K~, V~ [B, S, G, D] in gather order; differentiable in q, k, v (contiguous)."""
-    return GatherPyramid.apply(q, k, v, pyramid.q, pyramid.k, pyramid.v, packed, slots, pool, levels)
+    return GatherPyramid.apply(q, k, v, pyramid.q, pyramid.k, pyramid.v, pyramid.stored, packed, slots, pool, levels)

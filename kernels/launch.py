@@ -6,9 +6,10 @@ import triton.language as tl
 
 
 def row_block(head_dim: int) -> tuple[int, int]:
-    """(rows per program, head dim padded to a power of two): about 4K elements per head slab."""
+    """(rows per program, head dim padded to a power of two): about 2K elements per head slab (16 rows of
+    128: on an H100 at N=512K the gather is 15% faster than with 32 rows, the other copies no slower)."""
     block_d = triton.next_power_of_2(head_dim)
-    return max(16, 4096 // block_d), block_d
+    return max(16, 2048 // block_d), block_d
 
 
 def log2(pool: int) -> int:

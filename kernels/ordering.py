@@ -55,6 +55,27 @@ def static_level_offset(lvl: tl.constexpr, n, LOG2P: tl.constexpr):
 
 
 @triton.jit
+def stored_level_offset(lvl, n, L: tl.constexpr, LOG2P: tl.constexpr, STORED: tl.constexpr):
+    """Start of pooled level `lvl` (tensor, >= 1) among the pooled levels kept in memory (bit l of STORED set:
+    level l is stored), laid end to end, lowest first."""
+    off = tl.zeros(lvl.shape, tl.int64)
+    for below in tl.static_range(1, L - 1):
+        if (STORED >> below) & 1:
+            off += tl.where(lvl > below, n >> (below * LOG2P), 0)
+    return off
+
+
+@triton.jit
+def static_stored_offset(lvl: tl.constexpr, n, LOG2P: tl.constexpr, STORED: tl.constexpr):
+    """`stored_level_offset` of a compile-time level."""
+    off = n * 0
+    for below in tl.static_range(1, lvl):
+        if (STORED >> below) & 1:
+            off += n >> (below * LOG2P)
+    return off
+
+
+@triton.jit
 def _slot_map_kernel(packed_ptr, slots_ptr, S, N, NTOT, L: tl.constexpr, LOG2P: tl.constexpr,
                      BLOCK: tl.constexpr):
     row = tl.program_id(1).to(tl.int64)

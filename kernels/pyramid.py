@@ -1,6 +1,11 @@
 """Stages 1-2, fused: one pass over q, k, v that writes the pooled levels and the max-pooled norm scores,
 and (selection="causal") a pass that turns level-0 scores into trailing-window scores.
 
+Only the pooled levels worth keeping are written (`stored_levels`): the coarsest is gathered whole, but of
+an intermediate level only p*k entries per row are gathered, and the gather recomputes those from the
+tokens when that reads less than writing the level would (at N=512K, k=2048, L=3, p=4 this saves a fifth
+of the pass's bytes).
+
 Each program owns whole coarsest windows of one kv group: it reads the group's query heads, its key head
 and its value head from memory once, takes each level's window means in float32 (level l is the mean of
 its p**l tokens, as `lighthouse.pyramid.pool_pyramid` up to float32 summation order), and, for the norm
@@ -16,18 +21,36 @@ import triton
 import triton.language as tl
 
 from .launch import log2
-from .ordering import static_level_offset
+from .ordering import static_level_offset, static_stored_offset
+
+
+MAX_RECOMPUTED_SPAN = 16  # the gather sums at most this many tokens per recomputed entry (unrolled)
 
 
 class Pyramid(NamedTuple):
-    """Pooled levels 1..L-1 of q, k, v ([B, sum_{l>=1} N/p^l, heads, D], level 1 first) and the scores
-    sq, sk (float32 [B, G, sum_{l>=0} N/p^l], level 0 first)."""
+    """The stored pooled levels of q, k, v ([B, sum over stored l of N/p^l, heads, D], lowest first), the
+    scores sq, sk (float32 [B, G, sum_{l>=0} N/p^l], level 0 first), and `stored`, the bitmask of the
+    pooled levels kept (bit l: level l)."""
 
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
     sq: torch.Tensor
     sk: torch.Tensor
+    stored: int
+
+
+def stored_levels(seq_len: int, pool: int, levels: int, gathered: int | None = None) -> int:
+    """Bitmask of the pooled levels to keep in memory, for `gathered` entries of each intermediate level
+    per row (p * topk; None: keep every level). The coarsest is always kept; an intermediate level l is
+    recomputed by the gather when its gathered entries hold fewer tokens (gathered * p**l) than the level
+    has entries (N / p**l), and p**l <= MAX_RECOMPUTED_SPAN."""
+    mask = 1 << (levels - 1)
+    for lvl in range(1, levels - 1):
+        span = pool**lvl
+        if gathered is None or span > MAX_RECOMPUTED_SPAN or gathered * span >= seq_len // span:
+            mask |= 1 << lvl
+    return mask
 
 
 @triton.jit
@@ -47,71 +70,81 @@ def _load_windows(x_ptr, t0, b, h, N, HX: tl.constexpr, D: tl.constexpr, ROWS: t
 
 @triton.jit
 def _pool_head(x_ptr, pyr_ptr, t0, b, h, N, NP, HX: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
-               LOG2P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, lvl: tl.constexpr):
-    """Write one head's level-`lvl` means of tokens [t0, t0 + BLOCK_T); return each window's largest
-    per-token sum of squares, [BLOCK_T / p**lvl] (level 0: every token's)."""
-    x = _load_windows(x_ptr, t0, b, h, N, HX, D, BLOCK_T >> (lvl * LOG2P), 1 << (lvl * LOG2P), BLOCK_D)
-    if lvl > 0:
-        r = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
-        d = tl.arange(0, BLOCK_D)
-        out = pyr_ptr + ((b * NP + static_level_offset(lvl, N, LOG2P) - N + r)[:, None] * HX + h) * D + d[None, :]
-        mean = tl.sum(x, axis=1) * (1.0 / (1 << (lvl * LOG2P)))
-        tl.store(out, mean.to(pyr_ptr.dtype.element_ty), mask=(r < (N >> (lvl * LOG2P)))[:, None] & (d < D)[None, :])
-    return tl.max(tl.sum(x * x, axis=2), axis=1)
+               LOG2P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STORED: tl.constexpr,
+               SCORE: tl.constexpr):
+    """Write one head's means of tokens [t0, t0 + BLOCK_T) at every stored level; return each token's sum
+    of squares, [BLOCK_T] (zeros without SCORE)."""
+    ss = tl.zeros([BLOCK_T], tl.float32)
+    if SCORE:
+        x = _load_windows(x_ptr, t0, b, h, N, HX, D, BLOCK_T, 1, BLOCK_D)
+        ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
+    d = tl.arange(0, BLOCK_D)
+    for lvl in tl.static_range(1, L):
+        if (STORED >> lvl) & 1:
+            x = _load_windows(x_ptr, t0, b, h, N, HX, D, BLOCK_T >> (lvl * LOG2P), 1 << (lvl * LOG2P), BLOCK_D)
+            r = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
+            out = pyr_ptr + ((b * NP + static_stored_offset(lvl, N, LOG2P, STORED) + r)[:, None] * HX + h) * D
+            mean = tl.sum(x, axis=1) * (1.0 / (1 << (lvl * LOG2P)))
+            tl.store(out + d[None, :], mean.to(pyr_ptr.dtype.element_ty),
+                     mask=(r < (N >> (lvl * LOG2P)))[:, None] & (d < D)[None, :])
+    return ss
 
 
 @triton.jit
-def _pool_level(q_ptr, k_ptr, v_ptr, qp_ptr, kp_ptr, vp_ptr, sq_row, sk_row, t0, b, g, N, NP,
-                H: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr,
-                BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, SCORE: tl.constexpr, lvl: tl.constexpr):
-    """Level `lvl` of the group's query heads, key head and value head, and (SCORE) its sQ, sK."""
-    REP: tl.constexpr = H // G
-    ssq = tl.zeros([BLOCK_T >> (lvl * LOG2P)], tl.float32)
-    for r in tl.static_range(REP):
-        ssq = tl.maximum(ssq, _pool_head(q_ptr, qp_ptr, t0, b, g * REP + r, N, NP, H, D, L, LOG2P, BLOCK_T,
-                                         BLOCK_D, lvl))
-    ssk = _pool_head(k_ptr, kp_ptr, t0, b, g, N, NP, G, D, L, LOG2P, BLOCK_T, BLOCK_D, lvl)
-    if lvl > 0:
-        _pool_head(v_ptr, vp_ptr, t0, b, g, N, NP, G, D, L, LOG2P, BLOCK_T, BLOCK_D, lvl)
-    if SCORE:
-        # sqrt is monotone and correctly rounded: the max of norms is the norm of the max sum of squares
-        i = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
-        off = static_level_offset(lvl, N, LOG2P)
-        valid = i < (N >> (lvl * LOG2P))
-        tl.store(sq_row + off + i, tl.sqrt(ssq), mask=valid)
-        tl.store(sk_row + off + i, tl.sqrt(ssk), mask=valid)
+def _store_window_norms(ss, s_row, t0, N, LOG2P: tl.constexpr, BLOCK_T: tl.constexpr, lvl: tl.constexpr):
+    """Store the largest per-token norm of each level-`lvl` window of the tokens' sums of squares `ss`
+    (sqrt is monotone and correctly rounded: the max of norms is the norm of the max sum of squares)."""
+    i = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
+    window_max = tl.max(tl.reshape(ss, [BLOCK_T >> (lvl * LOG2P), 1 << (lvl * LOG2P)]), axis=1)
+    tl.store(s_row + static_level_offset(lvl, N, LOG2P) + i, tl.sqrt(window_max), mask=i < (N >> (lvl * LOG2P)))
 
 
 @triton.jit
 def _pool_score_kernel(q_ptr, k_ptr, v_ptr, qp_ptr, kp_ptr, vp_ptr, sq_ptr, sk_ptr, N, NP, NTOT,
                        H: tl.constexpr, G: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
                        LOG2P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                       SCORE: tl.constexpr):
+                       SCORE: tl.constexpr, STORED: tl.constexpr):
+    """The stored levels of the group's query heads, key head and value head, and (SCORE) every level's
+    sQ (max over the group's query heads) and sK, from the tokens' sums of squares."""
     t0 = tl.program_id(0) * BLOCK_T
     bg = tl.program_id(1).to(tl.int64)
     b = bg // G
     g = bg % G
-    for lvl in tl.static_range(L):
-        if SCORE or lvl > 0:
-            _pool_level(q_ptr, k_ptr, v_ptr, qp_ptr, kp_ptr, vp_ptr, sq_ptr + bg * NTOT, sk_ptr + bg * NTOT, t0, b, g,
-                        N, NP, H, G, D, L, LOG2P, BLOCK_T, BLOCK_D, SCORE, lvl)
+    REP: tl.constexpr = H // G
+    ssq = tl.zeros([BLOCK_T], tl.float32)
+    for r in tl.static_range(REP):
+        ssq = tl.maximum(ssq, _pool_head(q_ptr, qp_ptr, t0, b, g * REP + r, N, NP, H, D, L, LOG2P, BLOCK_T,
+                                         BLOCK_D, STORED, SCORE))
+    ssk = _pool_head(k_ptr, kp_ptr, t0, b, g, N, NP, G, D, L, LOG2P, BLOCK_T, BLOCK_D, STORED, SCORE)
+    _pool_head(v_ptr, vp_ptr, t0, b, g, N, NP, G, D, L, LOG2P, BLOCK_T, BLOCK_D, STORED, False)
+    if SCORE:
+        for lvl in tl.static_range(L):
+            _store_window_norms(ssq, sq_ptr + bg * NTOT, t0, N, LOG2P, BLOCK_T, lvl)
+            _store_window_norms(ssk, sk_ptr + bg * NTOT, t0, N, LOG2P, BLOCK_T, lvl)
 
 
 def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int, levels: int,
-                   scores: bool = True, tokens_per_program: int = 64, num_warps: int = 4) -> Pyramid:
-    """Pooled levels 1..L-1 of q, k, v and (if `scores`) the norm-score pyramids, in one pass.
+                   scores: bool = True, stored: int | None = None, tokens_per_program: int = 64,
+                   num_warps: int | None = None) -> Pyramid:
+    """The stored pooled levels of q, k, v and (if `scores`) the norm-score pyramids, in one pass.
 
     q [B, N, H, D], k, v [B, N, G, D], contiguous, N divisible by pool**(levels-1). Without `scores`,
-    sq and sk are empty and the caller brings its own (the dilated scorer). A program covers at least
-    `tokens_per_program` tokens (rounded up to whole coarsest windows).
+    sq and sk are empty and the caller brings its own (the dilated scorer). `stored`: bitmask of the pooled
+    levels to write (`stored_levels`; None: all). A program covers at least `tokens_per_program` tokens
+    (rounded up to whole coarsest windows) with `num_warps` warps (None: one per 32 tokens, at least 2;
+    64 tokens on 2 warps ran at 94% of copy bandwidth on an H100 at N=512K, against 65% on 4 warps).
     """
     b, n, h, d = q.shape
     g = k.shape[2]
-    np_ = sum(n // pool**lvl for lvl in range(1, levels))
-    ntot = n + np_
+    stored = stored_levels(n, pool, levels) if stored is None else stored
+    if stored & 1 or stored >> levels or not stored >> (levels - 1) & 1:
+        raise ValueError(f"stored={stored:#b} must keep the coarsest level {levels - 1} and only levels 1..{levels - 1}")
+    np_ = sum(n // pool**lvl for lvl in range(1, levels) if stored >> lvl & 1)
+    ntot = sum(n // pool**lvl for lvl in range(levels))
     span = pool ** (levels - 1)
     block_d = triton.next_power_of_2(d)
     block_t = max(span, triton.next_power_of_2(tokens_per_program))
+    num_warps = num_warps or max(2, block_t // 32)
     qp = q.new_empty(b, np_, h, d)
     kp = k.new_empty(b, np_, g, d)
     vp = v.new_empty(b, np_, g, d)
@@ -120,9 +153,9 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
     sk = torch.empty(shape, dtype=torch.float32, device=q.device)
     _pool_score_kernel[(triton.cdiv(n, block_t), b * g)](
         q, k, v, qp, kp, vp, sq, sk, n, np_, ntot, H=h, G=g, D=d, L=levels,
-        LOG2P=log2(pool), BLOCK_T=block_t, BLOCK_D=block_d, SCORE=scores, num_warps=num_warps,
+        LOG2P=log2(pool), BLOCK_T=block_t, BLOCK_D=block_d, SCORE=scores, STORED=stored, num_warps=num_warps,
     )
-    return Pyramid(qp, kp, vp, sq, sk)
+    return Pyramid(qp, kp, vp, sq, sk, stored)
 
 
 @triton.jit

@@ -3,7 +3,8 @@
 Forward: position j receives, from each level l, the entry i = (j+1) // p^l - 1 (the only level-l entry
 whose shifted range R(l, i) holds j) if that entry was gathered; the inverse map entry -> slot says
 where its row is. The <= L rows are summed in float32 and cast once.
-Backward: each slot sums the output gradient over its own range R(l, i), in float32, cast once.
+Backward: each slot gets the output gradient summed over its own range R(l, i), in float32, cast once;
+the ranges of one level tile the sequence, so one pass over the gradient sums every level's windows.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import triton
 import triton.language as tl
 
 from .launch import log2, program_block, row_block
-from .ordering import decode_entry, static_level_offset
+from .ordering import static_level_offset
+
+WINDOW_TOKENS = 64  # positions per program of the backward (at least one coarsest window), 2 warps per 64
 
 
 @triton.jit
@@ -39,72 +42,88 @@ def _scatter_fwd_kernel(ot_ptr, slots_ptr, o_ptr, N, NOUT, NTOT, S, H: tl.conste
 
 
 @triton.jit
-def _scatter_bwd_kernel(do_ptr, packed_ptr, dot_ptr, NOUT, S, H: tl.constexpr, G: tl.constexpr,
-                        D: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr, BLOCK_S: tl.constexpr,
+def _window_sums(g_ptr, u0, b, h, NOUT, wanted, H: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr,
+                 SPAN: tl.constexpr, BLOCK_D: tl.constexpr):
+    """float32 [ROWS, BLOCK_D]: row r sums tokens [u0 + r*SPAN - 1, u0 + (r+1)*SPAN - 1) of head h (tokens
+    outside [0, NOUT) count zero) where `wanted[r]`, else 0; only wanted windows are read. Each window is
+    loaded as its own axis, as in `kernels.pyramid`."""
+    r = tl.arange(0, ROWS)[:, None, None]
+    c = tl.arange(0, SPAN)[None, :, None]
+    d = tl.arange(0, BLOCK_D)[None, None, :]
+    t = u0 - 1 + r * SPAN + c
+    mask = (t >= 0) & (t < NOUT) & (d < D) & wanted[:, None, None]
+    x = tl.load(g_ptr + ((b * NOUT + t) * H + h) * D + d, mask=mask, other=0.0)
+    return tl.sum(x.to(tl.float32), axis=1)
+
+
+@triton.jit
+def _scatter_bwd_kernel(do_ptr, slots_ptr, dot_ptr, N, NOUT, NTOT, S, H: tl.constexpr, G: tl.constexpr,
+                        D: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr, BLOCK_U: tl.constexpr,
                         BLOCK_D: tl.constexpr):
-    bg, b, g, s, smask = program_block(G, BLOCK_S, S)
+    """Shifted by one token (u = j + 1), the range R(l, i) is the aligned window i + 1 of p**l positions, so a
+    program owning BLOCK_U positions owns whole windows of every level: it sums the windows of each level's
+    gathered entries (every coarsest entry, few finer ones) and writes the sums to their slots."""
+    bg = tl.program_id(1).to(tl.int64)
+    b = bg // G
+    g = bg % G
+    u0 = tl.program_id(0) * BLOCK_U
     REP: tl.constexpr = H // G
     d = tl.arange(0, BLOCK_D)
     dmask = (d < D)[None, :]
-    _, idx, span = decode_entry(tl.load(packed_ptr + bg * S + s, mask=smask, other=0), L, LOG2P)
-    first = idx * span + span - 1
-    widest = tl.max(tl.where(smask, span, 0), axis=0)
-    for r in tl.static_range(REP):
-        h = g * REP + r
-        acc = tl.zeros([BLOCK_S, BLOCK_D], tl.float32)
-        t = widest * 0  # (a while loop: the interpreter cannot run range() over a run-time bound)
-        while t < widest:
-            row = first + t
-            hit = smask & (t < span) & (row < NOUT)
-            grad = tl.load(do_ptr + ((b * NOUT + row) * H + h)[:, None] * D + d[None, :],
-                           mask=hit[:, None] & dmask, other=0.0)
-            acc += grad.to(tl.float32)
-            t += 1
-        tl.store(dot_ptr + ((b * S + s) * H + h)[:, None] * D + d[None, :], acc.to(dot_ptr.dtype.element_ty),
-                 mask=smask[:, None] & dmask)
-
+    slots_row = slots_ptr + bg * NTOT
+    for lvl in tl.static_range(L):
+        i = (u0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_U >> (lvl * LOG2P)) - 1
+        valid = (i >= 0) & (i < (N >> (lvl * LOG2P)))
+        slot = tl.load(slots_row + static_level_offset(lvl, N, LOG2P) + i, mask=valid, other=-1)
+        for r in tl.static_range(REP):
+            h = g * REP + r
+            sums = _window_sums(do_ptr, u0, b, h, NOUT, slot >= 0, H, D, BLOCK_U >> (lvl * LOG2P),
+                                1 << (lvl * LOG2P), BLOCK_D)
+            tl.store(dot_ptr + ((b * S + slot) * H + h)[:, None] * D + d[None, :],
+                     sums.to(dot_ptr.dtype.element_ty), mask=(slot >= 0)[:, None] & dmask)
 
 
 class ScatterBack(torch.autograd.Function):
-    """o_tilde [B, S, H, D] -> o [B, N(+spill), H, D] given the gather order and its inverse map.
+    """o_tilde [B, S, H, D] -> o [B, N(+spill), H, D] given the inverse map entry -> slot of the gather order.
 
     Sums in float32 and stores in `out_dtype` (o_tilde's dtype if None); the gradient is o_tilde's dtype.
     """
 
     @staticmethod
-    def forward(ctx, o_tilde, packed, slots, seq_len: int, pool: int, levels: int, spill: bool,
+    def forward(ctx, o_tilde, slots, seq_len: int, pool: int, levels: int, spill: bool,
                 out_dtype: torch.dtype | None):
         b, s, h, d = o_tilde.shape
-        g = packed.shape[1]
+        g = slots.shape[1]
         n_out = seq_len + (pool ** (levels - 1) - 1 if spill else 0)
         o = o_tilde.new_empty(b, n_out, h, d, dtype=out_dtype or o_tilde.dtype)
         block_n, block_d = row_block(d)
         _scatter_fwd_kernel[(triton.cdiv(n_out, block_n), b * g)](
             o_tilde.contiguous(), slots, o, seq_len, n_out, slots.shape[-1], s, H=h, G=g, D=d, L=levels,
-            LOG2P=log2(pool), BLOCK_N=block_n, BLOCK_D=block_d,
+            LOG2P=log2(pool), BLOCK_N=block_n, BLOCK_D=block_d, num_warps=2,
         )
-        ctx.save_for_backward(packed)
-        ctx.meta = (pool, levels, o_tilde.dtype)
+        ctx.save_for_backward(slots)
+        ctx.meta = (seq_len, s, pool, levels, o_tilde.dtype)
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
-        (packed,) = ctx.saved_tensors
-        pool, levels, ot_dtype = ctx.meta
+        (slots,) = ctx.saved_tensors
+        seq_len, s, pool, levels, ot_dtype = ctx.meta
         b, n_out, h, d = grad_o.shape
-        g, s = packed.shape[1], packed.shape[2]
+        g = slots.shape[1]
         grad_ot = grad_o.new_empty(b, s, h, d, dtype=ot_dtype)
-        block_s, block_d = row_block(d)
-        _scatter_bwd_kernel[(triton.cdiv(s, block_s), b * g)](
-            grad_o.contiguous(), packed, grad_ot, n_out, s, H=h, G=g, D=d, L=levels,
-            LOG2P=log2(pool), BLOCK_S=block_s, BLOCK_D=block_d,
+        span = pool ** (levels - 1)
+        block_u = max(span, WINDOW_TOKENS)
+        _scatter_bwd_kernel[(triton.cdiv(seq_len + span, block_u), b * g)](
+            grad_o.contiguous(), slots, grad_ot, seq_len, n_out, slots.shape[-1], s, H=h, G=g, D=d, L=levels,
+            LOG2P=log2(pool), BLOCK_U=block_u, BLOCK_D=triton.next_power_of_2(d), num_warps=max(2, block_u // 32),
         )
-        return grad_ot, None, None, None, None, None, None, None
+        return grad_ot, None, None, None, None, None, None
 
 
-def scatter_back(o_tilde: torch.Tensor, packed: torch.Tensor, slots: torch.Tensor, seq_len: int, pool: int,
-                 levels: int, spill: bool = False, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def scatter_back(o_tilde: torch.Tensor, slots: torch.Tensor, seq_len: int, pool: int, levels: int,
+                 spill: bool = False, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """Sum every gathered row into its shifted range R(l, i), clipped to [0, N) (or kept up to
     N + p^(L-1) - 1 with `spill`, as `lighthouse.scatter_back`); see ScatterBack. `out_dtype=torch.float32`
     keeps the float32 sums for a caller that still adds to them (context parallelism's halos)."""
-    return ScatterBack.apply(o_tilde, packed, slots, seq_len, pool, levels, spill, out_dtype)
+    return ScatterBack.apply(o_tilde, slots, seq_len, pool, levels, spill, out_dtype)

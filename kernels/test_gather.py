@@ -19,7 +19,8 @@ CASE_IDS = [f"B{c[0]}-N{c[1]}-H{c[2]}-G{c[3]}-D{c[4]}-L{c[5]}-p{c[6]}-k{c[7]}-m{
 
 @pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
 @pytest.mark.parametrize("b, n, h, g, d, levels, pool, topk, budget", CASES, ids=CASE_IDS)
-def test_gather_and_its_gradient_equal_reference(b, n, h, g, d, levels, pool, topk, budget, dtype):
+def test_gather_of_stored_levels_copies_their_rows_and_its_gradient_equals_reference(
+        b, n, h, g, d, levels, pool, topk, budget, dtype):
     config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
     q, k, v = random_qkv(b, n, h, g, d, dtype=dtype, device=DEVICE, requires_grad=True)
     packed, slots, flat = random_selection(b, g, n, config)
@@ -34,6 +35,33 @@ def test_gather_and_its_gradient_equal_reference(b, n, h, g, d, levels, pool, to
     grads_out = [torch.randn_like(t) for t in fast]
     grads = torch.autograd.grad(fast, (q, k, v), grads_out)
     ref = [gather_subsequence(pool_pyramid(x, pool, levels), flat) for x in (q, k, v)]
+    ref_grads = torch.autograd.grad(ref, (q, k, v), grads_out)
+    for name, r, f in zip(("dq", "dk", "dv"), ref_grads, grads):
+        assert_close(name, r, f, dtype)
+
+
+# (batch, seq_len, heads, kv_heads, dim, levels, pool, topk, tile_budget): L >= 3, so a level can be recomputed
+RECOMPUTE_CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 512, 2, 2, 24, 4, 2, 16, 4), (1, 256, 2, 1, 8, 3, 4, 8, 4)]
+
+
+@pytest.mark.parametrize("dtype", KERNEL_DTYPES, ids=str)
+@pytest.mark.parametrize("b, n, h, g, d, levels, pool, topk, budget", RECOMPUTE_CASES,
+                         ids=[f"N{c[1]}-L{c[5]}-p{c[6]}" for c in RECOMPUTE_CASES])
+def test_gather_recomputes_unstored_levels_as_their_token_means(b, n, h, g, d, levels, pool, topk, budget, dtype):
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    q, k, v = random_qkv(b, n, h, g, d, dtype=dtype, device=DEVICE, requires_grad=True)
+    packed, slots, flat = random_selection(b, g, n, config)
+    coarsest_only = 1 << (levels - 1)
+    with torch.no_grad():
+        pyramid = pool_and_score(q, k, v, pool, levels, scores=False, stored=coarsest_only)
+    assert pyramid.stored == coarsest_only and pyramid.q.shape[1] == n // pool ** (levels - 1)
+    fast = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
+    ref = [gather_subsequence(pool_pyramid(x, pool, levels), flat) for x in (q, k, v)]
+    for name, r, f in zip(("q~", "k~", "v~"), ref, fast):
+        assert_close(name, r, f, dtype)
+
+    grads_out = [torch.randn_like(t) for t in fast]
+    grads = torch.autograd.grad(fast, (q, k, v), grads_out)
     ref_grads = torch.autograd.grad(ref, (q, k, v), grads_out)
     for name, r, f in zip(("dq", "dk", "dv"), ref_grads, grads):
         assert_close(name, r, f, dtype)

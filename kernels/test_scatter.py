@@ -29,7 +29,7 @@ def _inputs(b, n, h, g, d, levels, pool, topk, budget, dtype):
 @pytest.mark.parametrize("b, n, h, g, d, levels, pool, topk, budget", CASES, ids=CASE_IDS)
 def test_scatter_and_its_gradient_equal_reference(b, n, h, g, d, levels, pool, topk, budget, dtype, spill):
     o_tilde, packed, slots, flat = _inputs(b, n, h, g, d, levels, pool, topk, budget, dtype)
-    fast = scatter_back(o_tilde, packed, slots, n, pool, levels, spill)
+    fast = scatter_back(o_tilde, slots, n, pool, levels, spill)
     ref = reference_scatter_back(o_tilde, flat, n, pool, levels, spill)
     assert_close("o", ref, fast, dtype)
     grad_o = torch.randn_like(ref)
@@ -43,14 +43,14 @@ def test_scatter_is_bit_identical_across_runs():
     grad_o = torch.randn(1, 128, 2, 16, device=DEVICE, dtype=torch.float16)
     runs = []
     for _ in range(2):
-        out = scatter_back(o_tilde, packed, slots, 128, 2, 3)
+        out = scatter_back(o_tilde, slots, 128, 2, 3)
         runs.append((out, *torch.autograd.grad(out, o_tilde, grad_o)))
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
 def test_float32_output_keeps_the_sums_of_16_bit_rows_unrounded():
     o_tilde, packed, slots, flat = _inputs(1, 128, 2, 1, 16, 3, 2, 16, 4, torch.float16)
-    fast = scatter_back(o_tilde, packed, slots, 128, 2, 3, spill=True, out_dtype=torch.float32)
+    fast = scatter_back(o_tilde, slots, 128, 2, 3, spill=True, out_dtype=torch.float32)
     ref = reference_scatter_back(o_tilde.float(), flat, 128, 2, 3, spill=True)
     assert fast.dtype == torch.float32
     assert_close("o", ref, fast, torch.float32)

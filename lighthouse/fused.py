@@ -14,7 +14,7 @@ import torch
 
 from kernels.gather import gather_pyramid
 from kernels.ordering import decode, slot_map
-from kernels.pyramid import Pyramid, causal_score_levels, pool_and_score
+from kernels.pyramid import Pyramid, causal_score_levels, pool_and_score, stored_levels
 from kernels.scatter import scatter_back
 from kernels.selection import select_packed
 
@@ -81,12 +81,18 @@ def norm_score_pyramids(pyramid: Pyramid, seq_len: int, config: LighthouseConfig
     return causal_score_levels(pyramid.sq, pyramid.sk, seq_len, config.pool, config.levels, history)
 
 
+def pyramid_levels_to_store(seq_len: int, config: LighthouseConfig) -> int:
+    """`kernels.pyramid.stored_levels` for `config`: an intermediate level has p * topk gathered entries."""
+    return stored_levels(seq_len, config.pool, config.levels, config.pool * config.topk)
+
+
 def pool_and_score_pyramids(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig
                             ) -> tuple[Pyramid, torch.Tensor, torch.Tensor]:
     """Pooled levels and score pyramids sq, sk [B, G, sum_l N/p^l] of contiguous q, k, v: the norm scorer's
     scores come out of the pooling pass, any other scorer's from `lighthouse.token_scores`."""
     norm = scores_in_pooling_pass(config)
-    pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=norm)
+    pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=norm,
+                             stored=pyramid_levels_to_store(q.shape[1], config))
     if norm:
         return (pyramid, *norm_score_pyramids(pyramid, q.shape[1], config))
     return (pyramid, *(score_pyramid(s, config) for s in token_scores(q, k, v, config)))
@@ -125,4 +131,4 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Py
     with torch.no_grad():
         slots = slot_map(packed, n, pool, levels)
     q_t, k_t, v_t = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
-    return scatter_back(attention(q_t, k_t, v_t), packed, slots, n, pool, levels, spill, out_dtype)
+    return scatter_back(attention(q_t, k_t, v_t), slots, n, pool, levels, spill, out_dtype)

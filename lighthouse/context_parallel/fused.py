@@ -18,7 +18,7 @@ import torch
 from kernels.pyramid import Pyramid, pool_and_score
 
 from ..config import LighthouseConfig
-from ..fused import attend_packed, norm_score_pyramids, score_pyramid, select_keys
+from ..fused import attend_packed, norm_score_pyramids, pyramid_levels_to_store, score_pyramid, select_keys
 from ..scoring import CausalAttention
 
 
@@ -61,7 +61,8 @@ def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: Ligh
     `history`, needed then).
     """
     chunk_len, pool, levels = q.shape[1] // 2, config.pool, config.levels
-    pyramid = pool_and_score(*(chunk_rows(x) for x in (q, k, v)), pool, levels, scores=token_scores is None)
+    pyramid = pool_and_score(*(chunk_rows(x) for x in (q, k, v)), pool, levels, scores=token_scores is None,
+                             stored=pyramid_levels_to_store(chunk_len, config))
     if token_scores is None:
         before = _histories(pyramid.sq[..., :chunk_len], pyramid.sk[..., :chunk_len], config, history)
         sq, sk = norm_score_pyramids(pyramid, chunk_len, config, before)
