@@ -1,6 +1,7 @@
-"""Stage 4, fused: packed int64 sort keys, the per-tile sort, and the inverse map entry -> gathered slot.
+"""Stage 4, fused: packed sort keys, the per-tile sort, and the inverse map entry -> gathered slot.
 
-A gathered entry travels as one int64, `packed = key * L + level`, where `key` is SPEC section 4's exact
+A gathered entry travels as one integer, `packed = key * L + level` (int32 where every value of the row
+fits, else int64: `packed_dtype`), where `key` is SPEC section 4's exact
 sort key (leaf: start*(L+1); expanded: end*(L+1) + level). Keys are unique within a row, so sorting the
 packed values sorts by key, and (level, index) decode from the value alone: no argsort, no payload.
 
@@ -14,6 +15,12 @@ import triton
 import triton.language as tl
 
 from .launch import log2
+
+
+def packed_dtype(seq_len: int, levels: int) -> torch.dtype:
+    """int32 where every packed key of a `seq_len`-token row fits (key < N*(L+1), packed < N*(L+1)*L), else
+    int64: the per-tile sort then moves half the bytes."""
+    return torch.int32 if seq_len * (levels + 1) * levels < 2**31 else torch.int64
 
 
 @triton.jit
@@ -105,7 +112,8 @@ def slot_map(packed: torch.Tensor, seq_len: int, pool: int, levels: int) -> torc
 
 
 def decode(packed: torch.Tensor, pool: int, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(level, index, expanded) of packed keys, in PyTorch (to build a `Selection`)."""
+    """(level, index, expanded) of packed keys, in PyTorch (to build a `Selection`), as int64."""
+    packed = packed.long()
     lvl = packed % levels
     key = packed // levels
     span = pool**lvl

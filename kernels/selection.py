@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from .launch import log2
-from .ordering import packed_key, sort_tiles, static_level_offset
+from .ordering import packed_dtype, packed_key, sort_tiles, static_level_offset
 
 _POS_SCALE = tl.constexpr(2**31)  # positions take the low 31 bits of a key
 _POS_MASK = tl.constexpr(2**31 - 1)
@@ -151,7 +151,8 @@ def _select_tile_kernel(sq_ptr, sk_ptr, out_ptr, N, NTOT, S, C, E_T, L: tl.const
 
 def select_packed(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, levels: int, topk: int,
                   tile_budget: int, prefix: bool = True) -> torch.Tensor:
-    """Gather order as packed keys (`kernels.ordering`), int64 [B, G, S], from score pyramids sq, sk
+    """Gather order as packed keys (`kernels.ordering`) [B, G, S], int32 where every key of an N-token row
+    fits (`kernels.ordering.packed_dtype`; half the bytes to sort) else int64, from score pyramids sq, sk
     (float32 [B, G, sum_l N/p^l], level 0 first). The geometry must be valid for `seq_len` (the caller's
     `LighthouseConfig.validate`) with levels >= 2: T = topk / tile_budget tiles, each with at least
     tile_budget coarsest entries. `prefix=False` drops the prefix guarantee (a sequence shard that does
@@ -163,7 +164,7 @@ def select_packed(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, l
     tiles = topk // tile_budget
     coarse_per_tile = seq_len // pool ** (levels - 1) // tiles
     per_tile = coarse_per_tile + (levels - 1) * pool * tile_budget
-    packed = torch.empty(b, g, tiles * per_tile, dtype=torch.int64, device=sq.device)
+    packed = torch.empty(b, g, tiles * per_tile, dtype=packed_dtype(seq_len, levels), device=sq.device)
     _select_tile_kernel[(tiles, b * g)](
         sq.contiguous(), sk.contiguous(), packed, seq_len, ntot, tiles * per_tile, coarse_per_tile, per_tile,
         L=levels, LOG2P=log2(pool), M=tile_budget, PREFIX=prefix, num_warps=8,

@@ -50,7 +50,7 @@ def check_supported(q: torch.Tensor, config: LighthouseConfig) -> None:
 
 def select_keys(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, config: LighthouseConfig,
                 prefix: bool = True) -> torch.Tensor:
-    """The tile kernel's gather order (packed keys, int64 [B, G, S]) for `config` from score pyramids
+    """The tile kernel's gather order (packed keys [B, G, S], `kernels.ordering.packed_dtype`) for `config` from score pyramids
     sq, sk (float32 [B, G, sum_l N/p^l])."""
     return select_packed(sq, sk, seq_len, config.pool, config.levels, config.topk, config.tile_budget, prefix)
 
@@ -118,7 +118,7 @@ def fused_lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, packed: torch.Tensor,
                   config: LighthouseConfig, spill: bool = False,
                   attention: CausalAttention | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Gather, attention and scatter-back for the gather order `packed` (int64 [B, G, S] packed keys), given
+    """Gather, attention and scatter-back for the gather order `packed` (packed keys [B, G, S]), given
     contiguous q, k, v and their pooled levels; levels >= 2.
 
     `attention` maps the gathered Q~ [B, S, H, D], K~, V~ [B, S, G, D] to O~ [B, S, H, D]; by default the

@@ -52,7 +52,7 @@ def _histories(sq0: torch.Tensor, sk0: torch.Tensor, config: LighthouseConfig,
 def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
                  prefixes: tuple[bool, bool], token_scores: tuple[torch.Tensor, torch.Tensor] | None = None,
                  history: ScoreHistory | None = None) -> tuple[Pyramid, torch.Tensor]:
-    """Pooled levels of the chunk rows and their gather order (packed keys, int64 [2B, G, S_c]).
+    """Pooled levels of the chunk rows and their gather order (packed keys [2B, G, S_c]).
 
     q [B, 2C, H, D], k/v [B, 2C, G, D] hold a head and a tail chunk; `config` is the per-chunk config
     (levels >= 2, valid for C tokens). `prefixes[half]` says whether that chunk keeps the prefix guarantee.
