@@ -22,7 +22,6 @@ import triton
 
 from eval.gpu_parity import fwd_bwd, ratios
 from kernels.gather import gather_pyramid
-from kernels.ordering import slot_map
 from kernels.pyramid import pool_and_score
 from kernels.scatter import scatter_back
 from lighthouse import (
@@ -34,7 +33,7 @@ from lighthouse import (
     pyramid_scores,
     reference_lighthouse_attention,
 )
-from lighthouse.fused import fused_lighthouse_attention, pyramid_levels_to_store, select_keys, selection_of
+from lighthouse.fused import fused_lighthouse_attention, pyramid_levels_to_store, select_gather_order, selection_of
 from lighthouse.gather import per_head_index
 
 B, H, G, D, DTYPE, LEVELS, POOL = 1, 8, 8, 128, torch.bfloat16, 3, 4
@@ -146,8 +145,7 @@ def stage_breakdown(n: int, topk: int) -> list[tuple[str, float, float | None]]:
     row = D * es
     with torch.no_grad():
         pyramid = pool_and_score(q, k, v, POOL, LEVELS, stored=stored)
-        packed = select_keys(pyramid.sq, pyramid.sk, n, config)
-        slots = slot_map(packed, n, POOL, LEVELS)
+        packed, slots = select_gather_order(pyramid.sq, pyramid.sk, n, config)
     s = packed.shape[-1]
     np_, ntot = pyramid.q.shape[1], pyramid.sq.shape[-1]
     heads = H + 2 * G
@@ -166,8 +164,7 @@ def stage_breakdown(n: int, topk: int) -> list[tuple[str, float, float | None]]:
     with torch.no_grad():
         add("fwd pool+scores", lambda: pool_and_score(q, k, v, POOL, LEVELS, stored=stored),
             B * (n + np_) * heads * row + 2 * B * G * ntot * 4)
-        add("fwd select (tile kernel + per-tile sort)", lambda: select_keys(pyramid.sq, pyramid.sk, n, config))
-        add("fwd slot map", lambda: slot_map(packed, n, POOL, LEVELS), B * G * (ntot + s) * 4 + B * G * s * 8)
+        add("fwd select (gather order and inverse map)", lambda: select_gather_order(pyramid.sq, pyramid.sk, n, config))
         add("fwd gather", lambda: gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS),
             2 * B * s * heads * row + B * G * s * 8)
         add("fwd SDPA on S", lambda: cudnn(qt, kt, vt))
@@ -288,16 +285,14 @@ def graph_capture_report(n: int, config: LighthouseConfig, layer: Attention) -> 
     eager = tuple(x.detach() for x in step(layer))
     stored = pyramid_levels_to_store(n, config)
     pyramid = pool_and_score(q, k, v, POOL, LEVELS, stored=stored)
-    packed = select_keys(pyramid.sq, pyramid.sk, n, config)
-    slots = slot_map(packed, n, POOL, LEVELS)
+    packed, slots = select_gather_order(pyramid.sq, pyramid.sk, n, config)
     qt, kt, vt = gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS)
     qg, kg, vg = (x.detach().requires_grad_() for x in (qt, kt, vt))
     grad_t = torch.randn_like(qt)
     others = {b: LighthouseConfig(levels=LEVELS, pool=POOL, topk=config.topk, backend=b) for b in ("flash", "efficient")}
     forward_only = {
         "pool+scores": lambda: pool_and_score(q, k, v, POOL, LEVELS, stored=stored),
-        "select": lambda: select_keys(pyramid.sq, pyramid.sk, n, config),
-        "slot map": lambda: slot_map(packed, n, POOL, LEVELS),
+        "select": lambda: select_gather_order(pyramid.sq, pyramid.sk, n, config),
         "gather": lambda: gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS),
         "scatter": lambda: scatter_back(qt, slots, n, POOL, LEVELS),
         "cuDNN SDPA fwd": lambda: cudnn(qt, kt, vt),
@@ -386,8 +381,7 @@ def extras(n: int, topk: int) -> list[str]:
     except Exception as err:
         notes.append(f"N={n} pool+scores: Triton {triton_ms:.3f} ms, torch.compile failed: {type(err).__name__}: {err}")
     pyramid = pool_and_score(q, k, v, POOL, LEVELS)  # every level: torch.gather needs the whole pyramid
-    packed = select_keys(pyramid.sq, pyramid.sk, n, config)
-    slots = slot_map(packed, n, POOL, LEVELS)
+    packed, slots = select_gather_order(pyramid.sq, pyramid.sk, n, config)
     flat = pyramid_index(selection_of(packed, config), n, POOL, LEVELS)
     concatenated = [torch.cat([x, p], dim=1) for x, p in zip((q, k, v), pyramid[:3])]
     idx = [per_head_index(flat, x.shape[2], D) for x in concatenated]

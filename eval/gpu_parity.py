@@ -21,7 +21,6 @@ import torch
 import triton
 
 from kernels.gather import gather_pyramid
-from kernels.ordering import slot_map
 from kernels.pyramid import Pyramid, pool_and_score
 from kernels.scatter import scatter_back
 from lighthouse import (
@@ -31,7 +30,7 @@ from lighthouse import (
     reference_lighthouse_attention,
     token_scores,
 )
-from lighthouse.fused import attend_packed, fused_lighthouse_attention, pyramid_levels_to_store, select_keys, selection_of
+from lighthouse.fused import attend_in_order, fused_lighthouse_attention, pyramid_levels_to_store, select_gather_order, selection_of
 from lighthouse.testing import ERROR_RATIO, error_ratio
 
 # (B, N, H, G, D, dtype, LighthouseConfig kwargs)
@@ -66,8 +65,7 @@ def backward_kernels_repeat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
                             sk: torch.Tensor, config: LighthouseConfig) -> bool:
     """The scatter-back and gather+pooling backward kernels give bit-identical gradients twice."""
     n, pool, levels = q.shape[1], config.pool, config.levels
-    packed = select_keys(sq, sk, n, config)
-    slots = slot_map(packed, n, pool, levels)
+    packed, slots = select_gather_order(sq, sk, n, config)
     gathered = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
     o_t = torch.randn_like(gathered[0], requires_grad=True)
     o = scatter_back(o_t, slots, n, pool, levels)
@@ -93,8 +91,7 @@ def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs:
         ref_levels = [pyramid_scores(s, config.pool, config.levels) for s in token_scores(q, k, v, config)]
         ref_sq, ref_sk = (torch.cat(s, dim=-1) for s in ref_levels)
         ref_sel = descend(*ref_levels, config)
-        packed = select_keys(ref_sq, ref_sk, n, config)
-        fast_sel = selection_of(packed, config)
+        fast_sel = selection_of(select_gather_order(ref_sq, ref_sk, n, config).packed, config)
         same = all(torch.equal(getattr(fast_sel, f), getattr(ref_sel, f)) for f in ("level", "index", "expanded"))
         ok &= same
         pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=config.scorer == "norm",
@@ -102,14 +99,14 @@ def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs:
         line = f"select={'exact' if same else 'MISMATCH'}"
         if config.scorer == "norm":
             score_err = max(error_ratio(ref_sq, pyramid.sq)[0], error_ratio(ref_sk, pyramid.sk)[0])
-            own = selection_of(select_keys(pyramid.sq, pyramid.sk, n, config), config)
+            own = selection_of(select_gather_order(pyramid.sq, pyramid.sk, n, config).packed, config)
             rows_differ = (own.index != ref_sel.index).any(-1).sum().item()
             line += f" scores={score_err:.1e} rows-differing-by-score-rounding={rows_differ}/{b * g}"
             ok &= score_err < 1e-6
 
     ref = fwd_bwd(lambda *x: reference_lighthouse_attention(*x, config), q, k, v, grad_o)
-    ref_scored = fwd_bwd(lambda q_, k_, v_: attend_packed(q_, k_, v_, pyramid, select_keys(ref_sq, ref_sk, n, config), config),
-                         q, k, v, grad_o)
+    ref_order = select_gather_order(ref_sq, ref_sk, n, config)
+    ref_scored = fwd_bwd(lambda q_, k_, v_: attend_in_order(q_, k_, v_, pyramid, ref_order, config), q, k, v, grad_o)
     layer = ratios(ref, ref_scored)
     ok &= max(layer) <= tol
     fused = fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v, grad_o)

@@ -1,12 +1,12 @@
-"""Stage 4, fused: packed sort keys, the per-tile sort, and the inverse map entry -> gathered slot.
+"""Stage 4, fused: packed sort keys and level offsets (the selection kernel writes the gather order).
 
 A gathered entry travels as one integer, `packed = key * L + level` (int32 where every value of the row
 fits, else int64: `packed_dtype`), where `key` is SPEC section 4's exact
-sort key (leaf: start*(L+1); expanded: end*(L+1) + level). Keys are unique within a row, so sorting the
-packed values sorts by key, and (level, index) decode from the value alone: no argsort, no payload.
+sort key (leaf: start*(L+1); expanded: end*(L+1) + level). Keys are unique within a row, so ordering the
+packed values orders by key, and (level, index) decode from the value alone.
 
 Tiles are contiguous in token space and every entry of a tile lies inside the tile's tokens, so a row's
-gather order is its tiles' sorted orders laid end to end: each tile is sorted on its own.
+gather order is its tiles' orders laid end to end.
 """
 from __future__ import annotations
 
@@ -14,12 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import log2
-
 
 def packed_dtype(seq_len: int, levels: int) -> torch.dtype:
     """int32 where every packed key of a `seq_len`-token row fits (key < N*(L+1), packed < N*(L+1)*L), else
-    int64: the per-tile sort then moves half the bytes."""
+    int64: half the bytes to write and read."""
     return torch.int32 if seq_len * (levels + 1) * levels < 2**31 else torch.int64
 
 
@@ -41,15 +39,6 @@ def decode_entry(packed, L: tl.constexpr, LOG2P: tl.constexpr):
     anchor = key // (L + 1)  # leaf: first token; expanded: last token
     start = tl.where(key % (L + 1) != 0, anchor + 1 - span, anchor)
     return lvl, start >> (lvl * LOG2P), span
-
-
-@triton.jit
-def level_offset(lvl, n, L: tl.constexpr, LOG2P: tl.constexpr):
-    """Start of level `lvl` (tensor) in the concatenation of all levels of an `n`-token row."""
-    off = tl.zeros(lvl.shape, tl.int64)
-    for below in tl.static_range(L - 1):
-        off += tl.where(lvl > below, n >> (below * LOG2P), 0)
-    return off
 
 
 @triton.jit
@@ -80,35 +69,6 @@ def static_stored_offset(lvl: tl.constexpr, n, LOG2P: tl.constexpr, STORED: tl.c
         if (STORED >> below) & 1:
             off += n >> (below * LOG2P)
     return off
-
-
-@triton.jit
-def _slot_map_kernel(packed_ptr, slots_ptr, S, N, NTOT, L: tl.constexpr, LOG2P: tl.constexpr,
-                     BLOCK: tl.constexpr):
-    row = tl.program_id(1).to(tl.int64)
-    s = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = s < S
-    packed = tl.load(packed_ptr + row * S + s, mask=mask, other=0)
-    lvl, idx, _ = decode_entry(packed, L, LOG2P)
-    tl.store(slots_ptr + row * NTOT + level_offset(lvl, N, L, LOG2P) + idx, s.to(tl.int32), mask=mask)
-
-
-def sort_tiles(packed: torch.Tensor, num_tiles: int) -> torch.Tensor:
-    """Sort each tile's packed keys ([B, G, S], tiles end to end): the row's gather order."""
-    b, g, s = packed.shape
-    return torch.sort(packed.view(b * g * num_tiles, s // num_tiles), dim=-1).values.view(b, g, s)
-
-
-def slot_map(packed: torch.Tensor, seq_len: int, pool: int, levels: int) -> torch.Tensor:
-    """Inverse of the gather order: int32 [B, G, sum_l N/p^l], slot of each pyramid entry or -1."""
-    b, g, s = packed.shape
-    ntot = sum(seq_len // pool**lvl for lvl in range(levels))
-    slots = torch.full((b, g, ntot), -1, dtype=torch.int32, device=packed.device)
-    block = 1024
-    _slot_map_kernel[(triton.cdiv(s, block), b * g)](
-        packed, slots, s, seq_len, ntot, L=levels, LOG2P=log2(pool), BLOCK=block
-    )
-    return slots
 
 
 def decode(packed: torch.Tensor, pool: int, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

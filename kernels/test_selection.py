@@ -4,12 +4,12 @@ import torch
 
 pytest.importorskip("triton")
 
-from lighthouse import LighthouseConfig, descend, pyramid_scores, token_scores
+from lighthouse import LighthouseConfig, descend, pyramid_index, pyramid_scores, token_scores
 from lighthouse import select as reference_select
-from lighthouse.fused import score_pyramid, select_keys, selection_of
+from lighthouse.fused import score_pyramid, select_gather_order, selection_of
 from tests.helpers import DEVICE, random_qkv
 
-from .selection import select_packed
+from .selection import select_order
 
 # (levels, pool, topk, tile_budget, seq_len): several tiles, deep and shallow pyramids, m from 2 to 16,
 # coarsest tiles that are and are not a multiple of m
@@ -43,8 +43,8 @@ def _assert_same_selection(fast, ref):
 def test_kernel_descent_equals_reference(levels, pool, topk, budget, n, ties):
     config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
     sq, sk = _score_pyramids((1, 2), n, config, ties)
-    packed = select_keys(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
-    _assert_same_selection(selection_of(packed, config), descend(sq, sk, config))
+    order = select_gather_order(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
+    _assert_same_selection(selection_of(order.packed, config), descend(sq, sk, config))
 
 
 @pytest.mark.parametrize("prefix", [True, False], ids=["prefix", "shard"])
@@ -55,8 +55,8 @@ def test_prefix_guarantee_follows_the_flag(prefix):
     sq, sk = _score_pyramids((2, 1), n, config, ties=False)
     for s in sq + sk:
         s[..., 0] = -1.0
-    packed = select_keys(torch.cat(sq, -1), torch.cat(sk, -1), n, config, prefix=prefix)
-    fast = selection_of(packed, config)
+    order = select_gather_order(torch.cat(sq, -1), torch.cat(sk, -1), n, config, prefix=prefix)
+    fast = selection_of(order.packed, config)
     _assert_same_selection(fast, descend(sq, sk, config, prefix=prefix))
     token0_chain_expanded = fast.expanded & (fast.index == 0) & (fast.level > 0)
     assert token0_chain_expanded.sum().item() == (2 * (config.levels - 1) if prefix else 0)
@@ -68,7 +68,7 @@ def test_kernel_descent_on_qkv_scores_with_gqa_equals_reference(scorer, selectio
     config = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8, scorer=scorer, dilation=2, selection=selection)
     q, k, v = random_qkv(2, 256, 4, 2, 8, dtype=torch.float32, device=DEVICE)
     sq, sk = (score_pyramid(s, config) for s in token_scores(q, k, v, config))
-    fast = selection_of(select_keys(sq, sk, q.shape[1], config), config)
+    fast = selection_of(select_gather_order(sq, sk, q.shape[1], config).packed, config)
     _assert_same_selection(fast, reference_select(q, k, config, v=v))
 
 
@@ -76,4 +76,36 @@ def test_float64_scores_are_rejected():
     config = LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=4)
     s = torch.rand(1, 1, 48, dtype=torch.float64, device=DEVICE)
     with pytest.raises(ValueError, match="float32 scores; got sq torch.float64"):
-        select_packed(s, s, 32, config.pool, config.levels, config.topk, config.tile_budget)
+        select_order(s, s, 32, config.pool, config.levels, config.topk, config.tile_budget)
+
+
+@pytest.mark.parametrize("levels, pool, topk, budget, n", CONFIGS, ids=CONFIG_IDS)
+def test_inverse_map_holds_each_gathered_entry_slot_and_minus_one_elsewhere(levels, pool, topk, budget, n):
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    sq, sk = _score_pyramids((2, 3), n, config, ties=False)
+    order = select_gather_order(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
+    flat = pyramid_index(selection_of(order.packed, config), n, pool, levels)
+    expected = torch.full_like(order.slots, -1)
+    expected.scatter_(-1, flat, torch.arange(flat.shape[-1], dtype=torch.int32, device=DEVICE).expand_as(flat).contiguous())
+    assert (expected >= 0).sum() == flat.numel()  # every entry gathered once
+    assert torch.equal(order.slots, expected)
+
+
+def test_int64_keys_give_the_same_order_and_inverse_map():
+    config = LighthouseConfig(levels=3, pool=4, topk=32, tile_budget=8)
+    sq, sk = (torch.cat(s, -1) for s in _score_pyramids((1, 2), 512, config, ties=True))
+    args = (sq, sk, 512, config.pool, config.levels, config.topk, config.tile_budget)
+    narrow, wide = select_order(*args), select_order(*args, key_dtype=torch.int64)
+    assert narrow.packed.dtype == torch.int32 and wide.packed.dtype == torch.int64
+    assert torch.equal(wide.packed, narrow.packed.long())
+    assert torch.equal(wide.slots, narrow.slots)
+
+
+@pytest.mark.parametrize("coarse_block", [8, 32], ids=lambda b: f"block{b}")
+def test_coarsest_entries_ranked_in_several_blocks_or_one_padded_block_equal_reference(coarse_block):
+    # 768 tokens, 2 tiles: 24 coarsest entries per tile, in 3 blocks of 8 or one block of 32 (8 padding)
+    config = LighthouseConfig(levels=3, pool=4, topk=16, tile_budget=8)
+    sq, sk = _score_pyramids((1, 2), 768, config, ties=False)
+    order = select_order(torch.cat(sq, -1), torch.cat(sk, -1), 768, config.pool, config.levels, config.topk,
+                         config.tile_budget, coarse_block=coarse_block)
+    _assert_same_selection(selection_of(order.packed, config), descend(sq, sk, config))

@@ -13,10 +13,10 @@ from functools import partial
 import torch
 
 from kernels.gather import gather_pyramid
-from kernels.ordering import decode, slot_map
+from kernels.ordering import decode
 from kernels.pyramid import Pyramid, causal_score_levels, pool_and_score, stored_levels
 from kernels.scatter import scatter_back
-from kernels.selection import select_packed
+from kernels.selection import GatherOrder, select_order
 
 from .attention import causal_attention
 from .config import LighthouseConfig
@@ -48,11 +48,11 @@ def check_supported(q: torch.Tensor, config: LighthouseConfig) -> None:
         )
 
 
-def select_keys(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, config: LighthouseConfig,
-                prefix: bool = True) -> torch.Tensor:
-    """The tile kernel's gather order (packed keys [B, G, S], `kernels.ordering.packed_dtype`) for `config` from score pyramids
-    sq, sk (float32 [B, G, sum_l N/p^l])."""
-    return select_packed(sq, sk, seq_len, config.pool, config.levels, config.topk, config.tile_budget, prefix)
+def select_gather_order(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, config: LighthouseConfig,
+                        prefix: bool = True) -> GatherOrder:
+    """The tile kernel's gather order (packed keys [B, G, S]) and its inverse map for `config`, from score
+    pyramids sq, sk (float32 [B, G, sum_l N/p^l])."""
+    return select_order(sq, sk, seq_len, config.pool, config.levels, config.topk, config.tile_budget, prefix)
 
 
 def selection_of(packed: torch.Tensor, config: LighthouseConfig) -> Selection:
@@ -111,14 +111,14 @@ def fused_lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     with torch.no_grad():
         pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
-        packed = select_keys(sq, sk, q.shape[1], config)
-    return attend_packed(q, k, v, pyramid, packed, config)
+        order = select_gather_order(sq, sk, q.shape[1], config)
+    return attend_in_order(q, k, v, pyramid, order, config)
 
 
-def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, packed: torch.Tensor,
-                  config: LighthouseConfig, spill: bool = False,
-                  attention: CausalAttention | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Gather, attention and scatter-back for the gather order `packed` (packed keys [B, G, S]), given
+def attend_in_order(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, order: GatherOrder,
+                    config: LighthouseConfig, spill: bool = False,
+                    attention: CausalAttention | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Gather, attention and scatter-back for the gather order `order` (`select_gather_order`), given
     contiguous q, k, v and their pooled levels; levels >= 2.
 
     `attention` maps the gathered Q~ [B, S, H, D], K~, V~ [B, S, G, D] to O~ [B, S, H, D]; by default the
@@ -128,7 +128,5 @@ def attend_packed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Py
     """
     n, pool, levels = q.shape[1], config.pool, config.levels
     attention = attention or partial(causal_attention, backend=config.backend)
-    with torch.no_grad():
-        slots = slot_map(packed, n, pool, levels)
-    q_t, k_t, v_t = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
-    return scatter_back(attention(q_t, k_t, v_t), slots, n, pool, levels, spill, out_dtype)
+    q_t, k_t, v_t = gather_pyramid(q, k, v, pyramid, order.packed, order.slots, pool, levels)
+    return scatter_back(attention(q_t, k_t, v_t), order.slots, n, pool, levels, spill, out_dtype)

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.ordering import slot_map
 from lighthouse import LighthouseConfig, pyramid_index, pyramid_scores
-from lighthouse.fused import select_keys, selection_of
+from lighthouse.fused import select_gather_order, selection_of
 
 from .helpers import DEVICE
 
@@ -17,6 +16,6 @@ def random_selection(
     order, its inverse map, and the reference's index into the concatenated pyramid."""
     sq, sk = (torch.cat(pyramid_scores(torch.rand(batch, kv_heads, seq_len, device=DEVICE), config.pool,
                                        config.levels), dim=-1) for _ in range(2))
-    packed = select_keys(sq, sk, seq_len, config)
-    flat = pyramid_index(selection_of(packed, config), seq_len, config.pool, config.levels)
-    return packed, slot_map(packed, seq_len, config.pool, config.levels), flat
+    order = select_gather_order(sq, sk, seq_len, config)
+    flat = pyramid_index(selection_of(order.packed, config), seq_len, config.pool, config.levels)
+    return order.packed, order.slots, flat

@@ -16,9 +16,10 @@ from typing import Callable
 import torch
 
 from kernels.pyramid import Pyramid, pool_and_score
+from kernels.selection import GatherOrder
 
 from ..config import LighthouseConfig
-from ..fused import attend_packed, norm_score_pyramids, pyramid_levels_to_store, score_pyramid, select_keys
+from ..fused import attend_in_order, norm_score_pyramids, pyramid_levels_to_store, score_pyramid, select_gather_order
 from ..scoring import CausalAttention
 
 
@@ -51,8 +52,8 @@ def _histories(sq0: torch.Tensor, sk0: torch.Tensor, config: LighthouseConfig,
 @torch.no_grad()
 def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
                  prefixes: tuple[bool, bool], token_scores: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 history: ScoreHistory | None = None) -> tuple[Pyramid, torch.Tensor]:
-    """Pooled levels of the chunk rows and their gather order (packed keys [2B, G, S_c]).
+                 history: ScoreHistory | None = None) -> tuple[Pyramid, GatherOrder]:
+    """Pooled levels of the chunk rows and their gather order (packed keys [2B, G, S_c] and inverse map).
 
     q [B, 2C, H, D], k/v [B, 2C, G, D] hold a head and a tail chunk; `config` is the per-chunk config
     (levels >= 2, valid for C tokens). `prefixes[half]` says whether that chunk keeps the prefix guarantee.
@@ -70,9 +71,9 @@ def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: Ligh
         rows = tuple(chunk_scores(s) for s in token_scores)
         before = _histories(*rows, config, history) or (None, None)
         sq, sk = (score_pyramid(s, config, h) for s, h in zip(rows, before))
-    halves = [select_keys(sq[half::2], sk[half::2], chunk_len, config, prefix)
+    halves = [select_gather_order(sq[half::2], sk[half::2], chunk_len, config, prefix)
               for half, prefix in enumerate(prefixes)]
-    return pyramid, torch.stack(halves, dim=1).flatten(0, 1)
+    return pyramid, GatherOrder(*(torch.stack(parts, dim=1).flatten(0, 1) for parts in zip(*halves)))
 
 
 def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
@@ -91,7 +92,7 @@ def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: L
     b = q.shape[0]
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     with torch.no_grad():
-        pyramid, packed = select_shard(q, k, v, config, prefixes, token_scores, history)
+        pyramid, order = select_shard(q, k, v, config, prefixes, token_scores, history)
 
     def shard_sequence_attention(q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor) -> torch.Tensor:
         # chunk rows [2B, S_c, ...] <-> the shard's gathered sequence [B, 2S_c, ...]
@@ -99,6 +100,6 @@ def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: L
         return o_t.reshape(q_t.shape)
 
     qc, kc, vc = (chunk_rows(x) for x in (q, k, v))
-    spilled = attend_packed(qc, kc, vc, pyramid, packed, config, spill=True, attention=shard_sequence_attention,
-                            out_dtype=torch.float32)
+    spilled = attend_in_order(qc, kc, vc, pyramid, order, config, spill=True, attention=shard_sequence_attention,
+                              out_dtype=torch.float32)
     return spilled.unflatten(0, (b, 2))

@@ -110,9 +110,9 @@ def fused_shard_selections(
     from .fused import select_shard
 
     local = chunk_config(config, mesh.size())
-    _, packed = select_shard(q, k, v, local, _prefixes(mesh), _fused_token_scores(q, k, v, config, mesh),
-                             _fused_history(config, mesh))
-    return [selection_of(packed[half::2], local) for half in (HEAD, TAIL)]
+    _, order = select_shard(q, k, v, local, _prefixes(mesh), _fused_token_scores(q, k, v, config, mesh),
+                            _fused_history(config, mesh))
+    return [selection_of(order.packed[half::2], local) for half in (HEAD, TAIL)]
 
 
 def _gather_chunks(x: torch.Tensor, flat_index: list[torch.Tensor], pool: int, levels: int) -> torch.Tensor:
