@@ -3,8 +3,8 @@ and (selection="causal") a pass that turns level-0 scores into trailing-window s
 
 Only the pooled levels worth keeping are written (`stored_levels`): the coarsest is gathered whole, but of
 an intermediate level only p*k entries per row are gathered, and the gather recomputes those from the
-tokens when that reads less than writing the level would (at N=512K, k=2048, L=3, p=4 this saves a fifth
-of the pass's bytes).
+tokens when that reads no more than writing the level would (at N=512K, k=2048, L=3, p=4 this saves a
+fifth of the pass's bytes).
 
 Each program owns whole coarsest windows of one kv group: it reads the group's query heads, its key head
 and its value head from memory once, takes each level's window means in float32 (level l is the mean of
@@ -43,12 +43,13 @@ class Pyramid(NamedTuple):
 def stored_levels(seq_len: int, pool: int, levels: int, gathered: int | None = None) -> int:
     """Bitmask of the pooled levels to keep in memory, for `gathered` entries of each intermediate level
     per row (p * topk; None: keep every level). The coarsest is always kept; an intermediate level l is
-    recomputed by the gather when its gathered entries hold fewer tokens (gathered * p**l) than the level
-    has entries (N / p**l), and p**l <= MAX_RECOMPUTED_SPAN."""
+    recomputed by the gather when its gathered entries hold no more tokens (gathered * p**l) than the level
+    has entries (N / p**l), and p**l <= MAX_RECOMPUTED_SPAN. At equality (k = N/64 with L=3, p=4) recomputing
+    won on an H100: pooling + gather 155 -> 134 us at N=32K, 2183 -> 1768 us at 512K."""
     mask = 1 << (levels - 1)
     for lvl in range(1, levels - 1):
         span = pool**lvl
-        if gathered is None or span > MAX_RECOMPUTED_SPAN or gathered * span >= seq_len // span:
+        if gathered is None or span > MAX_RECOMPUTED_SPAN or gathered * span > seq_len // span:
             mask |= 1 << lvl
     return mask
 

@@ -47,11 +47,13 @@ def test_a_stored_mask_without_the_coarsest_or_outside_the_pooled_levels_is_refu
         pool_and_score(q, k, v, pool=2, levels=3, stored=stored)
 
 
-def test_intermediate_levels_are_recomputed_only_where_that_reads_less_than_storing_writes():
+def test_intermediate_levels_are_recomputed_only_where_that_reads_no_more_than_storing_writes():
     # N=512K, L=3, p=4, k=2048: level 1 has 8192 gathered entries of 4 tokens against 131,072 entries
     assert stored_levels(524288, 4, 3, 4 * 2048) == 0b100
-    # at k = N/64 the two are equal: keep the level
-    assert stored_levels(32768, 4, 3, 4 * 512) == 0b110
+    # at k = N/64 the two are equal: recompute
+    assert stored_levels(32768, 4, 3, 4 * 512) == 0b100
+    # twice the budget reads more than storing writes: keep the level
+    assert stored_levels(32768, 4, 3, 4 * 1024) == 0b110
     # L=4, p=4, k=2048 at 512K: level 2 (16 tokens per entry, 131,072 tokens) costs more than its 32,768 entries
     assert stored_levels(524288, 4, 4, 4 * 2048) == 0b1100
     assert stored_levels(524288, 4, 3) == 0b110  # no budget given: keep everything
