@@ -1,4 +1,4 @@
-"""Launch shapes and program coordinates shared by the row-copying kernels."""
+"""Launch shapes, program coordinates and window loads shared by the row-copying kernels."""
 from __future__ import annotations
 
 import triton
@@ -24,3 +24,26 @@ def program_block(G: tl.constexpr, BLOCK: tl.constexpr, limit):
     bg = tl.program_id(1).to(tl.int64)
     pos = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     return bg, bg // G, bg % G, pos, pos < limit
+
+
+@triton.jit
+def every_row(ROWS: tl.constexpr):
+    """A `wanted` mask of `load_windows` that keeps every row."""
+    return tl.full([ROWS], 1, tl.int1)
+
+
+@triton.jit
+def load_windows(x_ptr, t0, b, h, N, wanted, HX: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr,
+                 SPAN: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Tokens [t0, t0 + ROWS*SPAN) of head h of x [B, N, HX, D] as float32 [ROWS, SPAN, BLOCK_D], one window
+    per row; tokens outside [0, N) and rows not `wanted` are not read and count zero.
+
+    Loading each window as its own axis keeps every reduction over a window inside registers and warps
+    (reshaping one tile level by level costs shared-memory round trips); re-reads hit the cache.
+    """
+    r = tl.arange(0, ROWS)[:, None, None]
+    c = tl.arange(0, SPAN)[None, :, None]
+    d = tl.arange(0, BLOCK_D)[None, None, :]
+    t = t0 + r * SPAN + c
+    mask = (t >= 0) & (t < N) & (d < D) & wanted[:, None, None]
+    return tl.load(x_ptr + ((b * N + t) * HX + h) * D + d, mask=mask, other=0.0).to(tl.float32)

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import log2
+from .launch import every_row, load_windows, log2
 from .ordering import static_level_offset, static_stored_offset
 
 
@@ -55,21 +55,6 @@ def stored_levels(seq_len: int, pool: int, levels: int, gathered: int | None = N
 
 
 @triton.jit
-def _load_windows(x_ptr, t0, b, h, N, HX: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr,
-                  SPAN: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Tokens [t0, t0 + ROWS*SPAN) of head h as float32 [ROWS, SPAN, BLOCK_D]: one pooling window per row.
-
-    Loading each level's windows as their own axis keeps every reduction inside registers and warps
-    (reshaping one tile level by level costs shared-memory round trips); the re-reads hit the cache.
-    """
-    r = tl.arange(0, ROWS)[:, None, None]
-    c = tl.arange(0, SPAN)[None, :, None]
-    d = tl.arange(0, BLOCK_D)[None, None, :]
-    t = t0 + r * SPAN + c
-    return tl.load(x_ptr + ((b * N + t) * HX + h) * D + d, mask=(t < N) & (d < D), other=0.0).to(tl.float32)
-
-
-@triton.jit
 def _pool_head(x_ptr, pyr_ptr, t0, b, h, N, NP, HX: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
                LOG2P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STORED: tl.constexpr,
                SCORE: tl.constexpr):
@@ -77,12 +62,13 @@ def _pool_head(x_ptr, pyr_ptr, t0, b, h, N, NP, HX: tl.constexpr, D: tl.constexp
     of squares, [BLOCK_T] (zeros without SCORE)."""
     ss = tl.zeros([BLOCK_T], tl.float32)
     if SCORE:
-        x = _load_windows(x_ptr, t0, b, h, N, HX, D, BLOCK_T, 1, BLOCK_D)
+        x = load_windows(x_ptr, t0, b, h, N, every_row(BLOCK_T), HX, D, BLOCK_T, 1, BLOCK_D)
         ss = tl.sum(tl.sum(x * x, axis=2), axis=1)
     d = tl.arange(0, BLOCK_D)
     for lvl in tl.static_range(1, L):
         if (STORED >> lvl) & 1:
-            x = _load_windows(x_ptr, t0, b, h, N, HX, D, BLOCK_T >> (lvl * LOG2P), 1 << (lvl * LOG2P), BLOCK_D)
+            x = load_windows(x_ptr, t0, b, h, N, every_row(BLOCK_T >> (lvl * LOG2P)), HX, D, BLOCK_T >> (lvl * LOG2P),
+                             1 << (lvl * LOG2P), BLOCK_D)
             r = (t0 >> (lvl * LOG2P)) + tl.arange(0, BLOCK_T >> (lvl * LOG2P))
             out = pyr_ptr + ((b * NP + static_stored_offset(lvl, N, LOG2P, STORED) + r)[:, None] * HX + h) * D
             mean = tl.sum(x, axis=1) * (1.0 / (1 << (lvl * LOG2P)))

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import log2, program_block, row_block
+from .launch import load_windows, log2, program_block, row_block
 from .ordering import static_level_offset
 
 WINDOW_TOKENS = 64  # positions per program of the backward (at least one coarsest window), 2 warps per 64
@@ -42,21 +42,6 @@ def _scatter_fwd_kernel(ot_ptr, slots_ptr, o_ptr, N, NOUT, NTOT, S, H: tl.conste
 
 
 @triton.jit
-def _window_sums(g_ptr, u0, b, h, NOUT, wanted, H: tl.constexpr, D: tl.constexpr, ROWS: tl.constexpr,
-                 SPAN: tl.constexpr, BLOCK_D: tl.constexpr):
-    """float32 [ROWS, BLOCK_D]: row r sums tokens [u0 + r*SPAN - 1, u0 + (r+1)*SPAN - 1) of head h (tokens
-    outside [0, NOUT) count zero) where `wanted[r]`, else 0; only wanted windows are read. Each window is
-    loaded as its own axis, as in `kernels.pyramid`."""
-    r = tl.arange(0, ROWS)[:, None, None]
-    c = tl.arange(0, SPAN)[None, :, None]
-    d = tl.arange(0, BLOCK_D)[None, None, :]
-    t = u0 - 1 + r * SPAN + c
-    mask = (t >= 0) & (t < NOUT) & (d < D) & wanted[:, None, None]
-    x = tl.load(g_ptr + ((b * NOUT + t) * H + h) * D + d, mask=mask, other=0.0)
-    return tl.sum(x.to(tl.float32), axis=1)
-
-
-@triton.jit
 def _scatter_bwd_kernel(do_ptr, slots_ptr, dot_ptr, N, NOUT, NTOT, S, H: tl.constexpr, G: tl.constexpr,
                         D: tl.constexpr, L: tl.constexpr, LOG2P: tl.constexpr, BLOCK_U: tl.constexpr,
                         BLOCK_D: tl.constexpr):
@@ -77,8 +62,10 @@ def _scatter_bwd_kernel(do_ptr, slots_ptr, dot_ptr, N, NOUT, NTOT, S, H: tl.cons
         slot = tl.load(slots_row + static_level_offset(lvl, N, LOG2P) + i, mask=valid, other=-1)
         for r in tl.static_range(REP):
             h = g * REP + r
-            sums = _window_sums(do_ptr, u0, b, h, NOUT, slot >= 0, H, D, BLOCK_U >> (lvl * LOG2P),
-                                1 << (lvl * LOG2P), BLOCK_D)
+            # rows: the windows of the level's entries, shifted back one token (tokens < 0 or >= NOUT: zero)
+            windows = load_windows(do_ptr, u0 - 1, b, h, NOUT, slot >= 0, H, D, BLOCK_U >> (lvl * LOG2P),
+                                   1 << (lvl * LOG2P), BLOCK_D)
+            sums = tl.sum(windows, axis=1)
             tl.store(dot_ptr + ((b * S + slot) * H + h)[:, None] * D + d[None, :],
                      sums.to(dot_ptr.dtype.element_ty), mask=(slot >= 0)[:, None] & dmask)
 
