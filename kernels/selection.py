@@ -223,6 +223,8 @@ def _select_tile_kernel(sq_ptr, sk_ptr, out_ptr, slots_ptr, chosen_ptr, N, NTOT,
     run_q, run_k = _rank_coarsest(sq_row + top_off, sk_row + top_off, base, C, M, BLOCK_C, PREFIX)
     _store_choice(run_q, run_k, sq_row + top_off, chosen_tile + (TOP - 1) * M, M // 2, PREFIX)
 
+    # (each tl.debug_barrier below: the next phase reads what other threads of this program wrote to global
+    # memory in the one before; a CTA barrier makes those writes visible)
     # descent, finer levels: the candidates are the p*m children of the m expanded entries
     for step in tl.static_range(L - 2):
         tl.debug_barrier()
