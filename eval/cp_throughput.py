@@ -13,7 +13,7 @@ from pathlib import Path
 
 from eval.device import pick_device
 from eval.records import environment
-from eval.throughput import fmt, job_args, run_variant
+from eval.throughput import WARMUP_STEPS, fmt, job_args, run_variant
 from recipe.run_record import REPO
 
 ATTENTIONS = ("lighthouse", "dense")
@@ -102,7 +102,7 @@ def report(records: list[dict]) -> str:
     """What the variants shared, the environment line and the table."""
     first = records[0]
     return (f"\n{describe(first)}, {first['tokens_per_rank']:,} tokens per rank, batch 1, "
-            f"activation checkpointing {first['activation_checkpointing']}, {first['steps']} steps (first not timed)\n"
+            f"activation checkpointing {first['activation_checkpointing']}, {first['steps']} steps (first {WARMUP_STEPS} not timed)\n"
             + " | ".join(f"{k} {v}" for k, v in first["environment"].items()) + "\n" + table(records))
 
 

@@ -10,8 +10,9 @@ torchtitan's per-block `torch.compile` of the model, Lighthouse layers included)
 dense attention (cuDNN SDPA on CUDA), same settings otherwise: local batch 1, synthetic data, no
 checkpoints, no selection statistics (their extra selection pass stays out of the timed steps),
 `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`. Each variant is its own process (an out-of-memory run
-is recorded as such and the others still run). tok/s and peak reserved memory are torchtitan's own,
-logged at the last step over every step after the first.
+is recorded as such and the others still run). tok/s is torchtitan's per-step tok/s over the steps after
+the first two (warm-up under torch.compile; `eval.throughput.WARMUP_STEPS`), peak reserved memory
+torchtitan's own.
 
 Then it times one attention call of the model's shape (B 1, the model's heads and head dim) with the
 Lighthouse call the model used and with dense SDPA, forward and forward + backward, and turns that into
@@ -34,20 +35,21 @@ from torchtitan.config import ConfigManager
 from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.records import environment
-from eval.throughput import DEFAULT_CONFIG, amdahl, attention_times, fmt, job_args, run_variant
+from eval.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, run_variant,
+                             too_few_steps)
 from recipe.run_record import REPO
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument("--seq-len", type=int, default=98304)
-    parser.add_argument("--steps", type=int, default=7, help="steps per variant; all after the first are timed")
+    parser.add_argument("--steps", type=int, default=8, help="steps per variant; all after the first two are timed")
     parser.add_argument("--ac", default="none,full", help="activation checkpointing modes, comma-separated")
     parser.add_argument("--compile", default="off", help="torch.compile settings, comma-separated: off, on")
     parser.add_argument("--json", type=Path, help="write the records here")
     args = parser.parse_args(argv)
-    if args.steps < 2:
-        raise SystemExit(f"--steps={args.steps}: at least 2 (the first step is not timed)")
+    if error := too_few_steps(args.steps):
+        parser.error(error)
     compiles = args.compile.split(",")
     if not set(compiles) <= {"off", "on"}:
         raise SystemExit(f"--compile={args.compile!r}: comma-separated values of off, on")
@@ -90,7 +92,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "environment": env,
         })
 
-    print(f"\n{model}\nseq_len {args.seq_len}, batch 1, {args.steps} steps (first not timed)")
+    print(f"\n{model}\nseq_len {args.seq_len}, batch 1, {args.steps} steps (first {WARMUP_STEPS} not timed)")
     print(" | ".join(f"{k} {v}" for k, v in env.items()))
     print("\n| activation checkpointing | compile | Lighthouse tok/s | dense tok/s | speedup | Lighthouse peak GiB | "
           "dense peak GiB | per-layer attention speedup | Amdahl ceiling | predicted |")

@@ -60,7 +60,7 @@ def test_cp1_is_required_as_the_baseline():
 @pytest.mark.slow
 def test_cpu_run_of_the_debug_model_at_cp_1_and_2(tmp_path):
     out = tmp_path / "cp.json"
-    run = run_script("--config", "configs/debug.toml", "--tokens-per-rank", "512", "--steps", "2", "--topk", "64",
+    run = run_script("--config", "configs/debug.toml", "--tokens-per-rank", "512", "--steps", "3", "--topk", "64",
                      "--ac", "none", "--cp", "1,2", "--json", str(out), "--plot", str(tmp_path / "cp.png"))
     assert run.returncode == 0, run.stderr[-4000:]
     records = json.loads(out.read_text())

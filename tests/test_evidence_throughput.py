@@ -54,10 +54,35 @@ def test_a_variant_that_runs_out_of_memory_is_recorded_not_raised(monkeypatch, t
         throughput.run_variant([], tmp_path, 3)
 
 
+def test_only_the_steps_after_the_warm_up_are_timed_as_total_tokens_over_total_time(monkeypatch, tmp_path):
+    per_step = [10.0, 20.0, 100.0, 50.0]  # tok/s of steps 1-4; steps 1 and 2 are warm-up
+
+    def fake_run(*args, **kwargs):
+        rows = [{"step": i + 1, throughput.TPS_TAG: tps, throughput.MEMORY_TAG: 2.0, "memory/max_active(GiB)": 1.5,
+                 "tflops": 3.0} for i, tps in enumerate(per_step)]
+        (tmp_path / throughput.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return subprocess.CompletedProcess(args, 0, stdout="", stderr="")
+
+    monkeypatch.setattr(throughput.subprocess, "run", fake_run)
+    run = throughput.run_variant([], tmp_path, 4)
+    assert throughput.WARMUP_STEPS == 2
+    assert run["tok_s"] == pytest.approx(2 / (1 / 100.0 + 1 / 50.0))  # 66.7, not the mean 75 nor with warm-up
+    assert run["tok_s_per_step"] == per_step
+    assert run["peak_gib"] == 2.0
+
+
+def test_too_few_steps_to_time_is_refused_naming_the_value():
+    assert throughput.too_few_steps(2) == "--steps=2: at least 3 (the first 2 steps are not timed)"
+    assert throughput.too_few_steps(3) is None
+    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--steps", "2"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "--steps=2: at least 3" in out.stderr
+
+
 @pytest.mark.slow
 def test_cpu_run_of_the_debug_model_writes_one_record_per_checkpointing_mode(tmp_path):
     out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--config", "configs/debug.toml", "--seq-len",
-                          "256", "--steps", "2", "--ac", "none", "--json", str(tmp_path / "tt.json")],
+                          "256", "--steps", "3", "--ac", "none", "--json", str(tmp_path / "tt.json")],
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     (record,) = json.loads((tmp_path / "tt.json").read_text())
