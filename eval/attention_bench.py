@@ -22,7 +22,7 @@ import triton
 
 from eval.gpu_parity import fwd_bwd, ratios
 from kernels.gather import gather_pyramid
-from kernels.pyramid import pool_and_score
+from kernels.pyramid import pool_and_score, stored_rows
 from kernels.scatter import scatter_back
 from lighthouse import (
     LighthouseConfig,
@@ -366,8 +366,7 @@ def extras(n: int, topk: int) -> list[str]:
         return pooled, [torch.cat(pyramid_scores(s, POOL, LEVELS), dim=-1) for s in (sq, sk)]
 
     triton_ms = median_ms(lambda: pool_and_score(q, k, v, POOL, LEVELS, stored=stored))
-    stored_rows = pool_and_score(q, k, v, POOL, LEVELS, stored=stored).q.shape[1]
-    pool_bytes = B * (n + stored_rows) * (H + 2 * G) * D * 2
+    pool_bytes = B * (n + stored_rows(n, POOL, LEVELS, stored)) * (H + 2 * G) * D * 2
     for tokens in (32, 64, 128, 256):
         for warps in (4, 8):
             ms = median_ms(lambda: pool_and_score(q, k, v, POOL, LEVELS, stored=stored, tokens_per_program=tokens,

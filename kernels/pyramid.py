@@ -54,6 +54,11 @@ def stored_levels(seq_len: int, pool: int, levels: int, gathered: int | None = N
     return mask
 
 
+def stored_rows(seq_len: int, pool: int, levels: int, stored: int) -> int:
+    """Rows per batch row of the stored pooled levels (bitmask `stored`) of a `seq_len`-token row."""
+    return sum(seq_len // pool**lvl for lvl in range(1, levels) if stored >> lvl & 1)
+
+
 @triton.jit
 def _pool_head(x_ptr, pyr_ptr, t0, b, h, N, NP, HX: tl.constexpr, D: tl.constexpr, L: tl.constexpr,
                LOG2P: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, STORED: tl.constexpr,
@@ -126,7 +131,7 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
     stored = stored_levels(n, pool, levels) if stored is None else stored
     if stored & 1 or stored >> levels or not stored >> (levels - 1) & 1:
         raise ValueError(f"stored={stored:#b} must keep the coarsest level {levels - 1} and only levels 1..{levels - 1}")
-    np_ = sum(n // pool**lvl for lvl in range(1, levels) if stored >> lvl & 1)
+    np_ = stored_rows(n, pool, levels, stored)
     ntot = sum(n // pool**lvl for lvl in range(levels))
     span = pool ** (levels - 1)
     block_d = triton.next_power_of_2(d)
