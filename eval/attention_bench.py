@@ -33,7 +33,8 @@ from lighthouse import (
     pyramid_scores,
     reference_lighthouse_attention,
 )
-from lighthouse.fused import fused_lighthouse_attention, pyramid_levels_to_store, select_gather_order, selection_of
+from lighthouse.fused import pyramid_levels_to_store, select_gather_order, selection_of
+from lighthouse.fused_node import fused_lighthouse_attention
 from lighthouse.gather import per_head_index
 
 B, H, G, D, DTYPE, LEVELS, POOL = 1, 8, 8, 128, torch.bfloat16, 3, 4

@@ -30,7 +30,8 @@ from lighthouse import (
     reference_lighthouse_attention,
     token_scores,
 )
-from lighthouse.fused import attend_in_order, fused_lighthouse_attention, pyramid_levels_to_store, select_gather_order, selection_of
+from lighthouse.fused import attend_in_order, pyramid_levels_to_store, select_gather_order, selection_of
+from lighthouse.fused_node import fused_lighthouse_attention
 from lighthouse.testing import ERROR_RATIO, error_ratio
 
 # (B, N, H, G, D, dtype, LighthouseConfig kwargs)

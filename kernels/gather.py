@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import log2, program_block, row_block
+from .launch import cdiv, launch, log2, program_block, row_block
 from .ordering import decode_entry, static_level_offset, stored_level_offset
 from .pyramid import Pyramid
 
@@ -88,6 +88,37 @@ def _pool_gather_bwd_kernel(slots_ptr, dqt_ptr, dkt_ptr, dvt_ptr, dq_ptr, dk_ptr
     _pool_gather_bwd_head(dvt_ptr, dv_ptr, slots_row, b, g, j, jmask, N, S, G, D, L, LOG2P, BLOCK_N, BLOCK_D)
 
 
+def gather_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qp: torch.Tensor, kp: torch.Tensor,
+                vp: torch.Tensor, stored: int, packed: torch.Tensor, pool: int, levels: int
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q~ [B, S, H, D], K~, V~ [B, S, G, D] in gather order from contiguous q, k, v and their stored pooled
+    levels (`Pyramid`); no autograd (`gather_pyramid` is the differentiable form)."""
+    b, n, h, d = q.shape
+    g, s = k.shape[2], packed.shape[-1]
+    qt, kt, vt = q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d)
+    block_s, block_d = row_block(d)
+    launch(
+        _gather_kernel, (cdiv(s, block_s), b * g), packed, q, k, v, qp, kp, vp, qt, kt, vt, n, qp.shape[1], s,
+        H=h, G=g, D=d, L=levels, LOG2P=log2(pool), STORED=stored, BLOCK_S=block_s, BLOCK_D=block_d,
+    )
+    return qt, kt, vt
+
+
+def gather_rows_backward(dqt: torch.Tensor, dkt: torch.Tensor, dvt: torch.Tensor, slots: torch.Tensor,
+                         seq_len: int, pool: int, levels: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq [B, N, H, D], dk, dv [B, N, G, D] from the gradients of Q~, K~, V~ through gather and pooling,
+    given the inverse map entry -> slot of the gather order."""
+    b, s, h, d = dqt.shape
+    g = dkt.shape[2]
+    dq, dk, dv = dqt.new_empty(b, seq_len, h, d), dkt.new_empty(b, seq_len, g, d), dvt.new_empty(b, seq_len, g, d)
+    block_n, block_d = row_block(d)
+    launch(
+        _pool_gather_bwd_kernel, (cdiv(seq_len, block_n), b * g), slots, dqt.contiguous(), dkt.contiguous(),
+        dvt.contiguous(), dq, dk, dv, seq_len, slots.shape[-1], s,
+        H=h, G=g, D=d, L=levels, LOG2P=log2(pool), BLOCK_N=block_n, BLOCK_D=block_d,
+    )
+    return dq, dk, dv
+
 
 class GatherPyramid(torch.autograd.Function):
     """(q, k, v, their pooled levels, gather order) -> Q~, K~, V~; gradient flows to q, k, v through
@@ -95,31 +126,14 @@ class GatherPyramid(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, qp, kp, vp, stored: int, packed, slots, pool: int, levels: int):
-        b, n, h, d = q.shape
-        g, s = k.shape[2], packed.shape[-1]
-        qt, kt, vt = q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d)
-        block_s, block_d = row_block(d)
-        _gather_kernel[(triton.cdiv(s, block_s), b * g)](
-            packed, q, k, v, qp, kp, vp, qt, kt, vt, n, qp.shape[1], s,
-            H=h, G=g, D=d, L=levels, LOG2P=log2(pool), STORED=stored, BLOCK_S=block_s, BLOCK_D=block_d,
-        )
         ctx.save_for_backward(slots)
-        ctx.meta = (q.shape, k.shape, pool, levels)
-        return qt, kt, vt
+        ctx.meta = (q.shape[1], pool, levels)
+        return gather_rows(q, k, v, qp, kp, vp, stored, packed, pool, levels)
 
     @staticmethod
     def backward(ctx, dqt, dkt, dvt):
         (slots,) = ctx.saved_tensors
-        q_shape, k_shape, pool, levels = ctx.meta
-        b, n, h, d = q_shape
-        g, s = k_shape[2], dqt.shape[1]
-        dq, dk, dv = dqt.new_empty(q_shape), dkt.new_empty(k_shape), dvt.new_empty(k_shape)
-        block_n, block_d = row_block(d)
-        _pool_gather_bwd_kernel[(triton.cdiv(n, block_n), b * g)](
-            slots, dqt.contiguous(), dkt.contiguous(), dvt.contiguous(), dq, dk, dv, n, slots.shape[-1], s,
-            H=h, G=g, D=d, L=levels, LOG2P=log2(pool), BLOCK_N=block_n, BLOCK_D=block_d,
-        )
-        return dq, dk, dv, None, None, None, None, None, None, None, None
+        return (*gather_rows_backward(dqt, dkt, dvt, slots, *ctx.meta), None, None, None, None, None, None, None, None)
 
 
 def gather_pyramid(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, packed: torch.Tensor,

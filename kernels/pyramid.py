@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import every_row, load_windows, log2
+from .launch import cdiv, every_row, launch, load_windows, log2, next_power_of_2
 from .ordering import static_level_offset, static_stored_offset
 
 
@@ -134,8 +134,8 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
     np_ = stored_rows(n, pool, levels, stored)
     ntot = sum(n // pool**lvl for lvl in range(levels))
     span = pool ** (levels - 1)
-    block_d = triton.next_power_of_2(d)
-    block_t = max(span, triton.next_power_of_2(tokens_per_program))
+    block_d = next_power_of_2(d)
+    block_t = max(span, next_power_of_2(tokens_per_program))
     num_warps = num_warps or max(2, block_t // 32)
     qp = q.new_empty(b, np_, h, d)
     kp = k.new_empty(b, np_, g, d)
@@ -143,8 +143,8 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
     shape = (b, g, ntot) if scores else (0,)
     sq = torch.empty(shape, dtype=torch.float32, device=q.device)
     sk = torch.empty(shape, dtype=torch.float32, device=q.device)
-    _pool_score_kernel[(triton.cdiv(n, block_t), b * g)](
-        q, k, v, qp, kp, vp, sq, sk, n, np_, ntot, H=h, G=g, D=d, L=levels,
+    launch(
+        _pool_score_kernel, (cdiv(n, block_t), b * g), q, k, v, qp, kp, vp, sq, sk, n, np_, ntot, H=h, G=g, D=d, L=levels,
         LOG2P=log2(pool), BLOCK_T=block_t, BLOCK_D=block_d, SCORE=scores, STORED=stored, num_warps=num_warps,
     )
     return Pyramid(qp, kp, vp, sq, sk, stored)
@@ -196,10 +196,10 @@ def causal_score_levels(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: 
             if h.shape != (rows, groups, halo):
                 raise ValueError(f"history{tuple(h.shape)} must be [R, G, pool**(levels-1) - 1] = {(rows, groups, halo)}")
         history = tuple(h.contiguous() for h in history)
-    block_t = max(pool ** (levels - 1), triton.next_power_of_2(tokens_per_program))
+    block_t = max(pool ** (levels - 1), next_power_of_2(tokens_per_program))
     hq, hk = history if history is not None else (sq, sk)
-    _causal_levels_kernel[(triton.cdiv(seq_len, block_t), rows * groups)](
-        sq, sk, hq, hk, seq_len, ntot, L=levels, LOG2P=log2(pool), HALO=halo, HISTORY=history is not None,
+    launch(
+        _causal_levels_kernel, (cdiv(seq_len, block_t), rows * groups), sq, sk, hq, hk, seq_len, ntot, L=levels, LOG2P=log2(pool), HALO=halo, HISTORY=history is not None,
         BLOCK_T=block_t, num_warps=4,
     )
     return sq, sk

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import load_windows, log2, program_block, row_block
+from .launch import cdiv, launch, load_windows, log2, next_power_of_2, program_block, row_block
 from .ordering import static_level_offset
 
 WINDOW_TOKENS = 64  # positions per program of the backward (at least one coarsest window), 2 warps per 64
@@ -70,42 +70,56 @@ def _scatter_bwd_kernel(do_ptr, slots_ptr, dot_ptr, N, NOUT, NTOT, S, H: tl.cons
                      sums.to(dot_ptr.dtype.element_ty), mask=(slot >= 0)[:, None] & dmask)
 
 
-class ScatterBack(torch.autograd.Function):
-    """o_tilde [B, S, H, D] -> o [B, N(+spill), H, D] given the inverse map entry -> slot of the gather order.
+def scatter_rows(o_tilde: torch.Tensor, slots: torch.Tensor, seq_len: int, pool: int, levels: int,
+                 spill: bool = False, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """o [B, N(+spill), H, D] from o_tilde [B, S, H, D] and the inverse map entry -> slot of the gather
+    order, summed in float32 and stored in `out_dtype` (o_tilde's dtype if None); no autograd
+    (`scatter_back` is the differentiable form)."""
+    b, s, h, d = o_tilde.shape
+    g = slots.shape[1]
+    n_out = seq_len + (pool ** (levels - 1) - 1 if spill else 0)
+    o = o_tilde.new_empty(b, n_out, h, d, dtype=out_dtype or o_tilde.dtype)
+    block_n, block_d = row_block(d)
+    launch(
+        _scatter_fwd_kernel, (cdiv(n_out, block_n), b * g), o_tilde.contiguous(), slots, o, seq_len, n_out,
+        slots.shape[-1], s, H=h, G=g, D=d, L=levels, LOG2P=log2(pool), BLOCK_N=block_n, BLOCK_D=block_d,
+        num_warps=2,
+    )
+    return o
 
-    Sums in float32 and stores in `out_dtype` (o_tilde's dtype if None); the gradient is o_tilde's dtype.
-    """
+
+def scatter_rows_backward(grad_o: torch.Tensor, slots: torch.Tensor, seq_len: int, gathered: int, pool: int,
+                          levels: int, dtype: torch.dtype) -> torch.Tensor:
+    """The gradient of o_tilde [B, S=gathered, H, D] in `dtype` from grad_o [B, N(+spill), H, D]: each slot's
+    sum of grad_o over its shifted range, in float32."""
+    b, n_out, h, d = grad_o.shape
+    g = slots.shape[1]
+    grad_ot = grad_o.new_empty(b, gathered, h, d, dtype=dtype)
+    span = pool ** (levels - 1)
+    block_u = max(span, WINDOW_TOKENS)
+    launch(
+        _scatter_bwd_kernel, (cdiv(seq_len + span, block_u), b * g), grad_o.contiguous(), slots, grad_ot,
+        seq_len, n_out, slots.shape[-1], gathered, H=h, G=g, D=d, L=levels, LOG2P=log2(pool), BLOCK_U=block_u,
+        BLOCK_D=next_power_of_2(d), num_warps=max(2, block_u // 32),
+    )
+    return grad_ot
+
+
+class ScatterBack(torch.autograd.Function):
+    """o_tilde [B, S, H, D] -> o [B, N(+spill), H, D] given the inverse map entry -> slot of the gather order
+    (`scatter_rows`); the gradient is o_tilde's dtype."""
 
     @staticmethod
     def forward(ctx, o_tilde, slots, seq_len: int, pool: int, levels: int, spill: bool,
                 out_dtype: torch.dtype | None):
-        b, s, h, d = o_tilde.shape
-        g = slots.shape[1]
-        n_out = seq_len + (pool ** (levels - 1) - 1 if spill else 0)
-        o = o_tilde.new_empty(b, n_out, h, d, dtype=out_dtype or o_tilde.dtype)
-        block_n, block_d = row_block(d)
-        _scatter_fwd_kernel[(triton.cdiv(n_out, block_n), b * g)](
-            o_tilde.contiguous(), slots, o, seq_len, n_out, slots.shape[-1], s, H=h, G=g, D=d, L=levels,
-            LOG2P=log2(pool), BLOCK_N=block_n, BLOCK_D=block_d, num_warps=2,
-        )
         ctx.save_for_backward(slots)
-        ctx.meta = (seq_len, s, pool, levels, o_tilde.dtype)
-        return o
+        ctx.meta = (seq_len, o_tilde.shape[1], pool, levels, o_tilde.dtype)
+        return scatter_rows(o_tilde, slots, seq_len, pool, levels, spill, out_dtype)
 
     @staticmethod
     def backward(ctx, grad_o):
         (slots,) = ctx.saved_tensors
-        seq_len, s, pool, levels, ot_dtype = ctx.meta
-        b, n_out, h, d = grad_o.shape
-        g = slots.shape[1]
-        grad_ot = grad_o.new_empty(b, s, h, d, dtype=ot_dtype)
-        span = pool ** (levels - 1)
-        block_u = max(span, WINDOW_TOKENS)
-        _scatter_bwd_kernel[(triton.cdiv(seq_len + span, block_u), b * g)](
-            grad_o.contiguous(), slots, grad_ot, seq_len, n_out, slots.shape[-1], s, H=h, G=g, D=d, L=levels,
-            LOG2P=log2(pool), BLOCK_U=block_u, BLOCK_D=triton.next_power_of_2(d), num_warps=max(2, block_u // 32),
-        )
-        return grad_ot, None, None, None, None, None, None
+        return scatter_rows_backward(grad_o, slots, *ctx.meta), None, None, None, None, None, None
 
 
 def scatter_back(o_tilde: torch.Tensor, slots: torch.Tensor, seq_len: int, pool: int, levels: int,

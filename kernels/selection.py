@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .launch import log2
+from .launch import launch, log2, next_power_of_2
 from .ordering import packed_dtype, packed_key, static_level_offset
 
 _POS_SCALE = tl.constexpr(2**31)  # positions take the low 31 bits of a key
@@ -263,9 +263,9 @@ def select_order(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, le
     packed = torch.empty(b, g, tiles * per_tile, dtype=key_dtype or packed_dtype(seq_len, levels), device=sq.device)
     slots = torch.full((b, g, ntot), -1, dtype=torch.int32, device=sq.device)
     chosen = torch.empty(b * g * tiles * (levels - 1) * tile_budget, dtype=torch.int32, device=sq.device)
-    block = max(tile_budget, min(triton.next_power_of_2(coarse_per_tile), coarse_block))
-    _select_tile_kernel[(tiles, b * g)](
-        sq.contiguous(), sk.contiguous(), packed, slots, chosen, seq_len, ntot, tiles * per_tile,
+    block = max(tile_budget, min(next_power_of_2(coarse_per_tile), coarse_block))
+    launch(
+        _select_tile_kernel, (tiles, b * g), sq.contiguous(), sk.contiguous(), packed, slots, chosen, seq_len, ntot, tiles * per_tile,
         coarse_per_tile, per_tile, L=levels, LOG2P=log2(pool), M=tile_budget, BLOCK_C=block, PREFIX=prefix,
         num_warps=num_warps,
     )

@@ -1,10 +1,11 @@
-"""The fused Lighthouse layer: the Triton kernels of `kernels/` composed into the pipeline of `reference.py`.
+"""The stages of the fused Lighthouse layer: the Triton kernels of `kernels/` composed into the pipeline of
+`reference.py` (`lighthouse.fused_node` runs them as the layer; context parallelism composes them itself).
 
 Same function as `lighthouse.reference_lighthouse_attention` (SPEC sections 1-5), same argument layout.
 Differences from the reference are float rounding only: per-token norms and pooled means are summed in
 another order, and gradients of a token are summed in float32 then cast once (the reference adds its
 bf16 parts). The selection itself matches the reference index for index on the same scores.
-Importing this module imports Triton; `lighthouse.layer` imports it only where the fused path runs.
+Importing this module imports Triton; `lighthouse.layer` imports the fused layer only where it runs.
 """
 from __future__ import annotations
 
@@ -96,23 +97,6 @@ def pool_and_score_pyramids(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, c
     if norm:
         return (pyramid, *norm_score_pyramids(pyramid, q.shape[1], config))
     return (pyramid, *(score_pyramid(s, config) for s in token_scores(q, k, v, config)))
-
-
-def fused_lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                               config: LighthouseConfig) -> torch.Tensor:
-    """Lighthouse attention on q [B, N, H, D], k/v [B, N, G, D] -> o [B, N, H, D] (q's dtype), inputs and
-    length already checked (`lighthouse.lighthouse_attention` is the public entry).
-
-    Differentiable in q, k, v; no host synchronisation and static shapes (CUDA-graph and torch.compile
-    friendly). `lighthouse.layer.resolve_implementation` has checked that the kernels take the call.
-    """
-    if config.levels == 1:
-        return causal_attention(q, k, v, config.backend)
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    with torch.no_grad():
-        pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
-        order = select_gather_order(sq, sk, q.shape[1], config)
-    return attend_in_order(q, k, v, pyramid, order, config)
 
 
 def attend_in_order(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, order: GatherOrder,

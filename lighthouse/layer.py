@@ -57,7 +57,7 @@ def lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, conf
     check_inputs(q, k, v)
     config.validate(q.shape[1])
     if resolve_implementation(q, config) == "fused":
-        from .fused import fused_lighthouse_attention
+        from .fused_node import fused_lighthouse_attention
 
         return fused_lighthouse_attention(q, k, v, config)
     return reference_lighthouse_attention(q, k, v, config)

@@ -1,0 +1,165 @@
+"""The fused layer on one device as one autograd node: pooling, selection, gather, attention and
+scatter-back forward; scatter-back, attention and gather-with-pooling backward.
+
+At short lengths the layer is bound by host time, not by the GPU (at N=8K one forward+backward through
+three autograd nodes, SDPA's dispatch and Triton's launch path took 1.66 ms of host time on an H100 host
+for 0.2 ms of GPU work). This node calls the attention kernel's own forward and backward ops
+(`lighthouse.attention.direct_attention`) and the kernels through `kernels.launch.launch`. Under
+torch.compile its two halves are the custom ops `lighthouse::fused_forward` and
+`lighthouse::fused_backward`, so compiled code runs this same host path instead of launching the Triton
+kernels through Inductor. Values equal the three-node path (`attend_in_order`) bit for bit.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+from kernels.gather import gather_rows, gather_rows_backward
+from kernels.scatter import scatter_rows, scatter_rows_backward
+
+from .attention import DirectAttention, direct_attention
+from .config import LighthouseConfig
+from .attention import causal_attention
+from .fused import attend_in_order, pool_and_score_pyramids, select_gather_order
+
+# The settings the node depends on, in the order the custom ops take them.
+FIELDS = ("levels", "pool", "topk", "tile_budget", "scorer", "dilation", "selection", "backend")
+
+
+@lru_cache(maxsize=64)
+def _config(levels: int, pool: int, topk: int, tile_budget: int, scorer: str, dilation: int, selection: str,
+            backend: str) -> LighthouseConfig:
+    return LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=tile_budget, scorer=scorer,
+                            dilation=dilation, selection=selection, backend=backend)
+
+
+def _attention(backend: str, q: Tensor) -> DirectAttention:
+    attention = direct_attention(backend, q.device, q.dtype)
+    if attention is None:
+        raise ValueError(f"backend={backend!r} has no direct forward and backward ops on {q.device.type}")
+    return attention
+
+
+def _heads_first(qt: Tensor, kt: Tensor, vt: Tensor, repeat_kv: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """The gathered rows [B, S, heads, D] as the attention ops take them, [B, heads, S, D] (kv repeated to
+    the query heads where the kernel needs it)."""
+    heads = qt.shape[2]
+    if repeat_kv and kt.shape[2] != heads:
+        kt, vt = (x.repeat_interleave(heads // x.shape[2], dim=2) for x in (kt, vt))
+    return qt.transpose(1, 2), kt.transpose(1, 2), vt.transpose(1, 2)
+
+
+def fused_forward(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig, with_lse: bool = True
+                  ) -> tuple[Tensor, ...]:
+    """(o, and what `fused_backward` takes: slots, Q~, K~, V~ as the attention read them [B, heads, S, D],
+    O~ and its logsumexp, which `with_lse=False` may leave empty) for contiguous q [B, N, H, D],
+    k, v [B, N, G, D]; no autograd."""
+    n = q.shape[1]
+    attention = _attention(config.backend, q)
+    pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
+    order = select_gather_order(sq, sk, n, config)
+    gathered = gather_rows(q, k, v, pyramid.q, pyramid.k, pyramid.v, pyramid.stored, order.packed, config.pool,
+                           config.levels)
+    qh, kh, vh = _heads_first(*gathered, attention.repeat_kv)
+    oh, lse = attention.forward(qh, kh, vh, with_lse)
+    o = scatter_rows(oh.transpose(1, 2), order.slots, n, config.pool, config.levels)
+    return o, order.slots, qh, kh, vh, oh, lse
+
+
+def fused_backward(grad_o: Tensor, slots: Tensor, qh: Tensor, kh: Tensor, vh: Tensor, oh: Tensor, lse: Tensor,
+                   kv_heads: int, pool: int, levels: int, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    """dq, dk, dv of `fused_forward` from the gradient of o and what it saved; no autograd."""
+    n, heads = grad_o.shape[1], grad_o.shape[2]
+    grad_ot = scatter_rows_backward(grad_o, slots, n, qh.shape[2], pool, levels, oh.dtype)
+    dq, dk, dv = (x.transpose(1, 2) for x in _attention(backend, qh).backward(
+        grad_ot.transpose(1, 2), qh, kh, vh, oh, lse))
+    if dk.shape[2] != kv_heads:  # kv were repeated for the kernel: sum each group's copies
+        dk, dv = (x.unflatten(2, (kv_heads, heads // kv_heads)).sum(3) for x in (dk, dv))
+    return gather_rows_backward(dq, dk, dv, slots, n, pool, levels)
+
+
+@torch.library.custom_op("lighthouse::fused_forward", mutates_args=())
+def _fused_forward_op(q: Tensor, k: Tensor, v: Tensor, levels: int, pool: int, topk: int, tile_budget: int,
+                      scorer: str, dilation: int, selection: str, backend: str
+                      ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return fused_forward(q, k, v, _config(levels, pool, topk, tile_budget, scorer, dilation, selection, backend))
+
+
+@_fused_forward_op.register_fake
+def _(q, k, v, levels, pool, topk, tile_budget, scorer, dilation, selection, backend):
+    # the settings may be symbolic here (torch.compile made them dynamic): S written out, not from a config
+    (b, n, h, d), g = q.shape, k.shape[2]
+    s = n // pool ** (levels - 1) + (levels - 1) * pool * topk
+    attention = _attention(backend, q)
+    qh, kh, vh = _heads_first(q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d),
+                              attention.repeat_kv)
+    oh, lse = attention.forward(qh, kh, vh, True)
+    entries = sum(n // pool**level for level in range(levels))
+    return q.new_empty(b, n, h, d), q.new_empty(b, g, entries, dtype=torch.int32), qh, kh, vh, oh, lse
+
+
+@torch.library.custom_op("lighthouse::fused_backward", mutates_args=())
+def _fused_backward_op(grad_o: Tensor, slots: Tensor, qh: Tensor, kh: Tensor, vh: Tensor, oh: Tensor, lse: Tensor,
+                       kv_heads: int, pool: int, levels: int, backend: str) -> tuple[Tensor, Tensor, Tensor]:
+    return fused_backward(grad_o, slots, qh, kh, vh, oh, lse, kv_heads, pool, levels, backend)
+
+
+@_fused_backward_op.register_fake
+def _(grad_o, slots, qh, kh, vh, oh, lse, kv_heads, pool, levels, backend):
+    (b, n, h, d), dtype = grad_o.shape, qh.dtype
+    return (grad_o.new_empty(b, n, h, d, dtype=dtype), grad_o.new_empty(b, n, kv_heads, d, dtype=dtype),
+            grad_o.new_empty(b, n, kv_heads, d, dtype=dtype))
+
+
+def _forward(q: Tensor, k: Tensor, v: Tensor, fields: tuple, with_lse: bool) -> tuple[Tensor, ...]:
+    """`fused_forward` for the settings `fields`: its custom op while torch.compile traces."""
+    if torch.compiler.is_compiling():
+        return torch.ops.lighthouse.fused_forward(q, k, v, *fields)
+    return fused_forward(q, k, v, _config(*fields), with_lse)
+
+
+class FusedLighthouse(torch.autograd.Function):
+    """q, k, v -> o of the fused layer in one node; the settings come as plain values (`FIELDS`)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, *fields):
+        o, *saved = _forward(q, k, v, fields, with_lse=True)
+        ctx.save_for_backward(*saved)
+        config = dict(zip(FIELDS, fields))
+        ctx.meta = (k.shape[2], config["pool"], config["levels"], config["backend"])
+        return o
+
+    @staticmethod
+    def backward(ctx, grad_o):
+        args = (grad_o.contiguous(), *ctx.saved_tensors, *ctx.meta)
+        if torch.compiler.is_compiling():
+            grads = torch.ops.lighthouse.fused_backward(*args)
+        else:
+            grads = fused_backward(*args)
+        return (*grads, *(None for _ in FIELDS))
+
+
+def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig) -> Tensor:
+    """Lighthouse attention on q [B, N, H, D], k/v [B, N, G, D] -> o [B, N, H, D] (q's dtype), inputs and
+    length already checked (`lighthouse.lighthouse_attention` is the public entry).
+
+    One autograd node (`FusedLighthouse`; without gradients, its forward alone) where the attention kernel
+    has direct ops here (`direct_attention`: cuDNN on CUDA, flash on CPU), else gather, attention and
+    scatter-back as three (`lighthouse.fused.attend_in_order`). Differentiable in q, k, v; no host synchronisation and static
+    shapes (CUDA-graph and torch.compile friendly). `lighthouse.layer.resolve_implementation` has checked
+    that the kernels take the call.
+    """
+    if config.levels == 1:
+        return causal_attention(q, k, v, config.backend)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    if direct_attention(config.backend, q.device, q.dtype) is not None:
+        fields = tuple(getattr(config, name) for name in FIELDS)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return FusedLighthouse.apply(q, k, v, *fields)
+        return _forward(q, k, v, fields, with_lse=False)[0]
+    with torch.no_grad():
+        pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
+        order = select_gather_order(sq, sk, q.shape[1], config)
+    return attend_in_order(q, k, v, pyramid, order, config)
