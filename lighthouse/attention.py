@@ -67,11 +67,11 @@ class DirectAttention(NamedTuple):
     """A causal SDPA kernel as two ops outside autograd, on [B, heads, S, D] (scale 1/sqrt(D)):
     forward(q, k, v, with_lse) -> (o, logsumexp, which may be empty without `with_lse`);
     backward(grad_o, q, k, v, o, logsumexp) -> (dq, dk, dv).
-    `repeat_kv`: the kernel needs kv repeated to the query heads."""
+    `name`: the kernel's SDPA name (`sdpa_inputs` takes it to repeat kv where the kernel needs it)."""
 
     forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], tuple[torch.Tensor, torch.Tensor]]
     backward: Callable[..., tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
-    repeat_kv: bool
+    name: str
 
 
 def _cudnn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, with_lse: bool
@@ -106,7 +106,7 @@ def direct_attention(backend: str, device: torch.device, dtype: torch.dtype) -> 
     forward+backward on 1,536 gathered rows took 375 us of host time that way, 143 us called directly)."""
     name = resolve_backend(backend, device, dtype)
     if name == "cudnn" and device.type == "cuda":
-        return DirectAttention(_cudnn_forward, _cudnn_backward, repeat_kv=True)
+        return DirectAttention(_cudnn_forward, _cudnn_backward, name)
     if name == "flash" and device.type == "cpu":
-        return DirectAttention(_cpu_flash_forward, _cpu_flash_backward, repeat_kv=False)
+        return DirectAttention(_cpu_flash_forward, _cpu_flash_backward, name)
     return None

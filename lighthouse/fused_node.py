@@ -19,9 +19,8 @@ from torch import Tensor
 from kernels.gather import gather_rows, gather_rows_backward
 from kernels.scatter import scatter_rows, scatter_rows_backward
 
-from .attention import DirectAttention, direct_attention
+from .attention import DirectAttention, causal_attention, direct_attention, sdpa_inputs
 from .config import LighthouseConfig
-from .attention import causal_attention
 from .fused import attend_in_order, pool_and_score_pyramids, select_gather_order
 
 # The settings the node depends on, in the order the custom ops take them.
@@ -42,13 +41,10 @@ def _attention(backend: str, q: Tensor) -> DirectAttention:
     return attention
 
 
-def _heads_first(qt: Tensor, kt: Tensor, vt: Tensor, repeat_kv: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """The gathered rows [B, S, heads, D] as the attention ops take them, [B, heads, S, D] (kv repeated to
-    the query heads where the kernel needs it)."""
-    heads = qt.shape[2]
-    if repeat_kv and kt.shape[2] != heads:
-        kt, vt = (x.repeat_interleave(heads // x.shape[2], dim=2) for x in (kt, vt))
-    return qt.transpose(1, 2), kt.transpose(1, 2), vt.transpose(1, 2)
+def _heads_first(qt: Tensor, kt: Tensor, vt: Tensor, attention: DirectAttention) -> tuple[Tensor, Tensor, Tensor]:
+    """The gathered rows [B, S, heads, D] as the attention ops take them, [B, heads, S, D] (`sdpa_inputs`:
+    kv repeated to the query heads where the kernel needs it)."""
+    return sdpa_inputs(qt, kt, vt, attention.name)[:3]
 
 
 def fused_forward(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig, with_lse: bool = True
@@ -62,7 +58,7 @@ def fused_forward(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig, wit
     order = select_gather_order(sq, sk, n, config)
     gathered = gather_rows(q, k, v, pyramid.q, pyramid.k, pyramid.v, pyramid.stored, order.packed, config.pool,
                            config.levels)
-    qh, kh, vh = _heads_first(*gathered, attention.repeat_kv)
+    qh, kh, vh = _heads_first(*gathered, attention)
     oh, lse = attention.forward(qh, kh, vh, with_lse)
     o = scatter_rows(oh.transpose(1, 2), order.slots, n, config.pool, config.levels)
     return o, order.slots, qh, kh, vh, oh, lse
@@ -94,7 +90,7 @@ def _(q, k, v, levels, pool, topk, tile_budget, scorer, dilation, selection, bac
     s = n // pool ** (levels - 1) + (levels - 1) * pool * topk
     attention = _attention(backend, q)
     qh, kh, vh = _heads_first(q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d),
-                              attention.repeat_kv)
+                              attention)
     oh, lse = attention.forward(qh, kh, vh, True)
     entries = sum(n // pool**level for level in range(levels))
     return q.new_empty(b, n, h, d), q.new_empty(b, g, entries, dtype=torch.int32), qh, kh, vh, oh, lse
@@ -133,7 +129,7 @@ class FusedLighthouse(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_o):
-        args = (grad_o.contiguous(), *ctx.saved_tensors, *ctx.meta)
+        args = (grad_o, *ctx.saved_tensors, *ctx.meta)
         if torch.compiler.is_compiling():
             grads = torch.ops.lighthouse.fused_backward(*args)
         else:
