@@ -5,7 +5,8 @@ Single layer, B=1, H=G=8, D=128, bf16, L=3, p=4, two budgets (k=2048 and k=N/64)
 medians of the fused Lighthouse layer, of cuDNN SDPA on the full sequence and of cuDNN SDPA alone on the
 gathered length S (the ceiling), forward and forward+backward. Writes the raw medians as JSON (one object
 per point), markdown tables and log-log PNG plots. Optional: replays from CUDA graphs, per-stage breakdown
-with achieved GB/s against the measured HBM copy bandwidth, torch.compile / CUDA-graph checks, and the
+with achieved GB/s against the measured HBM copy bandwidth and the host time by segment
+(`eval.host_time`), torch.compile / CUDA-graph checks, and the
 pooling and gather kernels against torch.compile / torch.gather.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 import triton
 
 from eval.gpu_parity import fwd_bwd, ratios
+from eval.host_time import host_segments, segment_table
 from kernels.gather import gather_pyramid
 from kernels.pyramid import pool_and_score, stored_rows
 from kernels.scatter import scatter_back
@@ -180,6 +182,13 @@ def stage_breakdown(n: int, topk: int) -> list[tuple[str, float, float | None]]:
     out.append((f"layer fwd+bwd, host enqueue time per call (wall per call back to back: {wall:.3f} ms)",
                 enqueue, None))
     return out
+
+
+def host_breakdown(n: int, topk: int) -> list[tuple[str, float]]:
+    """`eval.host_time.host_segments` of the layer at one point, on fresh inputs."""
+    q, k, v = qkv(n)
+    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn")
+    return host_segments(q, k, v, torch.randn_like(q), config)
 
 
 def stage_table(n: int, topk: int, rows: list[tuple[str, float, float | None]], bandwidth: float) -> str:
@@ -475,7 +484,8 @@ def run_benchmark(ns: list[int], selections: list[str], graph_ns: list[int], sta
     for n in stage_ns:
         for topk in (t for t in budgets(n) if valid(n, t)):
             sections.append(stage_table(n, topk, stage_breakdown(n, topk), bandwidth))
-            print(sections[-1], flush=True)
+            sections.append(segment_table(n, topk, host_breakdown(n, topk)))
+            print("\n\n".join(sections[-2:]), flush=True)
     for wanted, notes_of in ((with_extras, lambda: extras(524288, 2048)),
                              (check_n, lambda: check_compile_and_graphs(check_n))):
         if not wanted:

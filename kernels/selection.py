@@ -10,10 +10,10 @@ candidates, ranked in one top-k each.
 Order: SPEC section 4's sort key puts a leaf at its first token and an expanded entry right after its
 last descendant, so a tile's gather order is a post-order walk of its selection tree, and an entry's
 place follows from subtree sizes alone: counted bottom-up over the expanded entries, then prefix-summed
-top-down. The program writes each entry's packed key (`kernels.ordering`) at its place and its place
-into the inverse map entry -> slot: no sort and no second launch. While the walk runs, the inverse map
-holds each expanded entry's count of descendants (as -2 - count) and a scratch row its expanded
-positions per level.
+top-down. The program first sets its tile's part of the inverse map entry -> slot to -1, then writes
+each entry's packed key (`kernels.ordering`) at its place and its place into the inverse map: no sort,
+no fill and no second launch. While the walk runs, the inverse map holds each expanded entry's count of
+descendants (as -2 - count) and a scratch row its expanded positions per level.
 
 Scores become exact int64 keys: the float's bits made order-preserving in the high half, (2^31-1-pos)
 in the low 31 bits, so larger key = higher score, then lower position. The prefix guarantee gives
@@ -164,6 +164,20 @@ def _place_coarsest(out_row, slots_level, base, C, first_slot, L: tl.constexpr, 
 
 
 @triton.jit
+def _clear_slots(slots_row, base, C, N, L: tl.constexpr, LOG2P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Set the inverse map of every entry under the C coarsest entries from `base` to -1 (not gathered), at
+    every level: the walk's marks and places overwrite the gathered ones."""
+    lane = tl.arange(0, BLOCK_C)
+    for lvl in tl.static_range(L):
+        count = C << ((L - 1 - lvl) * LOG2P)
+        first = static_level_offset(lvl, N, LOG2P) + (base << ((L - 1 - lvl) * LOG2P))
+        b0 = count * 0
+        while b0 < count:
+            tl.store(slots_row + first + b0 + lane, -1, mask=b0 + lane < count)
+            b0 += BLOCK_C
+
+
+@triton.jit
 def _descend_level(sq_row, sk_row, chosen_tile, N, lvl: tl.constexpr, LOG2P: tl.constexpr, M: tl.constexpr,
                    PREFIX: tl.constexpr):
     """Choose level `lvl`'s m expanded entries among the p*m children of level lvl+1's."""
@@ -218,6 +232,7 @@ def _select_tile_kernel(sq_ptr, sk_ptr, out_ptr, slots_ptr, chosen_ptr, N, NTOT,
     chosen_tile = chosen_ptr + (row * tl.num_programs(0) + tile) * (L - 1) * M  # level l at (l-1)*M
     top_off = static_level_offset(TOP, N, LOG2P)
     base = tile.to(tl.int64) * C
+    _clear_slots(slots_row, base, C, N, L, LOG2P, BLOCK_C)
 
     # descent, coarsest level: every entry of the tile is a candidate
     run_q, run_k = _rank_coarsest(sq_row + top_off, sk_row + top_off, base, C, M, BLOCK_C, PREFIX)
@@ -261,7 +276,7 @@ def select_order(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, le
     coarse_per_tile = seq_len // pool ** (levels - 1) // tiles
     per_tile = coarse_per_tile + (levels - 1) * pool * tile_budget
     packed = torch.empty(b, g, tiles * per_tile, dtype=key_dtype or packed_dtype(seq_len, levels), device=sq.device)
-    slots = torch.full((b, g, ntot), -1, dtype=torch.int32, device=sq.device)
+    slots = torch.empty(b, g, ntot, dtype=torch.int32, device=sq.device)
     chosen = torch.empty(b * g * tiles * (levels - 1) * tile_budget, dtype=torch.int32, device=sq.device)
     block = max(tile_budget, min(next_power_of_2(coarse_per_tile), coarse_block))
     launch(

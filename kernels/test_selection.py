@@ -109,3 +109,16 @@ def test_coarsest_entries_ranked_in_several_blocks_or_one_padded_block_equal_ref
     order = select_order(torch.cat(sq, -1), torch.cat(sk, -1), 768, config.pool, config.levels, config.topk,
                          config.tile_budget, coarse_block=coarse_block)
     _assert_same_selection(selection_of(order.packed, config), descend(sq, sk, config))
+
+
+def test_inverse_map_does_not_depend_on_what_its_memory_held(monkeypatch):
+    # the kernel writes every entry of the map: -5 left behind would read as an expanded entry's mark
+    config = LighthouseConfig(levels=3, pool=4, topk=32, tile_budget=8)
+    sq, sk = (torch.cat(s, -1) for s in _score_pyramids((2, 2), 512, config, ties=False))
+    args = (sq, sk, 512, config.pool, config.levels, config.topk, config.tile_budget)
+    clean = select_order(*args)
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *shape, **kw: empty(*shape, **kw).fill_(-5))
+    poisoned = select_order(*args)
+    assert torch.equal(poisoned.slots, clean.slots) and torch.equal(poisoned.packed, clean.packed)
+    assert (clean.slots == -1).any()
