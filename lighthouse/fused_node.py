@@ -5,9 +5,10 @@ At short lengths the layer is bound by host time, not by the GPU (at N=8K one fo
 three autograd nodes, SDPA's dispatch and Triton's launch path took 1.66 ms of host time on an H100 host
 for 0.2 ms of GPU work). This node calls the attention kernel's own forward and backward ops
 (`lighthouse.attention.direct_attention`) and the kernels through `kernels.launch.launch`. Under
-torch.compile its two halves are the custom ops `lighthouse::fused_forward` and
-`lighthouse::fused_backward`, so compiled code runs this same host path instead of launching the Triton
-kernels through Inductor. Values equal the three-node path (`attend_in_order`) bit for bit.
+torch.compile the layer is the custom op `lighthouse::fused_forward`, whose registered backward is the
+custom op `lighthouse::fused_backward`: compiled code runs this same host path instead of launching the
+Triton kernels through Inductor, and activation checkpointing recomputes the op. Values equal the
+three-node path (`attend_in_order`) bit for bit.
 """
 from __future__ import annotations
 
@@ -109,41 +110,52 @@ def _(grad_o, slots, qh, kh, vh, oh, lse, kv_heads, pool, levels, backend):
             grad_o.new_empty(b, n, kv_heads, d, dtype=dtype))
 
 
-def _forward(q: Tensor, k: Tensor, v: Tensor, fields: tuple, with_lse: bool) -> tuple[Tensor, ...]:
-    """`fused_forward` for the settings `fields`: its custom op while torch.compile traces."""
-    if torch.compiler.is_compiling():
-        return torch.ops.lighthouse.fused_forward(q, k, v, *fields)
-    return fused_forward(q, k, v, _config(*fields), with_lse)
+def _keep_for_backward(ctx, k: Tensor, fields: tuple, saved: tuple[Tensor, ...]) -> None:
+    """Save what `fused_backward` takes besides the gradient: `fused_forward`'s tensors, then kv heads,
+    pool, levels and backend in `ctx.meta`."""
+    ctx.save_for_backward(*saved)
+    config = dict(zip(FIELDS, fields))
+    ctx.meta = (k.shape[2], config["pool"], config["levels"], config["backend"])
+
+
+def _setup_context(ctx, inputs: tuple, output: tuple) -> None:
+    q, k, v, *fields = inputs
+    _keep_for_backward(ctx, k, tuple(fields), output[1:])
+
+
+def _op_backward(ctx, grad_o: Tensor, *unused: Tensor) -> tuple:
+    return (*torch.ops.lighthouse.fused_backward(grad_o, *ctx.saved_tensors, *ctx.meta), *(None for _ in FIELDS))
+
+
+# Under torch.compile the layer is the forward op with this autograd formula, not `FusedLighthouse`: with an
+# autograd.Function around the op, activation checkpointing in a compiled block kept the op's saved tensors
+# instead of recomputing them (torch 2.11: four [B, H, S, D] tensors and more per layer).
+torch.library.register_autograd("lighthouse::fused_forward", _op_backward, setup_context=_setup_context)
 
 
 class FusedLighthouse(torch.autograd.Function):
-    """q, k, v -> o of the fused layer in one node; the settings come as plain values (`FIELDS`)."""
+    """q, k, v -> o of the fused layer in one node, eager; the settings come as plain values (`FIELDS`).
+    (Calling the custom op eagerly costs several times the host time of this node.)"""
 
     @staticmethod
     def forward(ctx, q, k, v, *fields):
-        o, *saved = _forward(q, k, v, fields, with_lse=True)
-        ctx.save_for_backward(*saved)
-        config = dict(zip(FIELDS, fields))
-        ctx.meta = (k.shape[2], config["pool"], config["levels"], config["backend"])
+        o, *saved = fused_forward(q, k, v, _config(*fields))
+        _keep_for_backward(ctx, k, fields, tuple(saved))
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
-        args = (grad_o, *ctx.saved_tensors, *ctx.meta)
-        if torch.compiler.is_compiling():
-            grads = torch.ops.lighthouse.fused_backward(*args)
-        else:
-            grads = fused_backward(*args)
-        return (*grads, *(None for _ in FIELDS))
+        return (*fused_backward(grad_o, *ctx.saved_tensors, *ctx.meta), *(None for _ in FIELDS))
 
 
 def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig) -> Tensor:
     """Lighthouse attention on q [B, N, H, D], k/v [B, N, G, D] -> o [B, N, H, D] (q's dtype), inputs and
     length already checked (`lighthouse.lighthouse_attention` is the public entry).
 
-    One autograd node (`FusedLighthouse`; without gradients, its forward alone) where the attention kernel
-    has direct ops here (`direct_attention`: cuDNN on CUDA, flash on CPU), else gather, attention and
-    scatter-back as three (`lighthouse.fused.attend_in_order`). Differentiable in q, k, v; no host synchronisation and static
+    One autograd node (`FusedLighthouse`; without gradients, its forward alone; under torch.compile the
+    custom op with its registered backward) where the attention kernel has direct ops here
+    (`direct_attention`: cuDNN on CUDA, flash on CPU), else gather, attention and scatter-back as three
+    (`lighthouse.fused.attend_in_order`). Differentiable in q, k, v; no host synchronisation and static
     shapes (CUDA-graph and torch.compile friendly). `lighthouse.layer.resolve_implementation` has checked
     that the kernels take the call.
     """
@@ -152,9 +164,11 @@ def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: Lighthou
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if direct_attention(config.backend, q.device, q.dtype) is not None:
         fields = tuple(getattr(config, name) for name in FIELDS)
+        if torch.compiler.is_compiling():
+            return torch.ops.lighthouse.fused_forward(q, k, v, *fields)[0]
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             return FusedLighthouse.apply(q, k, v, *fields)
-        return _forward(q, k, v, fields, with_lse=False)[0]
+        return fused_forward(q, k, v, config, with_lse=False)[0]
     with torch.no_grad():
         pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
         order = select_gather_order(sq, sk, q.shape[1], config)

@@ -1,5 +1,6 @@
 """The fused layer's one autograd node computes what gather, attention and scatter-back compute as three nodes,
-bit for bit, eager and under torch.compile, and its two custom ops pass torch's operator checks.
+bit for bit, eager and under torch.compile (where it is the forward op with a registered backward, which
+activation checkpointing recomputes), and its two custom ops pass torch's operator checks.
 
 On CPU the node holds the flash kernel's ops (Triton's interpreter runs the kernels), on CUDA cuDNN's.
 """
@@ -71,12 +72,49 @@ def test_compiled_layer_equals_eager_bit_for_bit():
         assert torch.equal(a, b_), name
 
 
-@pytest.mark.parametrize("b, n, h, g, d, kwargs", CASES[:3], ids=CASE_IDS[:3])
+def test_the_forward_ops_registered_backward_equals_the_node_bit_for_bit():
+    b, n, h, g, d, kwargs = CASES[0]
+    config = LighthouseConfig(**kwargs, backend=BACKEND)
+    fields = tuple(getattr(config, name) for name in FIELDS)
+    q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float16, device=DEVICE, requires_grad=True)
+    grad_o = torch.randn_like(q)
+    node = _output_and_grads(fused_lighthouse_attention, q, k, v, config, grad_o)
+    op = _output_and_grads(lambda *x: torch.ops.lighthouse.fused_forward(*x[:3], *fields)[0], q, k, v, config, grad_o)
+    for name, a, b_ in zip(("o", "dq", "dk", "dv"), node, op):
+        assert torch.equal(a, b_), name
+
+
+def test_checkpointed_compiled_block_recomputes_the_layer_instead_of_keeping_its_tensors():
+    # With an autograd.Function around the op, torch 2.11 kept the op's gathered rows, O~ and logsumexp for
+    # the backward of a checkpointed compiled block, per layer.
+    b, n, h, g, d, kwargs = CASES[0]
+    config = LighthouseConfig(**kwargs, backend=BACKEND)
+    w = torch.randn(h * d, (h + 2 * g) * d, device=DEVICE, dtype=torch.float16) / d
+    x = torch.randn(b, n, h * d, device=DEVICE, dtype=torch.float16, requires_grad=True)
+
+    def block(x):
+        q, k, v = (x @ w).split((h * d, g * d, g * d), dim=-1)
+        o = fused_lighthouse_attention(q.unflatten(-1, (h, d)), k.unflatten(-1, (g, d)), v.unflatten(-1, (g, d)), config)
+        return x + o.flatten(2)
+
+    def checkpointed(x):
+        return torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+
+    eager = torch.autograd.grad(checkpointed(x).float().square().sum(), x)[0]
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t.shape) or t, lambda t: t):
+        y = torch.compile(checkpointed, fullgraph=True)(x)
+    assert sorted(kept) == sorted([x.shape, w.shape])
+    assert torch.equal(torch.autograd.grad(y.float().square().sum(), x)[0], eager)
+
+
+@pytest.mark.parametrize("b, n, h, g, d, kwargs", CASES[:2], ids=CASE_IDS[:2])
 def test_custom_ops_pass_opcheck(b, n, h, g, d, kwargs):
     config = LighthouseConfig(**kwargs, backend=BACKEND)
     fields = tuple(getattr(config, name) for name in FIELDS)
-    q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float16, device=DEVICE)
+    q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float16, device=DEVICE, requires_grad=True)
     torch.library.opcheck(torch.ops.lighthouse.fused_forward.default, (q, k, v, *fields))
+    q, k, v = (x.detach() for x in (q, k, v))
     o, *saved = torch.ops.lighthouse.fused_forward(q, k, v, *fields)
     torch.library.opcheck(torch.ops.lighthouse.fused_backward.default,
                           (torch.randn_like(o), *saved, g, config.pool, config.levels, BACKEND))
