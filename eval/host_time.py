@@ -36,35 +36,45 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def _median_us(samples: list[float]) -> float:
-    return statistics.median(samples) * 1e6
+SEGMENTS = (
+    "forward call (autograd.Function.apply around the stages)",
+    "autograd.grad until the node's backward starts",
+    "node's backward",
+    "node's backward done until autograd.grad returns",
+    "total",
+)
+
+
+def _medians_us(step: Callable[[], tuple[float, ...]], calls: int, sync_every: int) -> list[float]:
+    """Per-position medians in us of the spans (seconds) that step() returns, over `calls` calls after a
+    tenth as many warm-up calls, the device caught up every `sync_every` calls."""
+    samples = []
+    for i in range(calls + calls // 10):
+        spans = step()
+        if i >= calls // 10:
+            samples.append(spans)
+        if i % sync_every == 0:
+            _synchronize()
+    return [statistics.median(column) * 1e6 for column in zip(*samples)]
 
 
 def _timed(fn: Callable[[], object], calls: int, sync_every: int) -> float:
-    """Median host time of fn() in us over `calls` calls after a tenth as many warm-up calls."""
-    samples = []
-    for i in range(calls + calls // 10):
+    """Median host time of fn() in us (`_medians_us`)."""
+    def step() -> tuple[float]:
         start = time.perf_counter()
         fn()
-        if i >= calls // 10:
-            samples.append(time.perf_counter() - start)
-        if i % sync_every == 0:
-            _synchronize()
-    return _median_us(samples)
+        return (time.perf_counter() - start,)
+    return _medians_us(step, calls, sync_every)[0]
 
 
 def host_segments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_o: torch.Tensor,
                   config: LighthouseConfig, calls: int = 300, sync_every: int = 50) -> list[tuple[str, float]]:
     """(segment, median host us) of `torch.autograd.grad(fused_lighthouse_attention(q, k, v), (q, k, v),
-    grad_o)`, then the stages alone and autograd's floor. q, k, v: contiguous leaves that require grad."""
+    grad_o)` (`SEGMENTS`), then the stages alone and autograd's floor. q, k, v: contiguous leaves that
+    require grad."""
     stamps: dict[str, float] = {}
-    rows: dict[str, list[float]] = {name: [] for name in (
-        "forward call (autograd.Function.apply around the stages)",
-        "autograd.grad until the node's backward starts",
-        "node's backward",
-        "node's backward done until autograd.grad returns",
-        "total")}
-    for i in range(calls + calls // 10):
+
+    def step() -> tuple[float, ...]:
         start = time.perf_counter()
         o = fused_lighthouse_attention(q, k, v, config)
         called = time.perf_counter()
@@ -73,13 +83,10 @@ def host_segments(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_o: tor
         hooked = time.perf_counter()
         torch.autograd.grad(o, (q, k, v), grad_o)
         done = time.perf_counter()
-        if i >= calls // 10:
-            spans = (called - start, stamps["in"] - hooked, stamps["out"] - stamps["in"], done - stamps["out"])
-            for samples, span in zip(rows.values(), (*spans, sum(spans))):
-                samples.append(span)
-        if i % sync_every == 0:
-            _synchronize()
-    out = [(name, _median_us(samples)) for name, samples in rows.items()]
+        spans = (called - start, stamps["in"] - hooked, stamps["out"] - stamps["in"], done - stamps["out"])
+        return (*spans, sum(spans))
+
+    out = list(zip(SEGMENTS, _medians_us(step, calls, sync_every)))
     detached = [x.detach() for x in (q, k, v)]
     saved = fused_forward(*detached, config)[1:]
     backward_args = (k.shape[2], config.pool, config.levels, config.backend)

@@ -54,6 +54,11 @@ def stored_levels(seq_len: int, pool: int, levels: int, gathered: int | None = N
     return mask
 
 
+def pyramid_entries(seq_len: int, pool: int, levels: int) -> int:
+    """Entries of all levels of a `seq_len`-token row, level 0 included: the length of a score row."""
+    return sum(seq_len // pool**lvl for lvl in range(levels))
+
+
 def stored_rows(seq_len: int, pool: int, levels: int, stored: int) -> int:
     """Rows per batch row of the stored pooled levels (bitmask `stored`) of a `seq_len`-token row."""
     return sum(seq_len // pool**lvl for lvl in range(1, levels) if stored >> lvl & 1)
@@ -132,7 +137,7 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
     if stored & 1 or stored >> levels or not stored >> (levels - 1) & 1:
         raise ValueError(f"stored={stored:#b} must keep the coarsest level {levels - 1} and only levels 1..{levels - 1}")
     np_ = stored_rows(n, pool, levels, stored)
-    ntot = sum(n // pool**lvl for lvl in range(levels))
+    ntot = pyramid_entries(n, pool, levels)
     span = pool ** (levels - 1)
     block_d = next_power_of_2(d)
     block_t = max(span, next_power_of_2(tokens_per_program))

@@ -13,6 +13,12 @@ def _is_power_of_two(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 
 
+def gathered_length(seq_len: int, levels: int, pool: int, topk: int) -> int:
+    """S = N / p**(L-1) + (L-1) * p * k (N itself for L = 1), unchecked: plain arithmetic, so torch.compile's
+    symbolic ints go through it too (`LighthouseConfig.gathered_len` checks the pair first)."""
+    return seq_len // pool ** (levels - 1) + (levels - 1) * pool * topk
+
+
 @dataclass(frozen=True)
 class LighthouseConfig:
     """One Lighthouse layer's settings.
@@ -109,6 +115,4 @@ class LighthouseConfig:
     def gathered_len(self, seq_len: int) -> int:
         """S = N / p**(L-1) + (L-1) * p * k, the static length of the gathered sub-sequence."""
         self.validate(seq_len)
-        if self.levels == 1:
-            return seq_len
-        return seq_len // self.coarsest_span + (self.levels - 1) * self.pool * self.topk
+        return gathered_length(seq_len, self.levels, self.pool, self.topk)

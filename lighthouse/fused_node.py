@@ -18,10 +18,11 @@ import torch
 from torch import Tensor
 
 from kernels.gather import gather_rows, gather_rows_backward
+from kernels.pyramid import pyramid_entries
 from kernels.scatter import scatter_rows, scatter_rows_backward
 
 from .attention import DirectAttention, causal_attention, direct_attention, sdpa_inputs
-from .config import LighthouseConfig
+from .config import LighthouseConfig, gathered_length
 from .fused import attend_in_order, pool_and_score_pyramids, select_gather_order
 
 # The settings the node depends on, in the order the custom ops take them.
@@ -86,15 +87,15 @@ def _fused_forward_op(q: Tensor, k: Tensor, v: Tensor, levels: int, pool: int, t
 
 @_fused_forward_op.register_fake
 def _(q, k, v, levels, pool, topk, tile_budget, scorer, dilation, selection, backend):
-    # the settings may be symbolic here (torch.compile made them dynamic): S written out, not from a config
+    # the settings may be symbolic here (torch.compile made them dynamic): no config, whose cache would hash them
     (b, n, h, d), g = q.shape, k.shape[2]
-    s = n // pool ** (levels - 1) + (levels - 1) * pool * topk
+    s = gathered_length(n, levels, pool, topk)
     attention = _attention(backend, q)
     qh, kh, vh = _heads_first(q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d),
                               attention)
     oh, lse = attention.forward(qh, kh, vh, True)
-    entries = sum(n // pool**level for level in range(levels))
-    return q.new_empty(b, n, h, d), q.new_empty(b, g, entries, dtype=torch.int32), qh, kh, vh, oh, lse
+    slots = q.new_empty(b, g, pyramid_entries(n, pool, levels), dtype=torch.int32)
+    return q.new_empty(b, n, h, d), slots, qh, kh, vh, oh, lse
 
 
 @torch.library.custom_op("lighthouse::fused_backward", mutates_args=())
