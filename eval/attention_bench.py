@@ -15,6 +15,7 @@ import json
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Callable, Sequence, TypeVar
 
@@ -37,6 +38,7 @@ from lighthouse import (
 )
 from lighthouse.fused import pyramid_levels_to_store, select_gather_order, selection_of
 from lighthouse.fused_node import fused_lighthouse_attention
+from lighthouse.host_threads import colocated_autograd
 from lighthouse.gather import per_head_index
 
 B, H, G, D, DTYPE, LEVELS, POOL = 1, 8, 8, 128, torch.bfloat16, 3, 4
@@ -101,8 +103,9 @@ def valid(n: int, topk: int) -> bool:
         return False
 
 
-def bench_points(ns: list[int], device: str, selections: list[str]) -> list[dict]:
-    """The latency sweep: one record per (N, k, selection) of the layer, dense SDPA and SDPA on S."""
+def bench_points(ns: list[int], device: str, selections: list[str], threads: str = "default") -> list[dict]:
+    """The latency sweep: one record per (N, k, selection) of the layer, dense SDPA and SDPA on S; `threads`
+    names the host threads' placement in each record."""
     points = []
     for n in ns:
         q, k, v = qkv(n)
@@ -116,7 +119,7 @@ def bench_points(ns: list[int], device: str, selections: list[str]) -> list[dict
                 continue
             lh = fwd_and_fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v)
             ceiling = fwd_and_fwd_bwd(cudnn, *qkv(s))
-            points.append(dict(device=device, N=n, levels=LEVELS, pool=POOL, topk=topk, S=s, selection=selection,
+            points.append(dict(device=device, threads=threads, N=n, levels=LEVELS, pool=POOL, topk=topk, S=s, selection=selection,
                                lh_fwd_ms=lh[0], lh_fwd_bwd_ms=lh[1], sdpa_fwd_ms=dense[0],
                                sdpa_fwd_bwd_ms=dense[1], sdpa_on_S_fwd_ms=ceiling[0],
                                sdpa_on_S_fwd_bwd_ms=ceiling[1]))
@@ -460,22 +463,31 @@ def run_once(n: int) -> None:
 
 
 def run_benchmark(ns: list[int], selections: list[str], graph_ns: list[int], stage_ns: list[int], check_n: int,
-                  with_extras: bool, out: Path) -> None:
+                  with_extras: bool, out: Path, colocate: bool = False) -> None:
     """Run the parts asked for, printing each as it ends, and write into `out`: bench_attention.json and the
     plots (latency sweep over `ns`), bench_attention_graphs.json (replays at `graph_ns`) and bench_tables.md
-    (every table and note, after a line naming the device, versions, copy bandwidth and command)."""
+    (every table and note, after a line naming the device, versions, copy bandwidth and command).
+    `colocate`: every part runs with this thread and autograd's device threads on one CPU."""
+    with colocated_autograd() if colocate else nullcontext():
+        _run_benchmark(ns, selections, graph_ns, stage_ns, check_n, with_extras, out,
+                       "colocated on one CPU" if colocate else "default")
+
+
+def _run_benchmark(ns: list[int], selections: list[str], graph_ns: list[int], stage_ns: list[int], check_n: int,
+                   with_extras: bool, out: Path, threads: str) -> None:
     device = torch.cuda.get_device_properties(0).name
     out.mkdir(parents=True, exist_ok=True)
     print(f"# {device}: torch {torch.__version__}, CUDA {torch.version.cuda}, cuDNN {torch.backends.cudnn.version()}, "
-          f"triton {triton.__version__}", flush=True)
+          f"triton {triton.__version__}; host threads: {threads}", flush=True)
     bandwidth = hbm_copy_gbps()
     print(f"HBM copy bandwidth (read+write): {bandwidth:.0f} GB/s", flush=True)
     sections = [f"Device: {device}; torch {torch.__version__}; CUDA {torch.version.cuda}; cuDNN "
                 f"{torch.backends.cudnn.version()}; Triton {triton.__version__}; measured copy bandwidth "
-                f"{bandwidth:.0f} GB/s; command: python {' '.join(sys.argv)}"]
+                f"{bandwidth:.0f} GB/s; host threads (caller and autograd's): {threads}; command: python "
+                f"{' '.join(sys.argv)}"]
 
     t0 = time.perf_counter()
-    points = bench_points(ns, device, selections)
+    points = bench_points(ns, device, selections, threads)
     if points:
         (out / "bench_attention.json").write_text(json.dumps(points, indent=1) + "\n")
         sections.append(tables(points))

@@ -40,8 +40,9 @@ def too_few_steps(steps: int) -> str | None:
 
 
 def job_args(config: str, seq_len: int, steps: int, lighthouse: bool, ac: str, compile_on: bool,
-             folder: Path) -> list[str]:
-    """Job arguments of one variant: only the attention, the checkpointing mode and compile differ."""
+             folder: Path, colocate: bool = False) -> list[str]:
+    """Job arguments of one variant: only the attention, the checkpointing mode, compile and the host
+    threads' placement (`[host] colocate_autograd`) differ."""
     return [
         "--job.config_file", config, "--job.dump_folder", str(folder), "--model.name", "llama3_lighthouse",
         "--training.seq_len", str(seq_len), "--training.steps", str(steps),
@@ -50,6 +51,7 @@ def job_args(config: str, seq_len: int, steps: int, lighthouse: bool, ac: str, c
         "--metrics.no-enable-tensorboard", "--metrics.no-enable-wandb", "--lighthouse.no-log-stats",
         *(["--compile.enable", "--compile.components", "model"] if compile_on else ["--compile.no-enable"]),
         "--activation_checkpoint.mode", ac, "--lighthouse.enable" if lighthouse else "--lighthouse.no-enable",
+        "--host.colocate_autograd" if colocate else "--host.no-colocate-autograd",
     ]
 
 

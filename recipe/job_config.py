@@ -82,8 +82,19 @@ class Lighthouse:
 
 
 @dataclass
+class Host:
+    colocate_autograd: bool = False
+    """After the first step this process runs (so torch.compile's workers keep every CPU), pin the training
+    thread and autograd's device threads to one CPU (`lighthouse.host_threads`; each local rank its own CPU
+    of the process's mask). Where the host bounds the step (short sequences) and waking a thread on another
+    core is slow (a virtual machine), this shortens the step: docs/benchmarks.md, round 6. Threads and
+    processes the training thread starts later share that CPU. Linux only."""
+
+
+@dataclass
 class JobConfig:
     lighthouse: Lighthouse = field(default_factory=Lighthouse)
+    host: Host = field(default_factory=Host)
 
 
 def _check_dense_layers(dense_layers: list[int], n_layers: int) -> None:
@@ -152,6 +163,8 @@ def check_job_config(job_config, n_layers: int) -> None:
     if job_config.training.steps < 1:
         raise ValueError(f"training.steps={job_config.training.steps} must be >= 1")
     check_validation(job_config)
+    if job_config.host.colocate_autograd and not hasattr(os, "sched_setaffinity"):
+        raise ValueError("[host] colocate_autograd=true needs Linux (os.sched_setaffinity); set it to false")
     _check_dense_layers(section.dense_layers, n_layers)
     if section.switch_to_dense_at_step < 0:
         raise ValueError(f"[lighthouse] switch_to_dense_at_step={section.switch_to_dense_at_step} must be >= 0")

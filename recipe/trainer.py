@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import os
 import sys
+from contextlib import ExitStack
 from typing import Iterator, Sequence
 
 import torch
@@ -13,6 +14,8 @@ from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 from torchtitan.tools.logging import init_logger, logger
 from torchtitan.train import Trainer
+
+from lighthouse.host_threads import autograd_threads, colocated_autograd
 
 from .cli import ConfigError, as_config_error, exit_on_config_error, parse_job_config
 from .job_config import check_initial_load, check_job_config
@@ -45,7 +48,8 @@ def _not_hf_index_warning(record: logging.LogRecord) -> bool:
 class LighthouseTrainer(Trainer):
     """Checks the job and the checkpoint it starts from first; records the run (`argv`: the job's arguments,
     default this process's); runs dense SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics
-    of the Lighthouse layers on every log step."""
+    of the Lighthouse layers on every log step; after its first step, pins the host threads that drive the
+    GPU to one CPU if `[host] colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         check_job(job_config)
@@ -65,6 +69,8 @@ class LighthouseTrainer(Trainer):
         self.mark_run_start = self.run_record is not None
         if self.run_record is not None:
             logger.info(f"Run record (config.toml, run.json): {self.run_record}")
+        self.colocation: ExitStack | None = ExitStack() if job_config.host.colocate_autograd else None
+        self.colocated = False
 
     def switch_to_dense(self) -> None:
         """Dense causal SDPA in every layer from now on; MFU accounting follows."""
@@ -93,6 +99,20 @@ class LighthouseTrainer(Trainer):
         finally:
             if observe:
                 attach_observers(self.model_parts, None)
+        if self.colocation is not None and not self.colocated:
+            self.colocate_host_threads()
+
+    def colocate_host_threads(self) -> None:
+        """Pin this thread and autograd's device threads to one CPU until `close` (`[host] colocate_autograd`)."""
+        cpu = self.colocation.enter_context(colocated_autograd())
+        self.colocated = True
+        logger.info(f"[host] colocate_autograd: the training thread and {len(autograd_threads())} autograd device "
+                    f"thread(s) on CPU {cpu} from step {self.step + 1}")
+
+    def close(self) -> None:
+        if self.colocation is not None:
+            self.colocation.close()
+        super().close()
 
 
 def main(argv: Sequence[str] | None = None) -> None:

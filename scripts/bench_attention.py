@@ -4,7 +4,7 @@ What it measures and writes: eval/attention_bench.py.
 
 Usage: python scripts/bench_attention.py [--ns 8192,65536] [--selection paper,causal] [--stages 524288]
        [--graphs 8192,32768] [--checks 8192] [--extras] [--out docs]  (default out: outputs/bench_attention)
-       [--once 524288]  (one fwd+bwd, e.g. under ncu)
+       [--once 524288]  (one fwd+bwd, e.g. under ncu)  [--colocate-autograd]  (lighthouse.host_threads)
 """
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def main() -> None:
     parser.add_argument("--out", default="outputs/bench_attention",
                         help="folder for bench_attention.json, tables and plots (docs/ to publish)")
     parser.add_argument("--once", type=int, default=0, help="only run one fwd+bwd at this N, k=2048 (for ncu)")
+    parser.add_argument("--colocate-autograd", action="store_true",
+                        help="run with this thread and autograd's device threads on one CPU (lighthouse.host_threads)")
     args = parser.parse_args()
     require_cuda()
     from eval.attention_bench import DEFAULT_NS, run_benchmark, run_once  # imports Triton: after the CUDA check
@@ -38,7 +40,7 @@ def main() -> None:
         run_once(args.once)
         return
     run_benchmark(DEFAULT_NS if args.ns is None else args.ns, args.selection.split(","), args.graphs, args.stages, args.checks, args.extras,
-                  Path(args.out))
+                  Path(args.out), args.colocate_autograd)
 
 
 if __name__ == "__main__":

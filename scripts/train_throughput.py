@@ -3,11 +3,13 @@
     python scripts/train_throughput.py --json docs/train_throughput.json          # the paper model, seq 98,304
     python scripts/train_throughput.py --compile off,on --ac full                # also under torch.compile
     python scripts/train_throughput.py --config configs/debug.toml --seq-len 512 --steps 3   # CPU smoke run
+    python scripts/train_throughput.py --seq-len 8192 --compile on --ac full --colocate-autograd off,on
 
 For each activation-checkpointing mode (`--ac none,full`) and compile setting (`--compile off,on`:
 torchtitan's per-block `torch.compile` of the model, Lighthouse layers included), trains the config
 (default: the paper's L=3, p=4, k=1536 norm-scorer stage 1) with Lighthouse on the fused kernels and with
-dense attention (cuDNN SDPA on CUDA), same settings otherwise: local batch 1, synthetic data, no
+dense attention (cuDNN SDPA on CUDA), and for each placement of the host threads (`--colocate-autograd off,on`:
+`[host] colocate_autograd`), same settings otherwise: local batch 1, synthetic data, no
 checkpoints, no selection statistics (their extra selection pass stays out of the timed steps),
 `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`. Each variant is its own process (an out-of-memory run
 is recorded as such and the others still run). tok/s is torchtitan's per-step tok/s over the steps after
@@ -46,14 +48,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--steps", type=int, default=8, help="steps per variant; all after the first two are timed")
     parser.add_argument("--ac", default="none,full", help="activation checkpointing modes, comma-separated")
     parser.add_argument("--compile", default="off", help="torch.compile settings, comma-separated: off, on")
+    parser.add_argument("--colocate-autograd", default="off",
+                        help="[host] colocate_autograd settings, comma-separated: off, on")
     parser.add_argument("--json", type=Path, help="write the records here")
     args = parser.parse_args(argv)
     if error := too_few_steps(args.steps):
         parser.error(error)
-    compiles = args.compile.split(",")
-    if not set(compiles) <= {"off", "on"}:
-        raise SystemExit(f"--compile={args.compile!r}: comma-separated values of off, on")
-    modes = [(ac, c == "on") for ac in args.ac.split(",") for c in compiles]
+    switches = {name: getattr(args, name).split(",") for name in ("compile", "colocate_autograd")}
+    for name, values in switches.items():
+        if not set(values) <= {"off", "on"}:
+            parser.error(f"--{name.replace('_', '-')}={getattr(args, name)!r}: comma-separated values of off, on")
+    modes = [(ac, c == "on", h == "on") for ac in args.ac.split(",") for c in switches["compile"]
+             for h in switches["colocate_autograd"]]
 
     job = ConfigManager().parse_args(["--job.config_file", args.config, "--training.seq_len", str(args.seq_len)])
     spec = get_train_spec("llama3_lighthouse")
@@ -62,15 +68,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     n_lighthouse = len([i for i in range(model_args.n_layers) if i not in job.lighthouse.dense_layers])
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    runs: dict[tuple[str, str, bool], dict] = {}
+    runs: dict[tuple[str, str, bool, bool], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for ac, compile_on in modes:
+        for ac, compile_on, colocate in modes:
             for name in ("lighthouse", "dense"):
-                folder = Path(tmp) / f"{name}_{ac}_{'compile' if compile_on else 'eager'}"
+                folder = Path(tmp) / f"{name}_{ac}_{'compile' if compile_on else 'eager'}_{'colocated' if colocate else 'free'}"
                 argv_variant = job_args(args.config, args.seq_len, args.steps, name == "lighthouse", ac, compile_on,
-                                        folder)
-                runs[name, ac, compile_on] = run_variant(argv_variant, folder, args.steps)
-                print(f"{name:10s} ac={ac:4s} compile={compile_on} {runs[name, ac, compile_on]}", flush=True)
+                                        folder, colocate)
+                runs[name, ac, compile_on, colocate] = run_variant(argv_variant, folder, args.steps)
+                print(f"{name:10s} ac={ac:4s} compile={compile_on} colocate_autograd={colocate} "
+                      f"{runs[name, ac, compile_on, colocate]}", flush=True)
     times = attention_times(model_args, job.lighthouse.to_config(), args.seq_len, device)
 
     env = environment(device)
@@ -80,11 +87,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
              f"{model_args.n_heads} heads; dense layers {list(job.lighthouse.dense_layers)}; "
              f"L={job.lighthouse.levels} p={job.lighthouse.pool} k={job.lighthouse.topk} {job.lighthouse.scorer})")
     records = []
-    for ac, compile_on in modes:
-        lh, dense = runs["lighthouse", ac, compile_on], runs["dense", ac, compile_on]
+    for ac, compile_on, colocate in modes:
+        lh, dense = runs["lighthouse", ac, compile_on, colocate], runs["dense", ac, compile_on, colocate]
         records.append({
             "device": env["device"], "seq_len": args.seq_len, "model": model, "activation_checkpointing": ac,
-            "compile": compile_on,
+            "compile": compile_on, "colocate_autograd": colocate,
             "lighthouse_tok_s": lh.get("tok_s"), "dense_tok_s": dense.get("tok_s"),
             "lighthouse_peak_gib": lh.get("peak_gib"), "dense_peak_gib": dense.get("peak_gib"),
             **amdahl(dense.get("tok_s"), lh.get("tok_s"), args.seq_len, n_lighthouse, times, ac),
@@ -94,11 +101,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     print(f"\n{model}\nseq_len {args.seq_len}, batch 1, {args.steps} steps (first {WARMUP_STEPS} not timed)")
     print(" | ".join(f"{k} {v}" for k, v in env.items()))
-    print("\n| activation checkpointing | compile | Lighthouse tok/s | dense tok/s | speedup | Lighthouse peak GiB | "
+    print("\n| activation checkpointing | compile | colocated host threads | Lighthouse tok/s | dense tok/s | speedup | Lighthouse peak GiB | "
           "dense peak GiB | per-layer attention speedup | Amdahl ceiling | predicted |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in records:
-        print(f"| {r['activation_checkpointing']} | {'on' if r['compile'] else 'off'} | {fmt(r['lighthouse_tok_s'], ',.0f')} | "
+        print(f"| {r['activation_checkpointing']} | {'on' if r['compile'] else 'off'} | "
+              f"{'on' if r['colocate_autograd'] else 'off'} | {fmt(r['lighthouse_tok_s'], ',.0f')} | "
               f"{fmt(r['dense_tok_s'], ',.0f')} | {fmt(r.get('speedup'), '.2f')} | "
               f"{fmt(r['lighthouse_peak_gib'], '.1f')} | {fmt(r['dense_peak_gib'], '.1f')} | "
               f"{r['lighthouse_layer_speedup']:.2f} | {fmt(r.get('amdahl_ceiling'), '.2f')} | "

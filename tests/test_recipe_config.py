@@ -65,6 +65,16 @@ def test_invalid_settings_fail_before_any_device_work_naming_the_values(args, me
     assert dist.is_initialized() == initialized  # no process group was started
 
 
+def test_host_threads_stay_free_unless_asked_and_pinning_needs_linux(monkeypatch):
+    assert parse().host.colocate_autograd is False
+    config = parse("--host.colocate_autograd")
+    assert config.host.colocate_autograd is True
+    check_job(config)
+    monkeypatch.delattr(os, "sched_setaffinity")
+    with pytest.raises(ConfigError, match=r"\[host\] colocate_autograd=true needs Linux"):
+        check_job(config)
+
+
 @pytest.mark.parametrize("args, message", [
     (["--lighthouse.topk", "40"], "[lighthouse] topk=40 must be a positive multiple of tile_budget=16"),
     (["--lighthouse.pool", "3"], "[lighthouse] pool=3 must be a power of two >= 2"),

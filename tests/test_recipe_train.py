@@ -1,6 +1,7 @@
 """End-to-end runs of train.py on CPU: loss falls, resume is exact, the two-stage schedule and the one-run
 switch agree, and FSDP runs on two gloo processes."""
 import json
+import re
 import subprocess
 import sys
 
@@ -26,7 +27,8 @@ def runs(tmp_path_factory):
 
     full: 8 Lighthouse steps; half: the first 4 with a full checkpoint, then resumed for steps 5..8
     without selection statistics;
-    stage2: the step-4 checkpoint resumed with Lighthouse off; switch: 8 steps, dense after step 4.
+    stage2: the step-4 checkpoint resumed with Lighthouse off; switch: 8 steps, dense after step 4, its host
+    threads pinned to one CPU after step 1.
     """
     root = tmp_path_factory.mktemp("runs")
     half_ckpt = root / "half" / "checkpoint" / f"step-{HALF}"
@@ -36,7 +38,8 @@ def runs(tmp_path_factory):
         "half_resumed": ["--training.steps", str(STEPS), "--checkpoint.enable", "--lighthouse.no-log-stats"],
         "stage2": ["--training.steps", str(STEPS), "--checkpoint.enable", "--checkpoint.initial_load_path",
                    str(half_ckpt), "--checkpoint.no-initial-load-model-only", "--lighthouse.no-enable"],
-        "switch": ["--training.steps", str(STEPS), "--lighthouse.switch_to_dense_at_step", str(HALF)],
+        "switch": ["--training.steps", str(STEPS), "--lighthouse.switch_to_dense_at_step", str(HALF),
+                   "--host.colocate_autograd"],
     }
     folder = {name: root / ("half" if name.startswith("half") else name) for name in jobs}
     argvs = [COMMON + ["--job.dump_folder", str(folder[name])] + extra for name, extra in jobs.items()]
@@ -98,14 +101,25 @@ def test_switch_to_dense_at_step_gives_the_two_stage_losses(runs):
     assert all(("lighthouse/S" in r) == (r["step"] <= HALF) for r in switch)
 
 
+def test_colocated_host_threads_are_pinned_after_the_first_step(runs):
+    records, log = runs
+    assert re.search(r"\[host\] colocate_autograd: the training thread and \d+ autograd device thread\(s\) on "
+                     r"CPU \d+ from step 2", log)
+    assert log.count("[host] colocate_autograd:") == 1  # only the switch job asked
+    # the switch job's losses equal the unpinned runs' (the test above): pinning moves threads, not numbers
+
+
 def test_two_process_fsdp_on_gloo(tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
            "train.py", "--job.config_file", "configs/debug.toml", "--training.steps", "3",
            "--job.dump_folder", str(tmp_path), "--validation.enable", "--validation.dataset", "synthetic",
-           "--validation.freq", "2", "--validation.steps", "1", "--validation.seq_len", "512"]
+           "--validation.freq", "2", "--validation.steps", "1", "--validation.seq_len", "512",
+           "--host.colocate_autograd"]
     out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
     assert "Applied FSDP to the model" in out.stdout + out.stderr
+    pinned = re.findall(r"colocate_autograd: .* on CPU (\d+) from step 2", out.stdout + out.stderr)
+    assert pinned and len(set(pinned)) == len(pinned)  # each local rank its own CPU
     records = [r for r in read_metrics(str(tmp_path / METRICS_FILE)) if "loss_metrics/global_avg_loss" in r]
     assert [r["step"] for r in records] == [1, 2, 3]
     shadow = [r for r in read_metrics(str(tmp_path / METRICS_FILE)) if "validation/dense_loss" in r]
