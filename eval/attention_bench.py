@@ -38,8 +38,8 @@ from lighthouse import (
 )
 from lighthouse.fused import pyramid_levels_to_store, select_gather_order, selection_of
 from lighthouse.fused_node import fused_lighthouse_attention
-from lighthouse.host_threads import colocated_autograd
 from lighthouse.gather import per_head_index
+from lighthouse.host_threads import colocated_autograd
 
 B, H, G, D, DTYPE, LEVELS, POOL = 1, 8, 8, 128, torch.bfloat16, 3, 4
 DEFAULT_NS = [8192 * 2**i for i in range(7)]
@@ -119,8 +119,8 @@ def bench_points(ns: list[int], device: str, selections: list[str], threads: str
                 continue
             lh = fwd_and_fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v)
             ceiling = fwd_and_fwd_bwd(cudnn, *qkv(s))
-            points.append(dict(device=device, threads=threads, N=n, levels=LEVELS, pool=POOL, topk=topk, S=s, selection=selection,
-                               lh_fwd_ms=lh[0], lh_fwd_bwd_ms=lh[1], sdpa_fwd_ms=dense[0],
+            points.append(dict(device=device, threads=threads, N=n, levels=LEVELS, pool=POOL, topk=topk, S=s,
+                               selection=selection, lh_fwd_ms=lh[0], lh_fwd_bwd_ms=lh[1], sdpa_fwd_ms=dense[0],
                                sdpa_fwd_bwd_ms=dense[1], sdpa_on_S_fwd_ms=ceiling[0],
                                sdpa_on_S_fwd_bwd_ms=ceiling[1]))
             p = points[-1]
@@ -444,7 +444,9 @@ def plot(points: list[dict], directory: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("sequence length N")
         ax.set_ylabel("median latency (ms)")
-        ax.set_title(f"{points[0]['device']}: one layer, {title} (B=1, H=8, D=128, bf16, L=3, p=4)", fontsize=9)
+        threads = points[0].get("threads", "default")
+        ax.set_title(f"{points[0]['device']}: one layer, {title} (B=1, H=8, D=128, bf16, L=3, p=4)\n"
+                     f"host threads: {threads}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()

@@ -69,8 +69,8 @@ class LighthouseTrainer(Trainer):
         self.mark_run_start = self.run_record is not None
         if self.run_record is not None:
             logger.info(f"Run record (config.toml, run.json): {self.run_record}")
-        self.colocation: ExitStack | None = ExitStack() if job_config.host.colocate_autograd else None
-        self.colocated = False
+        self.pin_after_step = job_config.host.colocate_autograd
+        self.host_pin = ExitStack()  # the pinned host threads' masks, given back by close()
 
     def switch_to_dense(self) -> None:
         """Dense causal SDPA in every layer from now on; MFU accounting follows."""
@@ -99,19 +99,18 @@ class LighthouseTrainer(Trainer):
         finally:
             if observe:
                 attach_observers(self.model_parts, None)
-        if self.colocation is not None and not self.colocated:
+        if self.pin_after_step:
+            self.pin_after_step = False
             self.colocate_host_threads()
 
     def colocate_host_threads(self) -> None:
         """Pin this thread and autograd's device threads to one CPU until `close` (`[host] colocate_autograd`)."""
-        cpu = self.colocation.enter_context(colocated_autograd())
-        self.colocated = True
+        cpu = self.host_pin.enter_context(colocated_autograd())
         logger.info(f"[host] colocate_autograd: the training thread and {len(autograd_threads())} autograd device "
                     f"thread(s) on CPU {cpu} from step {self.step + 1}")
 
     def close(self) -> None:
-        if self.colocation is not None:
-            self.colocation.close()
+        self.host_pin.close()
         super().close()
 
 
