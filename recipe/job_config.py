@@ -87,8 +87,9 @@ class Host:
     """After the first step this process runs (so torch.compile's workers keep every CPU), pin the training
     thread and autograd's device threads to one CPU (`lighthouse.host_threads`; each local rank its own CPU
     of the process's mask). Where the host bounds the step (short sequences) and waking a thread on another
-    core is slow (a virtual machine), this shortens the step: docs/benchmarks.md, round 6. Threads and
-    processes the training thread starts later share that CPU. Linux only."""
+    core is slow (a virtual machine), this can shorten the step; on the paper model at 8K it moved Lighthouse's
+    tok/s both ways between machines (docs/benchmarks.md, round 6), hence off. Threads and processes the
+    training thread starts later share that CPU. Linux only."""
 
 
 @dataclass

@@ -72,7 +72,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         for ac, compile_on, colocate in modes:
             for name in ("lighthouse", "dense"):
-                folder = Path(tmp) / f"{name}_{ac}_{'compile' if compile_on else 'eager'}_{'colocated' if colocate else 'free'}"
+                folder = Path(tmp) / "_".join((name, ac, "compile" if compile_on else "eager",
+                                               "colocated" if colocate else "free"))
                 argv_variant = job_args(args.config, args.seq_len, args.steps, name == "lighthouse", ac, compile_on,
                                         folder, colocate)
                 runs[name, ac, compile_on, colocate] = run_variant(argv_variant, folder, args.steps)
@@ -101,8 +102,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     print(f"\n{model}\nseq_len {args.seq_len}, batch 1, {args.steps} steps (first {WARMUP_STEPS} not timed)")
     print(" | ".join(f"{k} {v}" for k, v in env.items()))
-    print("\n| activation checkpointing | compile | colocated host threads | Lighthouse tok/s | dense tok/s | speedup | Lighthouse peak GiB | "
-          "dense peak GiB | per-layer attention speedup | Amdahl ceiling | predicted |")
+    print("\n| activation checkpointing | compile | colocated host threads | Lighthouse tok/s | dense tok/s | speedup | "
+          "Lighthouse peak GiB | dense peak GiB | per-layer attention speedup | Amdahl ceiling | predicted |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in records:
         print(f"| {r['activation_checkpointing']} | {'on' if r['compile'] else 'off'} | "

@@ -79,6 +79,13 @@ def test_too_few_steps_to_time_is_refused_naming_the_value():
     assert out.returncode == 2 and "--steps=2: at least 3" in out.stderr
 
 
+@pytest.mark.parametrize("flag", ["--compile", "--colocate-autograd"])
+def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag):
+    out = subprocess.run([sys.executable, "scripts/train_throughput.py", flag, "off,maybe"], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and f"{flag}='off,maybe': comma-separated values of off, on" in out.stderr
+
+
 @pytest.mark.slow
 def test_cpu_run_of_the_debug_model_writes_one_record_per_checkpointing_mode(tmp_path):
     out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--config", "configs/debug.toml", "--seq-len",
