@@ -4,8 +4,9 @@ Autograd runs a CUDA backward on its own thread per device (`pt_autograd_<i>`) w
 the two threads sit on different cores, each forward+backward pays two cross-core wake-ups, and the
 backward's Python runs on a core whose caches hold none of the caller's objects. On a KVM guest with an
 H200 the fused layer's host time at N=8K went 0.92 -> 0.58 ms per forward+backward with both threads on
-one core (docs/benchmarks.md, round 6); pinning them to two different cores did not help. The one CPU's
-own speed then bounds that host work: on shared virtual machines it differs between CPUs and runs. Linux only.
+one core; pinning them to two different cores did not help. But the one CPU's own speed then bounds that
+host work, and on shared virtual machines it differs between CPUs and runs: on two H100 guests the 8K
+benchmark was no faster, once slower (docs/benchmarks.md, round 6). Opt-in for that reason. Linux only.
 
 A thread the pinned caller starts afterwards inherits its one CPU (subprocesses too): pin after start-up
 work that wants every core, such as torch.compile's compile workers.
