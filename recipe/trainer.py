@@ -9,7 +9,6 @@ import sys
 from contextlib import ExitStack
 from typing import Iterator, Sequence
 
-import torch
 from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 from torchtitan.tools.logging import init_logger, logger
@@ -21,6 +20,7 @@ from .cli import ConfigError, as_config_error, exit_on_config_error, parse_job_c
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
 from .run_record import run_start_record, write_run_record
+from .teardown import end_process_groups
 
 
 @as_config_error()
@@ -140,9 +140,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         finally:
             if trainer is not None:
                 trainer.close()
-            if torch.distributed.is_initialized():
-                if finished:
-                    # Every rank finished: tear the groups down together (a gloo rank destroying its group while
-                    # another still runs can abort at exit).
-                    torch.distributed.barrier()
-                torch.distributed.destroy_process_group()
+            trainer = None  # its device meshes hold the process groups, which must end before the interpreter
+            end_process_groups(finished)

@@ -119,6 +119,7 @@ def test_two_process_fsdp_on_gloo(tmp_path):
     out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
     assert "Applied FSDP to the model" in out.stdout + out.stderr
+    assert "outlive the process groups" not in out.stdout + out.stderr  # each rank joined its gloo workers
     pinned = re.findall(r"colocate_autograd: .* on CPU (\d+) from step 2", out.stdout + out.stderr)
     assert len(pinned) == 2 and len(set(pinned)) == min(2, len(os.sched_getaffinity(0)))  # each rank its own CPU
     records = [r for r in read_metrics(str(tmp_path / METRICS_FILE)) if "loss_metrics/global_avg_loss" in r]
