@@ -31,6 +31,7 @@ from lighthouse.context_parallel import (
 )
 from lighthouse.layer import resolve_implementation
 from lighthouse.testing import error_ratio
+from recipe.teardown import end_process_groups
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 
@@ -254,4 +255,5 @@ def run_cp_parity(job: CpParityJob) -> None:
 
     if rank == 0:
         print_report(job, device, fused, mismatched, table, timings, peak.item())
-    dist.destroy_process_group()
+    del mesh  # the last hold on the process groups outside torch's caches
+    end_process_groups(finished=True)
