@@ -17,11 +17,14 @@ rank's median over `--iters` runs.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from eval.cp_parity import DTYPES, CpParityJob, run_cp_parity
 from eval.device import require_cuda
 from lighthouse import LighthouseConfig
+from lighthouse.context_parallel import check_context_parallel
+from recipe.cli import as_config_error, exit_on_config_error
 
 
 def parse_args() -> argparse.Namespace:
@@ -54,10 +57,12 @@ def main() -> None:
     args = parse_args()
     if args.device == "cuda":
         require_cuda("--device cpu runs it with gloo")
-    config = LighthouseConfig(
-        levels=args.levels, pool=args.pool, topk=args.topk, tile_budget=args.tile_budget, scorer=args.scorer,
-        backend=args.backend,
-    )
+    with exit_on_config_error(), as_config_error():  # one line on each rank, exit 2, before any group starts
+        config = LighthouseConfig(
+            levels=args.levels, pool=args.pool, topk=args.topk, tile_budget=args.tile_budget, scorer=args.scorer,
+            backend=args.backend,
+        )
+        check_context_parallel(config, args.seq_len, int(os.environ.get("WORLD_SIZE", "1")))
     run_cp_parity(CpParityJob(
         config=config, seq_len=args.seq_len, batch=args.batch, heads=args.heads, kv_heads=args.kv_heads,
         head_dim=args.head_dim, dtype=args.dtype, rotate_method=args.rotate_method, device=args.device,

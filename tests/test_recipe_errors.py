@@ -112,6 +112,23 @@ def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, ca
     assert out == "" and re.fullmatch(rf"error: {script} needs an NVIDIA GPU with CUDA; torch .*\){hint}\n", err)
 
 
+@pytest.mark.parametrize("world, args, message", [
+    ("2", ["--topk", "64"], "topk/tile_budget=2 tiles (topk=64, tile_budget=32) do not split evenly over the "
+                            "2*context_parallel_degree=4 chunks of seq_len=2048"),
+    ("1", ["--topk", "65"], "topk=65 must be a positive multiple of tile_budget=32"),
+])
+def test_cp_parity_names_a_layout_mistake_before_any_process_group_starts(world, args, message, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", world)
+    monkeypatch.setattr(sys, "argv", ["scripts/cp_parity.py", "--device", "cpu", "--seq-len", "2048",
+                                      "--tile-budget", "32", *args])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / "cp_parity.py"), run_name="__main__")
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"error: {message}") and err.count("\n") == 1
+    assert not torch.distributed.is_initialized()
+
+
 @pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the filter is installed without an accelerator only")
 def test_cpu_log_drops_the_gpu_peak_flops_warnings_and_explains_mfu_once():
     log_filter = next(f for f in logging.getLogger().filters if isinstance(f, cpu_compat.CpuLogFilter))
