@@ -174,12 +174,12 @@ def run_cp_parity(job: CpParityJob) -> None:
     """Compare and time the CP layer against the single-device layer on every rank; rank 0 prints the report.
 
     Every rank builds the same full-sequence q, k, v from the seed. The reference outputs stay alive
-    through the timings, so the peak memory counts them."""
+    through the timings, so the peak memory counts them. The caller has checked the layout against the CP
+    degree (`check_context_parallel`), before any process group started."""
     device, mesh = setup(job.device)
     rank, world = dist.get_rank(), dist.get_world_size()
     enable_context_parallel(mesh, job.rotate_method)
     dtype, config, n = DTYPES[job.dtype], job.config, job.seq_len
-    check_context_parallel(config, n, world)
     # float32 truth: the efficient kernel (cuDNN and flash take 16-bit inputs only).
     truth_config = dataclasses.replace(config, backend="efficient" if device.type == "cuda" else "flash")
 

@@ -35,9 +35,14 @@ def thread_names() -> dict[int, str]:
     return names
 
 
+def threads_named(prefix: str) -> list[int]:
+    """Native ids of this process's threads whose name starts with `prefix`."""
+    return sorted(tid for tid, name in thread_names().items() if name.startswith(prefix))
+
+
 def autograd_threads() -> list[int]:
     """Native ids of autograd's device threads, started by a first backward that involves a device."""
-    return sorted(tid for tid, name in thread_names().items() if name.startswith(AUTOGRAD_THREAD_PREFIX))
+    return threads_named(AUTOGRAD_THREAD_PREFIX)
 
 
 def start_autograd_threads() -> None:

@@ -20,7 +20,7 @@ import sys
 import torch
 from torchtitan.tools.logging import logger
 
-from lighthouse.host_threads import thread_names
+from lighthouse.host_threads import threads_named
 
 GLOO_WORKER_THREAD = "pt_gloo_runloop"
 
@@ -42,7 +42,7 @@ def gloo_workers() -> int:
     """How many gloo worker threads this process runs (0 where /proc is missing)."""
     if not sys.platform.startswith("linux"):
         return 0
-    return sum(name == GLOO_WORKER_THREAD for name in thread_names().values())
+    return len(threads_named(GLOO_WORKER_THREAD))
 
 
 def end_process_groups(finished: bool) -> None:
@@ -52,7 +52,7 @@ def end_process_groups(finished: bool) -> None:
     if not torch.distributed.is_initialized():
         return
     release_dtensor_caches()
-    gc.collect()
+    gc.collect()  # both collections are needed: without either, a two-rank CPU run kept its gloo workers
     if finished:
         torch.distributed.barrier()
     torch.distributed.destroy_process_group()
