@@ -62,6 +62,11 @@ class Lighthouse:
     """Run Lighthouse for steps 1..N, then dense SDPA in every layer from step N+1 (0 = never). One run
     that matches a stage-1 run of `training.steps = N` followed by a stage-2 dense resume."""
 
+    dense_every: int = 0
+    """While Lighthouse is on, run every n-th step (steps n, 2n, ...) with dense SDPA in every layer, so stage 1
+    keeps training the weights under the attention stage 2 will use (0 = never; docs/time_to_quality_long.md).
+    The steps' data, optimizer and LR are the usual ones: only the attention of that step differs."""
+
     log_stats: bool = True
     """Log selection statistics (S, expanded share, evenness) at every log step: one extra selection pass
     per Lighthouse layer on those steps. Under context parallelism the values are the whole sequence's."""
@@ -175,12 +180,14 @@ def check_job_config(job_config, n_layers: int) -> None:
             "checkpoint.last_save_model_only=true: the last checkpoint of this run holds weights only, so a "
             "stage-2 dense resume cannot continue its optimizer, LR and data; set it to false for stage 1"
         )
+    if section.dense_every < 0 or section.dense_every == 1:
+        raise ValueError(f"[lighthouse] dense_every={section.dense_every} must be 0 (never) or >= 2 (1 would make "
+                         "every step dense: set enable=false instead)")
     if not section.enable:
-        if section.switch_to_dense_at_step:
-            raise ValueError(
-                f"[lighthouse] switch_to_dense_at_step={section.switch_to_dense_at_step} with enable=false: "
-                "there is no Lighthouse phase to switch from"
-            )
+        for key in ("switch_to_dense_at_step", "dense_every"):
+            if getattr(section, key):
+                raise ValueError(f"[lighthouse] {key}={getattr(section, key)} with enable=false: "
+                                 "there is no Lighthouse phase to apply it to")
         return
     _check_context_parallel_layout(job_config)
     try:

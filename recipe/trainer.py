@@ -47,7 +47,8 @@ def _not_hf_index_warning(record: logging.LogRecord) -> bool:
 
 class LighthouseTrainer(Trainer):
     """Checks the job and the checkpoint it starts from first; records the run (`argv`: the job's arguments,
-    default this process's); runs dense SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics
+    default this process's); runs dense SDPA after `[lighthouse] switch_to_dense_at_step` and on every
+    `dense_every`-th step before it; collects statistics
     of the Lighthouse layers on every log step; after its first step, pins the host threads that drive the
     GPU to one CPU if `[host] colocate_autograd` says so."""
 
@@ -63,6 +64,7 @@ class LighthouseTrainer(Trainer):
         finally:
             logger.removeFilter(_not_hf_index_warning)
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step
+        self.dense_every = job_config.lighthouse.dense_every
         self.lighthouse_on = bool(self.model_args.lighthouse_layers())
         # The rank that logs metrics records the run (recipe/run_record.py) and marks its first step.
         self.run_record = None if self.metrics_processor.jsonl is None else write_run_record(job_config, argv)
@@ -72,10 +74,14 @@ class LighthouseTrainer(Trainer):
         self.pin_after_step = job_config.host.colocate_autograd
         self.host_pin = ExitStack()  # the pinned host threads' masks, given back by close()
 
+    def set_lighthouse(self, enabled: bool) -> None:
+        """Lighthouse (True) or dense causal SDPA (False) in every Lighthouse layer of every model part."""
+        for part in self.model_parts:
+            part.set_lighthouse_enabled(enabled)
+
     def switch_to_dense(self) -> None:
         """Dense causal SDPA in every layer from now on; MFU accounting follows."""
-        for part in self.model_parts:
-            part.set_lighthouse_enabled(False)
+        self.set_lighthouse(False)
         dense_args = dataclasses.replace(self.model_args, lighthouse=None)
         _, self.metrics_processor.num_flops_per_token = dense_args.get_nparams_and_flops(
             self.model_parts[0], self.job_config.training.seq_len
@@ -89,16 +95,22 @@ class LighthouseTrainer(Trainer):
             self.mark_run_start = False
         if self.lighthouse_on and 0 < self.switch_step < self.step:
             self.switch_to_dense()
+        dense_step = self.lighthouse_on and self.dense_every > 0 and self.step % self.dense_every == 0
         observe = (
-            self.lighthouse_on and self.job_config.lighthouse.log_stats and self.metrics_processor.should_log(self.step)
+            self.lighthouse_on and not dense_step and self.job_config.lighthouse.log_stats
+            and self.metrics_processor.should_log(self.step)
         )
         if observe:
             attach_observers(self.model_parts, self.metrics_processor.selection_stats)
+        if dense_step:
+            self.set_lighthouse(False)
         try:
             super().train_step(data_iterator)
         finally:
             if observe:
                 attach_observers(self.model_parts, None)
+            if dense_step:
+                self.set_lighthouse(True)
         if self.pin_after_step:
             self.pin_after_step = False
             self.colocate_host_threads()

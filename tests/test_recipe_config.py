@@ -46,6 +46,9 @@ def test_toml_section_is_read_and_cli_overrides_it():
     (["--lighthouse.dense_layers", "2", "2"], r"dense_layers=\[2, 2\] repeats \[2\]"),
     (["--lighthouse.switch_to_dense_at_step", "-3"], r"switch_to_dense_at_step=-3 must be >= 0"),
     (["--lighthouse.no-enable", "--lighthouse.switch_to_dense_at_step", "5"], r"switch_to_dense_at_step=5 with enable=false"),
+    (["--lighthouse.dense_every", "1"], r"dense_every=1 must be 0 \(never\) or >= 2"),
+    (["--lighthouse.dense_every", "-4"], r"dense_every=-4 must be 0 \(never\) or >= 2"),
+    (["--lighthouse.no-enable", "--lighthouse.dense_every", "4"], r"dense_every=4 with enable=false"),
     (["--validation.enable", "--validation.dataset", "synthetic", "--validation.steps", "1", "--validation.seq_len", "100"],
      r"validation.seq_len=100"),
     (["--model.flavor", "huge"], re.escape(f"model.flavor='huge' is not one of {sorted(FLAVORS)}")),
@@ -55,7 +58,8 @@ def test_toml_section_is_read_and_cli_overrides_it():
     (["--checkpoint.enable", "--checkpoint.initial_load_path", "/nonexistent/step-10"],
      r"checkpoint.initial_load_path='/nonexistent/step-10' is not a folder"),
 ], ids=["topk", "seq_len", "tile-too-small", "scorer", "pool", "dense-range", "dense-repeat", "switch-negative",
-        "switch-without-lighthouse", "validation-seq-len", "flavor", "model-name", "model-unknown", "steps",
+        "switch-without-lighthouse", "dense-every-one", "dense-every-negative", "dense-every-without-lighthouse",
+        "validation-seq-len", "flavor", "model-name", "model-unknown", "steps",
         "initial-load-path"])
 def test_invalid_settings_fail_before_any_device_work_naming_the_values(args, message):
     config = parse(*args)

@@ -29,7 +29,7 @@ def runs(tmp_path_factory):
     full: 8 Lighthouse steps; half: the first 4 with a full checkpoint, then resumed for steps 5..8
     without selection statistics;
     stage2: the step-4 checkpoint resumed with Lighthouse off; switch: 8 steps, dense after step 4, its host
-    threads pinned to one CPU after step 1.
+    threads pinned to one CPU after step 1; interleaved: 6 steps with step 5 dense (`dense_every` 5).
     """
     root = tmp_path_factory.mktemp("runs")
     half_ckpt = root / "half" / "checkpoint" / f"step-{HALF}"
@@ -41,6 +41,7 @@ def runs(tmp_path_factory):
                    str(half_ckpt), "--checkpoint.no-initial-load-model-only", "--lighthouse.no-enable"],
         "switch": ["--training.steps", str(STEPS), "--lighthouse.switch_to_dense_at_step", str(HALF),
                    "--host.colocate_autograd"],
+        "interleaved": ["--training.steps", str(HALF + 2), "--lighthouse.dense_every", str(HALF + 1)],
     }
     folder = {name: root / ("half" if name.startswith("half") else name) for name in jobs}
     argvs = [COMMON + ["--job.dump_folder", str(folder[name])] + extra for name, extra in jobs.items()]
@@ -48,7 +49,7 @@ def runs(tmp_path_factory):
     code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
-    records = {name: read_metrics(str(folder[name] / METRICS_FILE)) for name in ("full", "half", "stage2", "switch")}
+    records = {name: read_metrics(str(folder[name] / METRICS_FILE)) for name in ("full", "half", "stage2", "switch", "interleaved")}
     return records, out.stdout + out.stderr
 
 
@@ -100,6 +101,17 @@ def test_switch_to_dense_at_step_gives_the_two_stage_losses(runs):
     # Same step-5..8 losses as a separate stage 2 means its data, optimizer state and LR continued.
     assert losses(switch, range(HALF + 1, STEPS + 1)) == losses(records["stage2"], range(HALF + 1, STEPS + 1))
     assert all(("lighthouse/S" in r) == (r["step"] <= HALF) for r in switch)
+
+
+def test_dense_every_runs_only_its_steps_dense_and_returns_to_lighthouse(runs):
+    records, _ = runs
+    interleaved, full, switch = records["interleaved"], records["full"], records["switch"]
+    assert losses(interleaved, range(1, HALF + 1)) == losses(full, range(1, HALF + 1))
+    # Step 5 is dense on the weights of four Lighthouse steps: exactly the switched run's step 5.
+    assert losses(interleaved, [HALF + 1]) == losses(switch, [HALF + 1])
+    # Step 6 is Lighthouse again, on weights that differ from both runs' (one dense step in the past).
+    assert losses(interleaved, [HALF + 2]) not in (losses(switch, [HALF + 2]), losses(full, [HALF + 2]))
+    assert [("lighthouse/S" in r) for r in interleaved] == [True] * HALF + [False, True]
 
 
 def test_colocated_host_threads_are_pinned_after_the_first_step(runs):
