@@ -6,6 +6,14 @@ adds a suffix (`_k2048from250`: k = 2048 from step 250 on). Each folder's
 metrics.jsonl holds one record per training step (`time_metrics/end_to_end(s)`, logged every step) and the
 dense-shadow validation records (`validation/dense_loss`, also during stage 1).
 
+The exchange rate says what a stage-1 step is worth in dense steps. Read where the dense curve of the same
+seed (loss against steps, linear between validation points) first reaches a loss: at the switch from the
+stage-1 weights' dense-shadow loss (`exchange_rate_at_switch` = those dense steps / switch step) and at the end
+from the arm's final loss (`exchange_rate_landing` = (those dense steps - the arm's own dense steps) / its
+stage-1 steps). A stage-1 step pays off where the exchange rate times the stage-1 per-step speedup exceeds 1.
+The dense curve's points before its last are at a higher learning rate than any run's end, so the landing
+rate reads in Lighthouse's favour.
+
 Training seconds, the same rule for every arm: the sum of the per-step times, where the first step of every
 training process (Triton and cuDNN warm-up, lazy initialisation) counts as that process's median step. The
 per-step time runs from the previous log to this one; validation resets that clock and checkpoints are saved
@@ -22,8 +30,10 @@ from recipe.metrics import read_metrics
 
 STEP_TIME = "time_metrics/end_to_end(s)"
 DENSE_LOSS = "validation/dense_loss"
+LIGHTHOUSE_LOSS = "validation/lighthouse_loss"
 ARMS_COMMAND = "scripts/time_to_quality.sh (configs/time_to_quality/tiny_64k.toml)"
-_FOLDER = re.compile(r"(?P<selection>dense|paper|causal)_s(?P<seed>\d+)(?P<variant>_k\d+from\d+)?(?:_switch(?P<switch>\d+))?")
+_FOLDER = re.compile(
+    r"(?P<selection>dense|paper|causal)_s(?P<seed>\d+)(?P<variant>_k\d+from\d+|_every\d+)?(?:_switch(?P<switch>\d+))?")
 
 
 def step_seconds(records: list[dict]) -> dict[int, float]:
@@ -41,8 +51,9 @@ def step_seconds(records: list[dict]) -> dict[int, float]:
     return seconds
 
 
-def dense_losses(records: list[dict]) -> dict[int, float]:
-    return {r["step"]: r[DENSE_LOSS] for r in records if DENSE_LOSS in r}
+def validation_losses(records: list[dict], key: str = DENSE_LOSS) -> dict[int, float]:
+    """The held-out loss `key` of every validated step."""
+    return {r["step"]: r[key] for r in records if key in r}
 
 
 @dataclass
@@ -56,6 +67,8 @@ class Arm:
     total_steps: int
     seconds: dict[int, float] = field(repr=False)
     losses: dict[int, float] = field(repr=False)
+    lighthouse_losses: dict[int, float] = field(default_factory=dict, repr=False)
+    """Stage 1's held-out loss under its own Lighthouse attention (the dense-shadow validator's second score)."""
 
     @property
     def train_seconds(self) -> float:
@@ -70,6 +83,15 @@ class Arm:
             done = step
             points.append((elapsed, self.losses[step]))
         return points
+
+    @property
+    def step_curve(self) -> list[tuple[float, float]]:
+        """[step, held-out dense loss] for every validated step, in order."""
+        return [(float(step), self.losses[step]) for step in sorted(self.losses)]
+
+    @property
+    def stage1_seconds(self) -> float:
+        return sum(self.seconds[s] for s in range(1, (self.switch_step or 0) + 1))
 
     @property
     def final_loss(self) -> float:
@@ -90,17 +112,18 @@ def load_arms(run: Path) -> list[Arm]:
         if match is None or (match["selection"] != "dense" and match["switch"] is None):
             continue
         records = read_metrics(str(folder / "metrics.jsonl"), events=True)
-        seconds, losses, switch = step_seconds(records), dense_losses(records), None
+        seconds, losses, lighthouse, switch = step_seconds(records), validation_losses(records), {}, None
         if match["switch"] is not None:
             switch = int(match["switch"])
             stage1 = read_metrics(str(run / f"{match['selection']}_s{match['seed']}{match['variant'] or ''}" / "metrics.jsonl"),
                                   events=True)
             seconds = {**{s: t for s, t in step_seconds(stage1).items() if s <= switch}, **seconds}
-            losses = {**{s: v for s, v in dense_losses(stage1).items() if s <= switch}, **losses}
+            losses = {**{s: v for s, v in validation_losses(stage1).items() if s <= switch}, **losses}
+            lighthouse = {s: v for s, v in validation_losses(stage1, LIGHTHOUSE_LOSS).items() if s <= switch}
         total = max(seconds)
         if sorted(seconds) != list(range(1, total + 1)) or total not in losses:
             raise ValueError(f"{folder}: steps 1..{total} are not all logged, or the last step was not validated")
-        arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses))
+        arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses, lighthouse))
     return arms
 
 
@@ -114,39 +137,67 @@ def seconds_to_reach(curve: list[tuple[float, float]], loss: float) -> float | N
     return None
 
 
+def exchange_rates(arm: Arm, dense: Arm) -> dict:
+    """The dense steps a stage-1 step of `arm` is worth, at the switch and where the arm lands (module doc), the
+    stage-1 weights' dense-shadow gaps at the switch, and the stage-1 per-step speedups."""
+    switch = arm.switch_step
+    shadow = arm.losses[switch]
+    at_switch = seconds_to_reach(dense.step_curve, shadow)
+    landing = seconds_to_reach(dense.step_curve, arm.final_loss)
+    dense_step = statistics.mean(dense.seconds.values())
+    rates = {
+        "exchange_rate_at_switch": None if at_switch is None else round(at_switch / switch, 4),
+        "exchange_rate_landing": None if landing is None else round((landing - (arm.total_steps - switch)) / switch, 4),
+        "shadow_minus_dense_at_switch": round(shadow - dense.losses[switch], 4) if switch in dense.losses else None,
+        "stage1_step_speedup": round(dense.median_step(False) / arm.median_step(True), 4),
+        "stage1_mean_step_speedup": round(dense_step * switch / arm.stage1_seconds, 4),
+    }
+    if switch in arm.lighthouse_losses:
+        rates["shadow_minus_lighthouse_at_switch"] = round(shadow - arm.lighthouse_losses[switch], 4)
+    return rates
+
+
 def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
-    """The docs/time_to_quality.json object of an arm, with its time-to-quality speedup against `dense`."""
+    """The docs/time_to_quality.json object of an arm, with its time-to-quality speedup and exchange rates
+    against `dense`."""
     record = {"name": "dense" if arm.name == "dense_s0" else arm.name, "selection": arm.selection,
               "switch_step": arm.switch_step, "total_steps": arm.total_steps, "seq_len": seq_len, "seed": arm.seed,
               "device": device,
               "train_seconds": round(arm.train_seconds, 3), "final_heldout_loss": arm.final_loss,
               "curve": [[round(t, 3), v] for t, v in arm.curve]}
+    if arm.lighthouse_losses:
+        record["stage1_lighthouse_curve"] = [[s, v] for s, v in sorted(arm.lighthouse_losses.items())]
     if dense is not None and arm is not dense:
         reach = seconds_to_reach(dense.curve, arm.final_loss)
         record["dense_seconds_to_this_loss"] = None if reach is None else round(reach, 3)
         record["time_to_quality_speedup"] = None if reach is None else round(reach / arm.train_seconds, 4)
-        record["stage1_step_speedup"] = round(dense.median_step(False) / arm.median_step(True), 4)
+        record.update(exchange_rates(arm, dense))
     return record
 
 
-def report_records(arms: list[Arm], seq_len: int, device: str, commit: str) -> list[dict]:
+def report_records(arms: list[Arm], seq_len: int, device: str, commit: str, command: str = ARMS_COMMAND) -> list[dict]:
     """The docs/time_to_quality.json list: each arm's record against the dense arm of its seed, with the commit
     of the tree the arms ran and the command that ran them."""
     dense = {a.seed: a for a in arms if a.selection == "dense"}
-    return [{**arm_record(a, dense.get(a.seed), seq_len, device), "commit": commit, "command": ARMS_COMMAND}
+    return [{**arm_record(a, dense.get(a.seed), seq_len, device), "commit": commit, "command": command}
             for a in arms]
 
 
 def markdown_table(records: list[dict]) -> str:
-    """One row per arm: seed, switch step, training seconds, final held-out loss and the speedups."""
+    """One row per arm: seed, switch step, training seconds, final held-out loss, the speedups and the exchange
+    rates."""
     rows = ["| arm | seed | switch | train s | final held-out | dense s to that loss | time-to-quality speedup | "
-            "stage-1 step speedup |", "|" + "---|" * 8]
+            "stage-1 step speedup | exchange rate at switch | exchange rate landing |", "|" + "---|" * 10]
+
+    def cell(r: dict, key: str) -> str:
+        return "-" if key not in r else "none" if r[key] is None else str(r[key])
+
     for r in records:
         reach = r.get("dense_seconds_to_this_loss", "-")
         rows.append(f"| {r['name']} | {r['seed']} | {r['switch_step'] or '-'} | {r['train_seconds']:.1f} | "
                     f"{r['final_heldout_loss']:.4f} | {'never' if reach is None else reach} | "
-                    f"{r.get('time_to_quality_speedup') or ('-' if reach == '-' else 'none')} | "
-                    f"{r.get('stage1_step_speedup', '-')} |")
+                    f"{cell(r, 'time_to_quality_speedup')} | {cell(r, 'stage1_step_speedup')} | "
+                    f"{cell(r, 'exchange_rate_at_switch')} | {cell(r, 'exchange_rate_landing')} |")
     return "\n".join(rows)
 
 
@@ -159,14 +210,18 @@ def plot_curves(arms: list[Arm], path: str, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     colors = {"dense": "black", "paper": "tab:red", "causal": "tab:blue"}
+    variant_colors = iter(["tab:green", "tab:orange", "tab:purple", "tab:brown"])
     for arm in arms:
         t, v = zip(*arm.curve)
         late_switch = arm.switch_step is not None and 2 * arm.switch_step > arm.total_steps
-        ax.plot(t, v, "-" if arm.seed == 0 else ":", marker="^" if late_switch else "o", ms=3,
-                color=colors[arm.selection], label=arm.name)
+        variant = _FOLDER.fullmatch(arm.name)["variant"]
+        if variant and variant not in colors:
+            colors[variant] = next(variant_colors)
+        color = colors[variant or arm.selection]
+        ax.plot(t, v, "-" if arm.seed == 0 else ":", marker="^" if late_switch else "o", ms=3, color=color,
+                label=arm.name)
         if arm.switch_step:
-            switch_t = sum(arm.seconds[s] for s in range(1, arm.switch_step + 1))
-            ax.axvline(switch_t, color=colors[arm.selection], lw=0.4, alpha=0.4)
+            ax.axvline(arm.stage1_seconds, color=color, lw=0.4, alpha=0.4)
     ax.set_xlabel("training seconds (steps only)")
     ax.set_ylabel("held-out loss, dense attention (nats/byte)")
     low = min(v for arm in arms for _, v in arm.curve)

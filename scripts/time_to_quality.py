@@ -4,8 +4,8 @@
 
 Reads every arm under --run (eval.time_to_quality) and writes `<out>.json` (one object per arm: name,
 selection, switch_step, total_steps, seq_len, seed, device, train_seconds, final_heldout_loss, curve, and for
-Lighthouse arms the seconds dense needs to reach that loss, the time-to-quality speedup and the stage-1
-per-step speedup, against the dense arm of the same seed) and `<out>.png`; prints a markdown table.
+Lighthouse arms the seconds dense needs to reach that loss, the time-to-quality speedup, the stage-1
+per-step speedups and the exchange rates, against the dense arm of the same seed) and `<out>.png`; prints a markdown table.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 from eval.records import write_record
-from eval.time_to_quality import load_arms, markdown_table, plot_curves, report_records
+from eval.time_to_quality import ARMS_COMMAND, load_arms, markdown_table, plot_curves, report_records
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -24,11 +24,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--seq-len", type=int, default=65536, help="tokens per window of the runs")
     p.add_argument("--device", default="unknown", help="the card the arms ran on")
     p.add_argument("--commit", default="unknown", help="the commit of the tree the arms ran")
+    p.add_argument("--command", default=ARMS_COMMAND, help="the command that ran the arms, for the records")
     args = p.parse_args(argv)
     arms = load_arms(args.run)
     if not arms:
         raise SystemExit(f"no complete arm under {args.run}")
-    records = report_records(arms, args.seq_len, args.device, args.commit)
+    records = report_records(arms, args.seq_len, args.device, args.commit, args.command)
     write_record(args.out, records, indent=1)
     plot_curves(arms, str(args.out.with_suffix(".png")),
                 f"held-out loss vs training seconds, seq {args.seq_len:,}, {args.device}")

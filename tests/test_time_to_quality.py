@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from eval.time_to_quality import load_arms, markdown_table, seconds_to_reach, step_seconds
+from eval.time_to_quality import exchange_rates, load_arms, markdown_table, seconds_to_reach, step_seconds
 
 STEP_TIME, DENSE_LOSS = "time_metrics/end_to_end(s)", "validation/dense_loss"
+LIGHTHOUSE_LOSS = "validation/lighthouse_loss"
 
 
 def write(folder: Path, records: list[dict]) -> None:
@@ -46,6 +47,25 @@ def test_a_switch_arm_is_its_stage_1_up_to_the_switch_then_its_stage_2(tmp_path)
     assert arm.curve == [(0.5, 5.0), (2.0, 3.5), (6.0, 2.5)]  # stage 1's step-6 point is not on this arm
     assert arm.median_step(lighthouse=True) == 0.5 and arm.median_step(lighthouse=False) == 1.0
     assert arms["dense_s0"].final_loss == 2.0
+
+
+def test_exchange_rates_read_the_stage_1_and_final_losses_off_the_dense_curve_in_steps(tmp_path):
+    # dense: 4.0 at step 2, 3.0 at 4, 2.0 at 8 (one second a step)
+    write(tmp_path / "dense_s1", steps(1, 8, 1.0, start=False) + shadow((2, 4.0), (4, 3.0), (8, 2.0)))
+    # stage 1 with every 4th step dense, to step 4: its weights score 3.5 under dense attention (dense reaches
+    # that at step 3) and 2.9 under their own Lighthouse attention
+    stage1 = steps(1, 4, 0.25, start=False) + shadow((2, 4.5), (4, 3.5)) + [{"step": 4, LIGHTHOUSE_LOSS: 2.9}]
+    write(tmp_path / "causal_s1_every4", stage1)
+    write(tmp_path / "causal_s1_every4_switch4", steps(5, 8, 1.0, start=False) + shadow((8, 2.5)))
+    arms = {a.name: a for a in load_arms(tmp_path)}
+    arm = arms["causal_s1_every4_switch4"]
+    assert (arm.seed, arm.switch_step, arm.lighthouse_losses) == (1, 4, {4: 2.9})
+    rates = exchange_rates(arm, arms["dense_s1"])
+    assert rates["exchange_rate_at_switch"] == 3 / 4
+    # dense reaches the final 2.5 at step 6; the arm's own 4 dense steps leave 2 for its 4 stage-1 steps
+    assert rates["exchange_rate_landing"] == 2 / 4
+    assert rates["shadow_minus_dense_at_switch"] == 0.5 and rates["shadow_minus_lighthouse_at_switch"] == 0.6
+    assert rates["stage1_step_speedup"] == 4.0 and rates["stage1_mean_step_speedup"] == 4.0
 
 
 def test_an_arm_with_unlogged_steps_is_rejected(tmp_path):

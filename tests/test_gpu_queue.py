@@ -1,0 +1,48 @@
+"""scripts/gpu_queue.py: one task per GPU at a time, in file order after the tasks each waits for, resumable."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+from gpu_queue import read_tasks, run_queue  # noqa: E402
+
+
+def tasks_file(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "tasks.tsv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_each_task_runs_once_on_its_own_gpu_after_what_it_waits_for(tmp_path):
+    out = tmp_path / "order"
+    lines = [f"{name}\t{after}\techo {name} $CUDA_VISIBLE_DEVICES >> {out}" for name, after in
+             [("a", "-"), ("b", "-"), ("c", "a,b"), ("d", "c")]]
+    codes = run_queue(read_tasks(tasks_file(tmp_path, lines)), ["0", "1"], tmp_path / "logs", poll_s=0.01)
+    assert codes == {"a": 0, "b": 0, "c": 0, "d": 0}
+    ran = [line.split() for line in out.read_text().splitlines()]
+    assert sorted(name for name, _ in ran[:2]) == ["a", "b"] and [name for name, _ in ran[2:]] == ["c", "d"]
+    assert {gpu for _, gpu in ran} <= {"0", "1"}
+    record = json.loads((tmp_path / "logs" / "c.json").read_text())
+    assert record["returncode"] == 0 and record["end"] >= record["start"]
+
+
+def test_a_failed_task_skips_its_dependants_and_a_rerun_repeats_only_what_did_not_succeed(tmp_path):
+    counter = tmp_path / "runs"
+    lines = [f"ok\t-\techo ok >> {counter}", "bad\t-\texit 3", "after_bad\tbad\ttrue", f"after_ok\tok\techo after_ok >> {counter}"]
+    tasks = read_tasks(tasks_file(tmp_path, lines))
+    assert run_queue(tasks, ["0"], tmp_path / "logs", poll_s=0.01) == {"ok": 0, "bad": 3, "after_bad": -1, "after_ok": 0}
+    assert run_queue(tasks, ["0"], tmp_path / "logs", poll_s=0.01)["after_bad"] == -1
+    assert counter.read_text().split() == ["ok", "after_ok"]  # the second run repeated neither success
+
+
+@pytest.mark.parametrize("line, message", [
+    ("a\t-", r"tasks.tsv:1: expected name<TAB>after<TAB>command"),
+    ("a\tb\ttrue", r"tasks.tsv:1: task 'a' waits for \['b'\], not named on an earlier line"),
+])
+def test_a_malformed_task_line_is_named(tmp_path, line, message):
+    with pytest.raises(ValueError, match=message):
+        read_tasks(tasks_file(tmp_path, [line]))
