@@ -231,3 +231,34 @@ def plot_curves(arms: list[Arm], path: str, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def plot_steps(arms: list[Arm], path: str, title: str) -> None:
+    """Held-out dense loss against steps, one panel per seed; stage 1's own Lighthouse loss dashed, so the
+    dense-shadow gap and where each arm lands on the dense curve can be read off."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seeds = sorted({a.seed for a in arms})
+    fig, axes = plt.subplots(1, len(seeds), figsize=(6 * len(seeds), 4.5), sharey=True, squeeze=False)
+    low = min(v for arm in arms for _, v in arm.step_curve)
+    for ax, seed in zip(axes[0], seeds):
+        for color, arm in zip(["black", "tab:blue", "tab:green", "tab:orange", "tab:purple", "tab:brown"],
+                              sorted((a for a in arms if a.seed == seed), key=lambda a: a.selection != "dense")):
+            steps, losses = zip(*arm.step_curve)
+            ax.plot(steps, losses, "-o", ms=2.5, color=color, label=arm.name)
+            if arm.lighthouse_losses:
+                ax.plot(*zip(*sorted(arm.lighthouse_losses.items())), "--", lw=0.9, color=color,
+                        label=f"{arm.name}: stage 1, own Lighthouse loss")
+                ax.axvline(arm.switch_step, color=color, lw=0.4, alpha=0.5)
+        ax.set_xlabel("step")
+        ax.set_title(f"seed {seed}", fontsize=9)
+        ax.set_ylim(low - 0.05, low + 0.6)
+        ax.legend(fontsize=6)
+    axes[0][0].set_ylabel("held-out loss, dense attention (nats/byte)")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -64,8 +64,9 @@ class Lighthouse:
 
     dense_every: int = 0
     """While Lighthouse is on, run every n-th step (steps n, 2n, ...) with dense SDPA in every layer, so stage 1
-    keeps training the weights under the attention stage 2 will use (0 = never; docs/time_to_quality_long.md).
-    The steps' data, optimizer and LR are the usual ones: only the attention of that step differs."""
+    keeps training the weights under the attention stage 2 will use (0 = never). The steps' data, optimizer and LR
+    are the usual ones: only the attention of that step differs. Measured at 131,072 tokens (docs/results.md):
+    4 kept the dense shadow on the dense curve but ended worse than 0 in both seeds, hence off."""
 
     log_stats: bool = True
     """Log selection statistics (S, expanded share, evenness) at every log step: one extra selection pass

@@ -5,7 +5,8 @@
 Reads every arm under --run (eval.time_to_quality) and writes `<out>.json` (one object per arm: name,
 selection, switch_step, total_steps, seq_len, seed, device, train_seconds, final_heldout_loss, curve, and for
 Lighthouse arms the seconds dense needs to reach that loss, the time-to-quality speedup, the stage-1
-per-step speedups and the exchange rates, against the dense arm of the same seed) and `<out>.png`; prints a markdown table.
+per-step speedups and the exchange rates, against the dense arm of the same seed), `<out>.png` (against
+seconds) and `<out>_steps.png` (against steps, stage 1's own Lighthouse loss dashed); prints a markdown table.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import argparse
 from pathlib import Path
 
 from eval.records import write_record
-from eval.time_to_quality import ARMS_COMMAND, load_arms, markdown_table, plot_curves, report_records
+from eval.time_to_quality import ARMS_COMMAND, load_arms, markdown_table, plot_curves, plot_steps, report_records
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     write_record(args.out, records, indent=1)
     plot_curves(arms, str(args.out.with_suffix(".png")),
                 f"held-out loss vs training seconds, seq {args.seq_len:,}, {args.device}")
+    plot_steps(arms, str(args.out.with_name(args.out.name + "_steps.png")),
+               f"held-out loss vs steps, seq {args.seq_len:,}, {args.device}")
     print(markdown_table(records))
     return records
 
