@@ -15,11 +15,11 @@ The byte tokenizer becomes a `tokenizers` byte-level BPE without merges: byte b 
 decoding turns invalid UTF-8 into U+FFFD as ByteTokenizer.decode does. With `split_special_tokens` a literal
 "<bos>" in the text stays bytes, as in the recipe. EOS pads (left: generation continues the text's last byte).
 
-The tokenizer adds no BOS by default (`add_bos_token: false`), because lm-eval (0.4.x) conditions every document
-of a rolling-perplexity task on its own prefix token, the tokenizer's BOS: a tokenizer that added BOS too would
-make lm-eval score log p(BOS | BOS) as part of each document. With it, lm-eval's rolling log-likelihood of a
-document is the recipe's: bytes after BOS. Loading with `add_bos_token=True` (transformers 5) makes
-`tokenizer(text).input_ids == ByteTokenizer().encode(text, add_eos=False)`, a training document's start.
+The tokenizer adds no BOS by default (tokenizer.json has no post-processor), because lm-eval (0.4.x) conditions
+every document of a rolling-perplexity task on its own prefix token, the tokenizer's BOS: a tokenizer that added
+BOS too would make lm-eval score log p(BOS | BOS) as part of each document. Without it, lm-eval's rolling
+log-likelihood of a document is the recipe's: bytes after BOS. Loading with `add_bos_token=True` (transformers 5)
+makes `tokenizer(text).input_ids == ByteTokenizer().encode(text, add_eos=False)`, a training document's start.
 """
 from __future__ import annotations
 
@@ -112,8 +112,6 @@ def tokenizer_config(model_max_length: int) -> dict:
         "bos_token": BOS_TOKEN,
         "eos_token": EOS_TOKEN,
         "pad_token": PAD_TOKEN,
-        "add_bos_token": False,
-        "add_eos_token": False,
         "padding_side": "left",
         "model_input_names": ["input_ids", "attention_mask"],
         "split_special_tokens": True,

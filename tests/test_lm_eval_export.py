@@ -50,9 +50,9 @@ def samples(model_and_export, tmp_path_factory) -> dict[str, list[dict]]:
     results = tmp_path_factory.mktemp("lm_eval_results")
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HOME": str(results / "hf_home")}
-    command = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={export_folder}", "--include_path",
-               "eval/lm_eval_tasks", "--tasks", "lighthouse_docs,lighthouse_choice", "--device", "cpu",
-               "--batch_size", "4", "--output_path", str(results), "--log_samples"]
+    command = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={export_folder}",
+               "--include_path", "eval/lm_eval_tasks", "--tasks", "lighthouse_docs,lighthouse_choice",
+               "--device", "cpu", "--batch_size", "4", "--output_path", str(results), "--log_samples"]
     run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     found = {}
