@@ -1,12 +1,19 @@
 """Export a checkpoint as a Hugging Face Llama folder that transformers, lm-eval-harness and vLLM load.
 
-    python scripts/export_hf.py outputs/paper/stage2/checkpoint/step-2000 outputs/hf/paper \\
-        --job.config_file configs/paper/stage2_dense.toml
+    python scripts/export_hf.py outputs/paper/stage2_dense_from_L3_p2_k1536_dilated/checkpoint/step-16000 out/hf
 
-STEP_DIR and OUT come first, then the job arguments of the run (they give the model and its flavor; the attention
-setting does not matter, Lighthouse has no parameters). Writes config.json, model.safetensors, tokenizer.json,
-tokenizer_config.json and lighthouse_export.json (source checkpoint, commit, job config) into OUT, which must
-not exist or be empty unless --force is given (then files of the same names are replaced). Then:
+STEP_DIR and OUT come first. The model (name, flavor, `training.seq_len`, which sets the RoPE table and
+`max_position_embeddings`) comes from the record of the run that wrote STEP_DIR (`<dump_folder>/runs/<start
+time>/config.toml`, eval/checkpoint_run.py); job arguments after them override it (`--training.seq_len 8192`).
+A checkpoint without run records needs `--job.config_file` of its run; one with records refuses a config file
+that gives another model or length than the record.
+
+The exported model runs dense attention in every layer, so a checkpoint whose last steps trained with Lighthouse
+(stage 1) is refused unless `--allow-stage1` is given: its dense logits are not the ones it trained with.
+Writes config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
+lighthouse_export.json (source checkpoint and step, the run record, how the weights were trained, commit, job
+config) into OUT, which must not exist or be empty unless --force is given (then files of the same names are
+replaced). Then:
 
     AutoModelForCausalLM.from_pretrained(OUT), AutoTokenizer.from_pretrained(OUT)
 """
@@ -18,35 +25,125 @@ import sys
 from pathlib import Path
 
 import torch
+from torchtitan.config import JobConfig
 
-from eval.checkpoint import build_model, load_weights, parse_job_config
+from eval.checkpoint import build_model, load_weights
+from eval.checkpoint_run import run_record_of, step_of, trained_with_lighthouse, training_description
 from eval.hf_export import export
 from eval.records import provenance
+from recipe.cli import CONFIG_FILE_FLAGS, ConfigError, as_config_error, config_file_arg, parse_job_config
+from recipe.run_record import CONFIG_FILE
+from recipe.trainer import check_job
+
+# Job settings that change the exported files (dimensions, RoPE table): a config file named on the command line
+# must agree with the run's record on them.
+MODEL_KEYS = (("model", "name"), ("model", "flavor"), ("training", "seq_len"))
+
+
+def without_config_file(job_argv: list[str]) -> list[str]:
+    """`job_argv` less its `--job.config_file` flag and value (either spelling, `--flag value` or `--flag=value`)."""
+    kept, skip = [], False
+    for arg in job_argv:
+        flag, eq, _ = arg.partition("=")
+        if skip:
+            skip = False
+        elif flag in CONFIG_FILE_FLAGS:
+            skip = not eq
+        else:
+            kept.append(arg)
+    return kept
+
+
+def checked_job_config(argv: list[str]) -> JobConfig:
+    """The job config of `argv`, checked as train.py checks it; ConfigError names a mistake."""
+    job_config = parse_job_config(argv)
+    with as_config_error():
+        check_job(job_config)
+    return job_config
+
+
+def model_value(job_config: JobConfig, key: tuple[str, str]) -> object:
+    return getattr(getattr(job_config, key[0]), key[1])
+
+
+def job_config_of(step_folder: Path, job_argv: list[str]) -> tuple[JobConfig, Path | None]:
+    """The job config that trained `step_folder` (its run record under the overrides in `job_argv`) and the
+    record folder; without records, the config `job_argv` names. ConfigError says what is missing or disagrees."""
+    named = config_file_arg(job_argv)
+    try:
+        record = run_record_of(step_folder)
+    except ValueError as err:
+        if named is None:
+            raise ConfigError(str(err)) from err
+        record = None
+    if record is None:
+        if named is None:
+            raise ConfigError(f"{step_folder} has no run record (no runs/<start time>/{CONFIG_FILE} in a folder "
+                              "above it): pass --job.config_file of the run that trained it")
+        return checked_job_config(job_argv), None
+    job_config = checked_job_config(["--job.config_file", str(record / CONFIG_FILE), *without_config_file(job_argv)])
+    if named is not None:
+        given = checked_job_config(job_argv)
+        differ = [f"{'.'.join(key)}={model_value(given, key)!r} (record: {model_value(job_config, key)!r})"
+                  for key in MODEL_KEYS if model_value(given, key) != model_value(job_config, key)]
+        if differ:
+            raise ConfigError(f"--job.config_file {named} differs from the run's record {record / CONFIG_FILE} in "
+                              f"{', '.join(differ)}: drop --job.config_file (the export reads the record)")
+    return job_config, record
 
 
 def main(argv: list[str] | None = None) -> Path:
-    """Export STEP_DIR into OUT; exit code 2 with one line on stderr when OUT or STEP_DIR will not do."""
+    """Export STEP_DIR into OUT; exit code 2 with one line on stderr when OUT, STEP_DIR or the job will not do."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
-                                epilog="Other arguments are job arguments, e.g. --job.config_file configs/debug.toml")
-    p.add_argument("checkpoint", metavar="STEP_DIR", help="a step folder, e.g. outputs/run/checkpoint/step-400")
+                                epilog="Other arguments are job arguments that override the run's record, "
+                                       "e.g. --training.seq_len 8192")
+    p.add_argument("checkpoint", metavar="STEP_DIR", type=Path,
+                   help="a step folder, e.g. outputs/run/checkpoint/step-400")
     p.add_argument("out", metavar="OUT", type=Path, help="the folder to write")
     p.add_argument("--force", action="store_true", help="write into OUT even if it is not empty")
+    p.add_argument("--allow-stage1", action="store_true",
+                   help="export a checkpoint whose last steps trained with Lighthouse (its dense logits differ)")
     args, job_argv = p.parse_known_args(argv)
+
+    def fail(message: str) -> None:
+        p.exit(2, f"export_hf.py: error: {message}\n")
+
     if args.out.exists() and not args.out.is_dir():
-        p.exit(2, f"export_hf.py: error: OUT {args.out} exists and is not a folder\n")
+        fail(f"OUT {args.out} exists and is not a folder")
     if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
-        p.exit(2, f"export_hf.py: error: OUT {args.out} is not empty; pass --force to write into it\n")
+        fail(f"OUT {args.out} is not empty; pass --force to write into it")
+    if not (args.checkpoint / ".metadata").is_file():
+        fail(f"{args.checkpoint} is not a DCP checkpoint folder (no .metadata); expected "
+             "<dump_folder>/<checkpoint.folder>/step-<N>")
+    try:
+        job_config, record = job_config_of(args.checkpoint, job_argv)
+    except ConfigError as err:
+        fail(str(err))
+    step = step_of(args.checkpoint)
+    stage1 = trained_with_lighthouse(job_config, step)
+    trained = training_description(job_config, step)
+    if stage1 and not args.allow_stage1:
+        fail(f"{args.checkpoint} was trained with Lighthouse ({trained}): the exported model runs dense attention, "
+             "whose logits differ from the ones it trained with; export a stage-2 (dense) checkpoint, or pass "
+             "--allow-stage1 to export it anyway")
 
     device = torch.device("cpu")
-    job_config = parse_job_config(job_argv)
     model = build_model(job_config, device)
     try:
         load_weights(model, args.checkpoint)
     except ValueError as err:
-        p.exit(2, f"export_hf.py: error: {err}\n")
-    record = {**provenance(args.checkpoint, job_config, device), "job_config": dataclasses.asdict(job_config)}
-    export(model, job_config, args.out, record)
-    print(f"exported {args.checkpoint} -> {args.out}")
+        fail(str(err))
+    record_info = {
+        **provenance(args.checkpoint, job_config, device),
+        "attention": "dense",  # the exported model's, in every layer
+        "step": step,
+        "trained": trained,
+        "stage1": stage1,
+        "run_record": None if record is None else str(record),
+        "job_config": dataclasses.asdict(job_config),
+    }
+    export(model, job_config, args.out, record_info)
+    print(f"exported {args.checkpoint} -> {args.out}" + (" (stage 1: trained with Lighthouse)" if stage1 else ""))
     return args.out
 
 
