@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -46,3 +47,18 @@ def test_a_failed_task_skips_its_dependants_and_a_rerun_repeats_only_what_did_no
 def test_a_malformed_task_line_is_named(tmp_path, line, message):
     with pytest.raises(ValueError, match=message):
         read_tasks(tasks_file(tmp_path, [line]))
+
+
+def test_the_long_study_queues_every_arm_of_both_seeds_after_its_stage_1(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    listing = subprocess.run(["bash", "scripts/time_to_quality_long.sh", "tasks"], cwd=repo, capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+    tasks = {t.name: t for t in read_tasks(tasks_file(tmp_path, listing.splitlines()))}
+    for seed in (0, 1):
+        assert tasks[f"dense_s{seed}"].after == tasks[f"causal_s{seed}"].after == ()
+        assert tasks[f"causal_s{seed}_switch360"].after == (f"causal_s{seed}",)
+        for switch in (360, 540):
+            stage2 = tasks[f"causal_s{seed}_every4_switch{switch}"]
+            assert stage2.after == (f"causal_s{seed}_every4",) and "DENSE_EVERY=4" in stage2.command
+            assert f"stage2 causal {seed} {switch}" in stage2.command
+    assert len(tasks) == 2 * 6 + 4  # six parts an arm-seed pair, four loss-by-position evaluations
