@@ -8,6 +8,7 @@ its own; the deprecated `[experimental] custom_args_module` does not).
 # resolve the field types outside this module.
 import os
 from dataclasses import dataclass, field
+from typing import Literal
 
 from torch.distributed.checkpoint import FileSystemReader
 from torchtitan.tools.logging import logger
@@ -93,9 +94,17 @@ class Host:
 
 
 @dataclass
+class Data:
+    bad_documents: Literal["stop", "skip"] = "stop"
+    """A `local` document that cannot be read mid-run (bytes that are not UTF-8, a malformed JSON line): "stop"
+    ends the job with one line naming the file and byte offset; "skip" leaves it out with a counted warning."""
+
+
+@dataclass
 class JobConfig:
     lighthouse: Lighthouse = field(default_factory=Lighthouse)
     host: Host = field(default_factory=Host)
+    data: Data = field(default_factory=Data)
 
 
 def _check_dense_layers(dense_layers: list[int], n_layers: int) -> None:

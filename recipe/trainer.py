@@ -16,7 +16,10 @@ from torchtitan.train import Trainer
 
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
-from .cli import ConfigError, as_config_error, exit_on_config_error, parse_job_config
+from .checks import check_environment, check_settings
+from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
+from .dump_lock import DumpFolderLock
+from .finite_guard import check_finite_step, recorded_grad_norms
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
 from .run_record import run_start_record, write_run_record
@@ -37,6 +40,7 @@ def check_job(job_config: JobConfig) -> None:
     if not hasattr(spec.model_args[flavor], "lighthouse_layers"):
         raise ValueError(f"model.name={job_config.model.name!r} has no Lighthouse layers; use 'llama3_lighthouse'")
     check_job_config(job_config, spec.model_args[flavor].n_layers)
+    check_settings(job_config, spec.model_args[flavor].n_layers)
 
 
 def _not_hf_index_warning(record: logging.LogRecord) -> bool:
@@ -45,16 +49,26 @@ def _not_hf_index_warning(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("model.safetensors.index.json not found")
 
 
+class Interrupted(RunStopped):
+    """Ctrl-C (SIGINT) during a job."""
+
+    exit_code = 130
+
+
 class LighthouseTrainer(Trainer):
-    """Checks the job and the checkpoint it starts from first; records the run (`argv`: the job's arguments,
-    default this process's); runs dense SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics
-    of the Lighthouse layers on every log step; after its first step, pins the host threads that drive the
-    GPU to one CPU if `[host] colocate_autograd` says so."""
+    """Checks the job and the checkpoint it starts from first, then locks the dump folder (rank 0; released by
+    `close` or the end of the process); records the run (`argv`: the job's arguments, default this process's);
+    stops before saving a step whose loss or gradient norm is not finite (`recipe.finite_guard`); runs dense
+    SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics of the Lighthouse layers on every
+    log step; after its first step, pins the host threads that drive the GPU to one CPU if
+    `[host] colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         check_job(job_config)
         with as_config_error():
             check_initial_load(job_config)
+            check_environment(job_config)
+        self.dump_lock = DumpFolderLock(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
         logger.info(f"Output folder: {os.path.abspath(job_config.job.dump_folder)}")
         if not job_config.checkpoint.last_save_in_hf:
             logger.addFilter(_not_hf_index_warning)
@@ -94,14 +108,22 @@ class LighthouseTrainer(Trainer):
         )
         if observe:
             attach_observers(self.model_parts, self.metrics_processor.selection_stats)
+        self.step_losses = []
         try:
-            super().train_step(data_iterator)
+            with recorded_grad_norms() as grad_norms:
+                super().train_step(data_iterator)
         finally:
             if observe:
                 attach_observers(self.model_parts, None)
+        check_finite_step(self.step, self.step_losses, grad_norms)
         if self.pin_after_step:
             self.pin_after_step = False
             self.colocate_host_threads()
+
+    def forward_backward_step(self, *args, **kwargs):
+        loss = super().forward_backward_step(*args, **kwargs)
+        self.step_losses.append(loss.detach())  # for check_finite_step
+        return loss
 
     def colocate_host_threads(self) -> None:
         """Pin this thread and autograd's device threads to one CPU until `close` (`[host] colocate_autograd`)."""
@@ -112,6 +134,8 @@ class LighthouseTrainer(Trainer):
     def close(self) -> None:
         self.host_pin.close()
         super().close()
+        if self.dump_lock is not None:
+            self.dump_lock.release()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -137,6 +161,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             else:
                 trainer.train()
             finished = True
+        except KeyboardInterrupt:
+            step = trainer.step if trainer is not None else 0
+            raise Interrupted(f"interrupted (Ctrl-C) at step {step}; a restart resumes from the latest complete "
+                              "checkpoint") from None
         finally:
             if trainer is not None:
                 trainer.close()
