@@ -43,6 +43,15 @@ def check_job(job_config: JobConfig) -> None:
     check_settings(job_config, spec.model_args[flavor].n_layers)
 
 
+def check_start_up(job_config: JobConfig) -> None:
+    """Every check before the trainer builds or writes anything: the settings (`check_job`), the checkpoint the
+    job starts from, and the machine, data and dump folder; a mistake raises ConfigError naming the values."""
+    check_job(job_config)
+    with as_config_error():
+        check_initial_load(job_config)
+        check_environment(job_config)
+
+
 def _not_hf_index_warning(record: logging.LogRecord) -> bool:
     """Log filter: torchtitan warns when `model.hf_assets_path` has no `model.safetensors.index.json`, which only
     saving in HF format reads; the byte tokenizer needs no HF assets, so jobs that save none skip the warning."""
@@ -64,10 +73,7 @@ class LighthouseTrainer(Trainer):
     `[host] colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
-        check_job(job_config)
-        with as_config_error():
-            check_initial_load(job_config)
-            check_environment(job_config)
+        check_start_up(job_config)
         self.dump_lock = DumpFolderLock(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
         logger.info(f"Output folder: {os.path.abspath(job_config.job.dump_folder)}")
         if not job_config.checkpoint.last_save_in_hf:
