@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 import os
-import re
 
 import torch
 from torchtitan.tools.logging import logger
 
+from .checkpoint_guard import complete_steps
 from .data import check_training_data, match_local_files
 from .run_record import CONFIG_FILE, RUNS_FOLDER
 from .toml_config import get_key, load_toml, tomllib
@@ -23,7 +23,6 @@ from .toml_config import get_key, load_toml, tomllib
 # Inner attention kernels and pipelines that run on CUDA only (the CPU has math and flash SDPA, and the
 # fused Triton kernels only in Triton's interpreter).
 CUDA_BACKENDS = ("cudnn", "efficient", "flash_attn")
-_STEP_FOLDER = re.compile(r"step-(\d+)")
 
 
 def _positive_finite(key: str, value: float) -> None:
@@ -105,13 +104,8 @@ def check_device(job_config) -> None:
 
 
 def latest_checkpoint_step(job_config) -> int | None:
-    """The step of the newest complete checkpoint (`step-N/.metadata`) in the job's checkpoint folder."""
-    folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
-    if not os.path.isdir(folder):
-        return None
-    steps = [int(m.group(1)) for name in os.listdir(folder) if (m := _STEP_FOLDER.fullmatch(name))
-             and os.path.isfile(os.path.join(folder, name, ".metadata"))]
-    return max(steps, default=None)
+    """The step of the newest complete checkpoint in the job's checkpoint folder."""
+    return max(complete_steps(os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)), default=None)
 
 
 def check_dump_folder(job_config) -> None:
@@ -133,22 +127,35 @@ def check_dump_folder(job_config) -> None:
                          f"checkpoint in {folder}: raise training.steps, or pass another --job.dump_folder")
 
 
-def warn_resume_changes(job_config) -> None:
-    """Warn when a resume sets another `optimizer.lr` than the run that wrote the checkpoint: the checkpoint's
-    LR scheduler restores the old base LR, so the new value would not apply."""
-    if not job_config.checkpoint.enable or latest_checkpoint_step(job_config) is None:
-        return
+def previous_run_config(job_config) -> dict | None:
+    """The settings of the latest earlier start of this job (`<dump_folder>/runs/*/config.toml`), if readable."""
     runs = os.path.join(job_config.job.dump_folder, RUNS_FOLDER)
     records = sorted(os.listdir(runs)) if os.path.isdir(runs) else []
-    if not records:
-        return
     try:
-        before = get_key(load_toml(os.path.join(runs, records[-1], CONFIG_FILE)), "optimizer.lr")
+        return load_toml(os.path.join(runs, records[-1], CONFIG_FILE)) if records else None
     except (OSError, tomllib.TOMLDecodeError):
-        return  # no readable record of the previous run: nothing to compare with
-    if before is not None and before != job_config.optimizer.lr:
-        logger.warning(f"optimizer.lr={job_config.optimizer.lr} differs from {before} of the run that wrote the "
-                       f"checkpoint: the resumed LR schedule keeps {before}; to change it, start another "
+        return None
+
+
+def check_resume(job_config) -> None:
+    """A resume from the job's own checkpoint keeps the model flavor and dataset of the run that wrote it (else
+    the load fails with a page of size mismatches, or the data position belongs to another source), and is
+    warned when it sets another `optimizer.lr`: the checkpoint's LR scheduler restores the old base LR."""
+    if not job_config.checkpoint.enable or latest_checkpoint_step(job_config) is None:
+        return
+    before = previous_run_config(job_config)
+    if before is None:
+        return
+    folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
+    for key, now in (("model.flavor", job_config.model.flavor), ("training.dataset", job_config.training.dataset)):
+        then = get_key(before, key)
+        if then is not None and then != now:
+            raise ValueError(f"{key}={now!r} differs from {then!r} of the run that wrote the checkpoints in {folder}; "
+                             "resume with the same value, or pass another --job.dump_folder")
+    lr = get_key(before, "optimizer.lr")
+    if lr is not None and lr != job_config.optimizer.lr:
+        logger.warning(f"optimizer.lr={job_config.optimizer.lr} differs from {lr} of the run that wrote the "
+                       f"checkpoint: the resumed LR schedule keeps {lr}; to change it, start another "
                        "job.dump_folder with checkpoint.initial_load_path")
 
 
@@ -176,11 +183,10 @@ def check_settings(job_config, n_layers: int) -> None:
 
 def check_environment(job_config) -> None:
     """The checks of the settings against this machine and job: the processes (WORLD_SIZE, which torchrun and
-    train.py set and torchtitan reads), CUDA, the data and the dump folder; warns where a resume changes a
-    setting that will not apply."""
+    train.py set and torchtitan reads), CUDA, the data, the dump folder and the checkpoint a resume loads."""
     check_parallelism(job_config, int(os.environ.get("WORLD_SIZE", "1")))
     check_device(job_config)
     check_training_data(job_config)
     check_validation_data(job_config)
     check_dump_folder(job_config)
-    warn_resume_changes(job_config)
+    check_resume(job_config)

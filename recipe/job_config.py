@@ -134,21 +134,24 @@ def check_initial_load(job_config) -> None:
     """Raise ValueError if the checkpoint the job would start from cannot serve it (the trainer checks this at
     start, after `check_job_config`: the paper's stage 2 names a checkpoint that stage 1 has yet to write).
 
-    `checkpoint.initial_load_path` must be a folder, and a full resume from it (model, optimizer, LR, data
-    position, step) needs a checkpoint that holds them all; torchtitan would stop at
+    `checkpoint.initial_load_path` must be a folder with a readable `.metadata` (unless it is in HF format),
+    and a full resume from it (model, optimizer, LR, data position, step) needs a checkpoint that holds them all; torchtitan would stop at
     `Missing key ... dataloader.dp_rank_0` after building the model."""
     checkpoint, path = job_config.checkpoint, job_config.checkpoint.initial_load_path
     if not checkpoint.enable or not path or os.path.exists(os.path.join(job_config.job.dump_folder, checkpoint.folder)):
         return  # nothing to load, or torchtitan resumes from the job's own checkpoints and ignores initial_load_path
     if not os.path.isdir(path):
         raise ValueError(f"checkpoint.initial_load_path={path!r} is not a folder")
-    if checkpoint.initial_load_model_only or checkpoint.initial_load_in_hf:
+    if checkpoint.initial_load_in_hf:
         return
     try:
         keys = FileSystemReader(path).read_metadata().state_dict_metadata
     except FileNotFoundError as err:
         raise ValueError(f"checkpoint.initial_load_path={path!r} is not a checkpoint (no .metadata)") from err
-    if not any(key.startswith("train_state") for key in keys):
+    except Exception as err:  # noqa: BLE001  (a damaged .metadata raises whatever unpickling meets)
+        raise ValueError(f"checkpoint.initial_load_path={path!r} has a .metadata that cannot be read "
+                         f"({type(err).__name__}: {err})") from err
+    if not checkpoint.initial_load_model_only and not any(key.startswith("train_state") for key in keys):
         raise ValueError(
             f"checkpoint.initial_load_path={path!r} holds model weights only (its run saved its last step with "
             "checkpoint.last_save_model_only = true), but checkpoint.initial_load_model_only = false asks for the "

@@ -16,6 +16,7 @@ from torchtitan.train import Trainer
 
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
+from .checkpoint_guard import load_newest_intact, save_or_stop
 from .checks import check_environment, check_settings
 from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
 from .dump_lock import DumpFolderLock
@@ -67,7 +68,8 @@ class Interrupted(RunStopped):
 class LighthouseTrainer(Trainer):
     """Checks the job and the checkpoint it starts from first, then locks the dump folder (rank 0; released by
     `close` or the end of the process); records the run (`argv`: the job's arguments, default this process's);
-    stops before saving a step whose loss or gradient norm is not finite (`recipe.finite_guard`); runs dense
+    stops before saving a step whose loss or gradient norm is not finite (`recipe.finite_guard`); resumes from
+    the newest checkpoint that loads and names a full disk (`recipe.checkpoint_guard`); runs dense
     SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics of the Lighthouse layers on every
     log step; after its first step, pins the host threads that drive the GPU to one CPU if
     `[host] colocate_autograd` says so."""
@@ -82,6 +84,9 @@ class LighthouseTrainer(Trainer):
             super().__init__(job_config)
         finally:
             logger.removeFilter(_not_hf_index_warning)
+        load, save, folder = self.checkpointer.load, self.checkpointer.save, self.checkpointer.folder
+        self.checkpointer.load = lambda step=-1: load_newest_intact(load, folder, step)
+        self.checkpointer.save = lambda curr_step, last_step=False: save_or_stop(save, folder, curr_step, last_step)
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step
         self.lighthouse_on = bool(self.model_args.lighthouse_layers())
         # The rank that logs metrics records the run (recipe/run_record.py) and marks its first step.

@@ -47,6 +47,25 @@ def checkpoint_at_step_10(tmp_path: Path) -> None:
     (tmp_path / "run" / "checkpoint" / "step-10" / ".metadata").write_bytes(os.urandom(64))
 
 
+def previous_run(**settings: str):
+    """A setup: a checkpoint at step 10 written by a run whose record holds `settings` ({"model.flavor": ...})."""
+    def setup(tmp_path: Path) -> None:
+        checkpoint_at_step_10(tmp_path)
+        (tmp_path / "run" / "runs" / "20260101T000000Z").mkdir(parents=True)
+        sections = {}
+        for dotted, value in settings.items():
+            section, key = dotted.split(".")
+            sections.setdefault(section, []).append(f'{key} = "{value}"')
+        text = "".join(f"[{section}]\n" + "\n".join(lines) + "\n" for section, lines in sections.items())
+        (tmp_path / "run" / "runs" / "20260101T000000Z" / "config.toml").write_text(text)
+    return setup
+
+
+def garbage_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / ".metadata").write_bytes(os.urandom(256))
+
+
 def nothing(tmp_path: Path) -> None:
     pass
 
@@ -108,6 +127,13 @@ ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
      "is a file, not a folder"),
     ("steps-below-checkpoint", ["--training.steps", "5"], checkpoint_at_step_10, "training.steps=5",
      "is below step 10 of the latest checkpoint"),
+    ("changed-flavor", ["--model.flavor", "small", "--lighthouse.dense_layers"],
+     previous_run(**{"model.flavor": "debug"}), "model.flavor='small'",
+     "differs from 'debug' of the run that wrote the checkpoints in .*; resume with the same value"),
+    ("changed-dataset", ["--training.dataset", "synthetic"], previous_run(**{"training.dataset": "local"}),
+     "training.dataset='synthetic'", "differs from 'local' of the run that wrote the checkpoints"),
+    ("initial-load-garbage", ["--checkpoint.initial_load_path", "{tmp}/garbage"], garbage_checkpoint,
+     "checkpoint.initial_load_path=", r"has a .metadata that cannot be read \(\w+"),
 ]
 if not torch.cuda.is_available():
     ROWS += [
@@ -145,9 +171,9 @@ def test_the_debug_config_passes_and_validation_takes_the_training_length_unless
 def test_a_resume_that_changes_the_learning_rate_warns_that_the_checkpoint_keeps_its_own(tmp_path, monkeypatch,
                                                                                          caplog):
     monkeypatch.setenv("WORLD_SIZE", "1")
-    checkpoint_at_step_10(tmp_path)
-    (tmp_path / "run" / "runs" / "20260101T000000Z").mkdir(parents=True)
-    (tmp_path / "run" / "runs" / "20260101T000000Z" / "config.toml").write_text("[optimizer]\nlr = 0.001\n")
+    previous_run(**{"model.flavor": "debug"})(tmp_path)
+    with open(tmp_path / "run" / "runs" / "20260101T000000Z" / "config.toml", "a") as record:
+        record.write("[optimizer]\nlr = 0.001\n")
     check_start_up(parse(tmp_path, "--optimizer.lr", "0.001"))
     assert not [r for r in caplog.records if "optimizer.lr" in r.getMessage()]
     check_start_up(parse(tmp_path, "--optimizer.lr", "0.004"))

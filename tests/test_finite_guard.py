@@ -1,5 +1,6 @@
 """A step whose loss or gradient norm is NaN or infinite stops the job with one line naming it, before that
-step's checkpoint is written; the latest checkpoint stays the last good one and a restart resumes from it."""
+step's checkpoint is written; the latest checkpoint stays the last good one and a restart resumes from it (or,
+where that one is damaged, from the newest older one that loads)."""
 import math
 import os
 import random
@@ -56,7 +57,7 @@ runpy.run_path("train.py", run_name="__main__")
 
 
 @pytest.mark.slow
-def test_a_nan_step_stops_before_its_checkpoint_and_a_restart_resumes_from_the_last_good_one(tmp_path):
+def test_a_nan_step_stops_before_its_checkpoint_and_a_restart_resumes_from_the_newest_that_loads(tmp_path):
     folder = tmp_path / "run"
     env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     args = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(folder), "--training.steps", "4",
@@ -73,6 +74,8 @@ def test_a_nan_step_stops_before_its_checkpoint_and_a_restart_resumes_from_the_l
     assert "Traceback" not in stopped.stderr
     steps = sorted(p.name for p in (folder / "checkpoint").iterdir() if (p / ".metadata").exists())
     assert steps == ["step-1", "step-2"]
+    (folder / "checkpoint" / "step-2" / ".metadata").write_bytes(os.urandom(512))  # and the newest is damaged
     resumed = run("train.py")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Training starts at step 3" in resumed.stdout
+    assert f"{folder}/checkpoint/step-2 cannot be loaded (" in resumed.stdout
+    assert "Training starts at step 2" in resumed.stdout
