@@ -82,5 +82,5 @@ def save_or_stop(save: Callable[[int, bool], None], folder: str, curr_step: int,
     except Exception as err:
         if not _disk_full(err, folder):
             raise
-        raise CheckpointError(f"saving step {curr_step} into {folder} failed: the disk is full; free space, then restart "
-                              "(the job resumes from its latest complete checkpoint)") from err
+        raise CheckpointError(f"saving step {curr_step} into {folder} failed: the disk is full; free space, then "
+                              "restart (the job resumes from its latest complete checkpoint)") from err

@@ -33,7 +33,8 @@ class FakeLoad:
     def __call__(self, step):
         self.asked.append(step)
         if step in self.damaged:
-            raise RuntimeError(f"Traceback (most recent call last): (RANK 0)\n  ...\nunexpected EOF while reading step {step}\n")
+            raise RuntimeError("Traceback (most recent call last): (RANK 0)\n  ...\n"
+                               f"unexpected EOF while reading step {step}\n")
         return True
 
 
