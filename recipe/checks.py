@@ -85,6 +85,9 @@ def check_parallelism(job_config, world_size: int) -> None:
     batch_degree = p.data_parallel_replicate_degree * shard
     training = job_config.training
     per_step = training.local_batch_size * batch_degree
+    if training.global_batch_size == 0:
+        raise ValueError("training.global_batch_size=0 must be > 0, or -1 for local_batch_size times the "
+                         "data-parallel degree")
     if training.global_batch_size > 0 and training.global_batch_size % per_step:
         raise ValueError(f"training.global_batch_size={training.global_batch_size} is not a multiple of "
                          f"training.local_batch_size={training.local_batch_size} times the data-parallel degree "

@@ -8,6 +8,9 @@ where no file must be read for it, documents). Each source yields this data-para
 `PackedDocuments` turns them into [BOS doc EOS BOS doc EOS ...] windows of `seq_len + 1` tokens, and
 torchtitan's `ParallelAwareDataloader` (a torchdata StatefulDataLoader) saves source position and the
 partial window in every checkpoint, so a resumed run sees exactly the batches an uninterrupted one would.
+A `local` document that cannot be read is named by file, line and byte offset, and stops the job or, with
+`[data] bad_documents = "skip"`, is left out with a counted warning; `check_training_data` runs the checks
+that need no document at start-up.
 """
 from __future__ import annotations
 

@@ -135,8 +135,8 @@ def check_initial_load(job_config) -> None:
     start, after `check_job_config`: the paper's stage 2 names a checkpoint that stage 1 has yet to write).
 
     `checkpoint.initial_load_path` must be a folder with a readable `.metadata` (unless it is in HF format),
-    and a full resume from it (model, optimizer, LR, data position, step) needs a checkpoint that holds them all; torchtitan would stop at
-    `Missing key ... dataloader.dp_rank_0` after building the model."""
+    and a full resume from it (model, optimizer, LR, data position, step) needs a checkpoint that holds them
+    all; torchtitan would stop at `Missing key ... dataloader.dp_rank_0` after building the model."""
     checkpoint, path = job_config.checkpoint, job_config.checkpoint.initial_load_path
     if not checkpoint.enable or not path or os.path.exists(os.path.join(job_config.job.dump_folder, checkpoint.folder)):
         return  # nothing to load, or torchtitan resumes from the job's own checkpoints and ignores initial_load_path

@@ -91,6 +91,7 @@ ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
     ("local-batch-negative", ["--training.local_batch_size", "-2"], nothing, "training.local_batch_size=-2", ">= 1"),
     ("global-batch", ["--training.global_batch_size", "3"], nothing, "training.global_batch_size=3",
      r"not a multiple of training.local_batch_size=2 times the data-parallel degree 1"),
+    ("global-batch-zero", ["--training.global_batch_size", "0"], nothing, "training.global_batch_size=0", "> 0"),
     ("checkpoint-interval", ["--checkpoint.interval", "0"], nothing, "checkpoint.interval=0", ">= 1"),
     ("log-freq", ["--metrics.log_freq", "0"], nothing, "metrics.log_freq=0", ">= 1"),
     ("switch-past-end", ["--lighthouse.switch_to_dense_at_step", "20"], nothing,
