@@ -364,7 +364,12 @@ class PackedDocuments(IterableDataset, Stateful):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._buffer = list(state_dict["buffer"])
-        self.source.load_state_dict(state_dict["source"])
+        try:
+            self.source.load_state_dict(state_dict["source"])
+        except KeyError as err:
+            raise DataError(f"the checkpoint's data position has no {err} for this dataset ({self.source.describe()}): "
+                            "it was written with another training.dataset; resume with that one, or pass another "
+                            "--job.dump_folder") from err
 
 
 SourceBuilder = Callable[..., DocumentSource]

@@ -312,3 +312,12 @@ def test_a_restored_dataloader_continues_with_exactly_the_next_batches(dataset, 
 def test_data_parallel_ranks_see_different_data(dataset, sources):
     batches = [next(iter(loader(dataset, sources[dataset], rank=r, world=2)))[0]["input"] for r in range(2)]
     assert not torch.equal(batches[0], batches[1])
+
+
+def test_a_data_position_of_another_dataset_is_named_not_a_key_error(local_corpus):
+    synthetic = PackedDocuments(build_source("synthetic", None, 0, 64, 0, 1), ByteTokenizer(), 64)
+    next(iter(synthetic))
+    local = PackedDocuments(LocalFiles(match_local_files(str(local_corpus[0])), 0, 1), ByteTokenizer(), 64)
+    with pytest.raises(data.DataError, match=r"^the checkpoint's data position has no 'next' for this dataset \(4 "
+                                             r"files, .*\): it was written with another training.dataset"):
+        local.load_state_dict(synthetic.state_dict())
