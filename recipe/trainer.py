@@ -20,7 +20,7 @@ from .checkpoint_guard import load_newest_intact, save_or_stop
 from .checks import check_environment, check_settings
 from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
 from .dump_lock import DumpFolderLock
-from .finite_guard import check_finite_step, recorded_grad_norms
+from .finite_guard import FiniteGuard, checkpoint_due, recorded_grad_norms
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
 from .run_record import run_start_record, write_run_record
@@ -68,7 +68,8 @@ class Interrupted(RunStopped):
 class LighthouseTrainer(Trainer):
     """Checks the job and the checkpoint it starts from first, then locks the dump folder (rank 0; released by
     `close` or the end of the process); records the run (`argv`: the job's arguments, default this process's);
-    stops before saving a step whose loss or gradient norm is not finite (`recipe.finite_guard`); resumes from
+    stops a run whose loss or gradient norm is not finite before a checkpoint of the bad step or a later one is
+    saved, naming the first bad step (`recipe.finite_guard`); resumes from
     the newest checkpoint that loads and names a full disk (`recipe.checkpoint_guard`); runs dense
     SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics of the Lighthouse layers on every
     log step; after its first step, pins the host threads that drive the GPU to one CPU if
@@ -94,6 +95,7 @@ class LighthouseTrainer(Trainer):
         self.mark_run_start = self.run_record is not None
         if self.run_record is not None:
             logger.info(f"Run record (config.toml, run.json): {self.run_record}")
+        self.finite_guard = FiniteGuard()
         self.pin_after_step = job_config.host.colocate_autograd
         self.host_pin = ExitStack()  # the pinned host threads' masks, given back by close()
 
@@ -126,14 +128,17 @@ class LighthouseTrainer(Trainer):
         finally:
             if observe:
                 attach_observers(self.model_parts, None)
-        check_finite_step(self.step, self.step_losses, grad_norms)
+        self.finite_guard.record(self.step, self.step_losses, grad_norms)
+        if (self.metrics_processor.should_log(self.step) or self.step == self.job_config.training.steps
+                or checkpoint_due(self.job_config, self.step)):  # steps that sync or save anyway
+            self.finite_guard.check(self.step)
         if self.pin_after_step:
             self.pin_after_step = False
             self.colocate_host_threads()
 
     def forward_backward_step(self, *args, **kwargs):
         loss = super().forward_backward_step(*args, **kwargs)
-        self.step_losses.append(loss.detach())  # for check_finite_step
+        self.step_losses.append(loss.detach())  # for the finite guard
         return loss
 
     def colocate_host_threads(self) -> None:
