@@ -160,8 +160,8 @@ def read_documents(path: str) -> Iterator[str | BadDocument]:
     suffix = Path(path).suffix
     if suffix == ".txt":
         data = Path(path).read_bytes()
-        try:
-            yield data.decode("utf-8")
+        try:  # with the newlines a text-mode read gives (\r\n and \r as \n)
+            yield data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
         except UnicodeDecodeError as err:
             yield BadDocument(f"{path} (byte {err.start})", f"bytes that are not UTF-8 ({err.reason})")
     elif suffix == ".jsonl":
