@@ -8,10 +8,13 @@ not. Rank 0 takes it (every job has a rank 0); the file names the holder for the
 from __future__ import annotations
 
 import datetime
+import errno
 import fcntl
 import os
 import socket
 from typing import IO
+
+from torchtitan.tools.logging import logger
 
 from .errors import ConfigError
 
@@ -22,12 +25,19 @@ class DumpFolderLock:
     """The lock on one dump folder; `release` (or the end of the process) gives it up."""
 
     def __init__(self, dump_folder: str) -> None:
-        os.makedirs(dump_folder, exist_ok=True)
         path = os.path.join(dump_folder, LOCK_FILE)
-        self.file: IO[str] | None = open(path, "a+", encoding="utf-8")
+        try:
+            os.makedirs(dump_folder, exist_ok=True)
+            self.file: IO[str] | None = open(path, "a+", encoding="utf-8")
+        except OSError as err:
+            raise ConfigError(f"job.dump_folder={dump_folder!r} cannot be written ({err.strerror})") from err
         try:
             fcntl.lockf(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:  # EAGAIN or EACCES: another process holds it
+        except OSError as err:
+            if err.errno not in (errno.EAGAIN, errno.EACCES):  # a file system without locks: run unguarded
+                logger.warning(f"job.dump_folder={dump_folder!r} cannot be locked ({err.strerror}); nothing stops a "
+                               "second job from writing there too")
+                return
             self.file.seek(0)
             holder = self.file.read().strip() or "another process"
             self.release()

@@ -4,6 +4,7 @@ Most rows call the trainer's start-up checks in this process (`check_start_up`: 
 before it builds or writes anything); a few start train.py itself for the contract around them: exit code 2,
 one line on stderr, no traceback, nothing changed on disk.
 """
+import errno
 import fcntl
 import os
 import re
@@ -251,3 +252,19 @@ def test_train_py_exits_2_with_one_line_and_no_traceback(tmp_path, case):
     assert line.startswith(expected)
     assert "Traceback" not in out.stdout + out.stderr
     assert snapshot(tmp_path) == before
+
+
+def test_a_dump_folder_that_cannot_be_written_is_named_and_one_without_locks_runs_with_a_warning(tmp_path,
+                                                                                                  monkeypatch, caplog):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=rf"^job.dump_folder='{tmp_path}/file/run' cannot be written \(Not a "
+                                          r"directory\)$"):
+        DumpFolderLock(str(tmp_path / "file" / "run"))
+
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "lockf", no_locks)
+    DumpFolderLock(str(tmp_path / "run")).release()
+    assert any(r.getMessage() == f"job.dump_folder='{tmp_path}/run' cannot be locked (No locks available); nothing "
+               "stops a second job from writing there too" for r in caplog.records)
