@@ -4,12 +4,14 @@ attention call of the model's shape, and the Amdahl view of a per-layer attentio
 
 A variant trains the config with local batch 1 on synthetic data, without checkpoints or selection
 statistics, with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`; an out-of-memory run is recorded as such
-so the other variants still run. Every step is logged; tok/s is the tokens over the time of the steps after
+so the other variants still run, and a variant's job ends with the script (`recipe.launch.end_with_parent`).
+Every step is logged; tok/s is the tokens over the time of the steps after
 the first `WARMUP_STEPS` (torchtitan's per-step tok/s, combined as total tokens over total time), and peak
 reserved memory is torchtitan's own.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -20,7 +22,7 @@ from pathlib import Path
 import torch
 
 from lighthouse import LighthouseAttention, causal_attention
-from recipe.launch import single_process_env
+from recipe.launch import end_with_parent, single_process_env
 from recipe.metrics import METRICS_FILE, read_metrics
 from recipe.run_logs import MEMORY_TAG, TPS_TAG
 from recipe.run_record import REPO
@@ -30,6 +32,17 @@ DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k1536_norm.toml"
 # 14-18K tok/s against 42-95K for the steps after it, and timing it understated both variants, Lighthouse most.
 WARMUP_STEPS = 2
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
+
+
+def positive_int(text: str) -> int:
+    """argparse type of counts and lengths: an integer >= 1, else a usage error (exit code 2) naming the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
 
 
 def too_few_steps(steps: int) -> str | None:
@@ -67,7 +80,7 @@ def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1) -> di
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     proc = subprocess.run([*launcher, str(REPO / "train.py"), *argv], cwd=REPO, env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, preexec_fn=end_with_parent)
     (folder / "train.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         if any(marker in proc.stdout + proc.stderr for marker in OOM_MARKERS):

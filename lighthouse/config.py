@@ -1,6 +1,7 @@
 """Lighthouse hyper-parameters and the rules that make a (config, seq_len) pair valid (SPEC section 3)."""
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 SCORERS = ("norm", "dilated")
@@ -49,7 +50,16 @@ class LighthouseConfig:
         self.check()
 
     def check(self) -> None:
-        """Raise ValueError naming the values if a setting is invalid whatever the sequence length."""
+        """Raise TypeError naming the field and value if a setting has the wrong type, ValueError naming the values
+        if it is invalid whatever the sequence length."""
+        for name in ("levels", "pool", "topk", "tile_budget", "dilation"):
+            value = getattr(self, name)
+            if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+                raise TypeError(f"{name}={value!r} must be an int, not {type(value).__name__}")
+        for name in ("scorer", "selection", "backend", "implementation"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"{name}={value!r} must be a str, not {type(value).__name__}")
         if self.levels < 1:
             raise ValueError(f"levels={self.levels} must be >= 1")
         if self.pool < 2 or not _is_power_of_two(self.pool):

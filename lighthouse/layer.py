@@ -8,26 +8,10 @@ import torch
 from torch import nn
 
 from .config import LighthouseConfig
+from .inputs import check_config, check_inputs
 from .reference import reference_lighthouse_attention
 
 FORCE_REFERENCE_ENV = "LIGHTHOUSE_FORCE_REFERENCE"
-
-
-def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """Raise ValueError naming the shapes, dtypes or devices if q [B,N,H,D], k/v [B,N,G,D] don't fit together."""
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must be 4-D [B, N, heads, D]; got q{tuple(q.shape)}, k{tuple(k.shape)}, v{tuple(v.shape)}")
-    if k.shape != v.shape:
-        raise ValueError(f"k{tuple(k.shape)} and v{tuple(v.shape)} must have the same shape")
-    (b, n, h, d), (bk, nk, g, dk) = q.shape, k.shape
-    if (b, n, d) != (bk, nk, dk):
-        raise ValueError(f"q{tuple(q.shape)} and k{tuple(k.shape)} must agree on batch, sequence and head dim")
-    if h % g != 0:
-        raise ValueError(f"query heads H={h} must be a multiple of kv heads G={g}")
-    if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v devices differ: {q.device}, {k.device}, {v.device}")
 
 
 def resolve_implementation(q: torch.Tensor, config: LighthouseConfig) -> str:
@@ -54,6 +38,7 @@ def lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, conf
 
     The fused kernels or the reference pipeline, as `resolve_implementation` decides.
     """
+    check_config(config)
     check_inputs(q, k, v)
     config.validate(q.shape[1])
     if resolve_implementation(q, config) == "fused":
@@ -68,6 +53,7 @@ class LighthouseAttention(nn.Module):
 
     def __init__(self, config: LighthouseConfig) -> None:
         super().__init__()
+        check_config(config)
         self.config = config
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from .config import LighthouseConfig
+from .inputs import check_config, check_inputs
 from .ordering import causal_order, sort_keys
 from .scoring import pyramid_scores, token_scores
 
@@ -104,8 +105,11 @@ def select(
 ) -> Selection:
     """Select the gathered set for `q [B, N, H, D]`, `k [B, N, G, D]` (v is needed by the dilated scorer).
 
-    `prefix=False` is for a sequence shard that does not hold token 0 (see `descend`).
+    `prefix=False` is for a sequence shard that does not hold token 0 (see `descend`). The inputs are checked
+    first (`lighthouse.inputs`).
     """
+    check_config(config)
+    check_inputs(q, k, v)
     config.validate(q.shape[1])
     if config.scorer == "dilated" and v is None:
         raise ValueError("scorer='dilated' needs v: call select(q, k, config, v=v)")

@@ -4,8 +4,9 @@
 extended through subclassing: the `[lighthouse]` section is always known (so `train.py --help` lists it),
 and a missing or malformed TOML file, an unknown key (with the closest valid one) or a value of the wrong
 type raises `ConfigError` naming the file and key. `exit_on_config_error` turns a ConfigError into one line
-on stderr and exit code 2; with `LIGHTHOUSE_DEBUG=1` it re-raises, traceback included. Mistakes on the
-command line itself are reported by tyro (a box naming the flag, with close matches; exit code 2).
+on stderr and exit code 2 (a `RunStopped`: exit code 1); with `LIGHTHOUSE_DEBUG=1` it re-raises, traceback
+included. Mistakes on the command line itself are reported by tyro (a box naming the flag, with close
+matches; exit code 2).
 """
 from __future__ import annotations
 
@@ -21,18 +22,15 @@ from typing import Any, Iterator, Literal, Sequence
 
 from torchtitan.config import ConfigManager, JobConfig
 
+from .errors import ConfigError, RunStopped
 from .job_config import JobConfig as LighthouseJobConfig
-from .toml_config import tomllib
+from .toml_config import get_key, tomllib
 
 
 DEBUG_ENV = "LIGHTHOUSE_DEBUG"
 CONFIG_FILE_FLAGS = ("--job.config_file", "--job.config-file")
 _TYPE_NAMES = {bool: ("true or false", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
                str: ("a string", "strings")}
-
-
-class ConfigError(ValueError):
-    """A mistake in a job's configuration, reported as one line (exit code 2) rather than a traceback."""
 
 
 def debug_enabled() -> bool:
@@ -52,14 +50,15 @@ def as_config_error() -> Iterator[None]:
 
 @contextlib.contextmanager
 def exit_on_config_error() -> Iterator[None]:
-    """Print a ConfigError raised inside as `error: <message>` on stderr and exit with code 2."""
+    """Print a ConfigError (or RunStopped) raised inside as `error: <message>` on stderr and exit with code 2
+    (or its `exit_code`)."""
     try:
         yield
-    except ConfigError as err:
+    except (ConfigError, RunStopped) as err:
         if debug_enabled():
             raise
         print(f"error: {err}", file=sys.stderr, flush=True)
-        raise SystemExit(2) from None
+        raise SystemExit(2 if isinstance(err, ConfigError) else err.exit_code) from None
 
 
 def config_file_arg(args: Sequence[str]) -> str | None:
@@ -130,17 +129,23 @@ def check_toml(config_cls: type, values: dict[str, Any], section: tuple[str, ...
 class RecipeConfigManager(ConfigManager):
     """torchtitan's ConfigManager with the `[lighthouse]` section always present and readable errors."""
 
+    toml_values: dict[str, Any] | None = None
+    """The TOML file's values once parsed."""
+
     def _maybe_load_toml(self, args: list[str]) -> dict[str, Any] | None:
         path = config_file_arg(args)
         if path is None:
             return None
         try:
             with open(path, "rb") as f:
-                return tomllib.load(f)
+                self.toml_values = tomllib.load(f)
+                return self.toml_values
         except OSError as err:
             raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"{path} is not valid TOML: {err}") from err
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}), as TOML must be") from err
 
     def _maybe_add_custom_config(self, args: list[str], toml_values: dict[str, Any] | None) -> type:
         try:
@@ -157,6 +162,19 @@ class RecipeConfigManager(ConfigManager):
         return config_cls
 
 
+def sets_key(args: Sequence[str], toml_values: dict[str, Any] | None, dotted: str) -> bool:
+    """Whether the TOML file or the command line sets `dotted` (e.g. "validation.seq_len")."""
+    flags = {f"--{dotted}", f"--{dotted.replace('_', '-')}"}
+    return get_key(toml_values or {}, dotted) is not None or any(arg.partition("=")[0] in flags for arg in args)
+
+
 def parse_job_config(args: Sequence[str]) -> JobConfig:
-    """The job config of `args` (`--job.config_file X --section.key value ...`); ConfigError on a mistake."""
-    return RecipeConfigManager().parse_args(list(args))
+    """The job config of `args` (`--job.config_file X --section.key value ...`); ConfigError on a mistake.
+
+    `validation.seq_len`, unless set, is `training.seq_len` (torchtitan's default, 2048, can exceed the RoPE
+    table the model builds for `training.seq_len`)."""
+    manager = RecipeConfigManager()
+    config = manager.parse_args(list(args))
+    if not sets_key(args, manager.toml_values, "validation.seq_len"):
+        config.validation.seq_len = config.training.seq_len
+    return config

@@ -8,6 +8,9 @@ where no file must be read for it, documents). Each source yields this data-para
 `PackedDocuments` turns them into [BOS doc EOS BOS doc EOS ...] windows of `seq_len + 1` tokens, and
 torchtitan's `ParallelAwareDataloader` (a torchdata StatefulDataLoader) saves source position and the
 partial window in every checkpoint, so a resumed run sees exactly the batches an uninterrupted one would.
+A `local` document that cannot be read is named by file, line and byte offset, and stops the job or, with
+`[data] bad_documents = "skip"`, is left out with a counted warning; `check_training_data` runs the checks
+that need no document at start-up.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import urllib.request
 from abc import ABC, abstractmethod
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NamedTuple
 
 import torch
 from torch.distributed.checkpoint.stateful import Stateful
@@ -28,6 +31,8 @@ from torch.utils.data import IterableDataset
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.components.tokenizer import BaseTokenizer
 from torchtitan.tools.logging import logger
+
+from .errors import RunStopped
 
 LOCAL_SUFFIXES = (".txt", ".jsonl", ".json", ".parquet")
 C4_HUB_PATH = "allenai/c4"
@@ -118,25 +123,65 @@ class SyntheticRecall(DocumentSource):
 # local: a folder or a glob of text files
 
 
-def _record_text(record: Any, where: str) -> str:
+class BadDocument(NamedTuple):
+    """A document of a local file that cannot be read: where it is (file, line, byte offset) and why."""
+
+    where: str
+    reason: str
+
+
+class DataError(RunStopped):
+    """Training data that cannot be read mid-run (`[data] bad_documents = "stop"`), or none at all."""
+
+
+def _record_text(record: Any, where: str) -> str | BadDocument:
     if not isinstance(record, dict) or not isinstance(record.get("text"), str):
-        raise ValueError(f"{where}: expected an object with a string field 'text', got {str(record)[:80]!r}")
+        return BadDocument(where, f"expected an object with a string field 'text', got {str(record)[:80]!r}")
     return record["text"]
 
 
-def read_documents(path: str) -> Iterator[str]:
-    """The documents of one file: a whole .txt file, or the 'text' field of each .jsonl/.json/.parquet record."""
+def _jsonl_document(line: bytes, where: str, start: int) -> str | BadDocument:
+    """The text of one JSON line that starts at byte `start` of its file."""
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return BadDocument(f"{where} (byte {start + err.start})", f"bytes that are not UTF-8 ({err.reason})")
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        offset = start + len(text[: err.pos].encode("utf-8"))
+        return BadDocument(f"{where} (byte {offset})", f"not a JSON line ({err.msg})")
+    return _record_text(record, f"{where} (byte {start})")
+
+
+def read_documents(path: str) -> Iterator[str | BadDocument]:
+    """The documents of one file: a whole .txt file, or the 'text' field of each .jsonl/.json/.parquet record;
+    a document that cannot be read is a BadDocument in its place, so the documents after it keep their index."""
     suffix = Path(path).suffix
     if suffix == ".txt":
-        yield Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
+        try:  # with the newlines a text-mode read gives (\r\n and \r as \n)
+            yield data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        except UnicodeDecodeError as err:
+            yield BadDocument(f"{path} (byte {err.start})", f"bytes that are not UTF-8 ({err.reason})")
     elif suffix == ".jsonl":
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:
+            start = 0
             for line_no, line in enumerate(f, 1):
                 if line.strip():
-                    yield _record_text(json.loads(line), f"{path}:{line_no}")
+                    yield _jsonl_document(line, f"{path}:{line_no}", start)
+                start += len(line)
     elif suffix == ".json":
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        for i, record in enumerate(data if isinstance(data, list) else [data]):
+        data = Path(path).read_bytes()
+        try:
+            records = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as err:
+            yield BadDocument(f"{path} (byte {err.start})", f"bytes that are not UTF-8 ({err.reason})")
+            return
+        except json.JSONDecodeError as err:
+            yield BadDocument(f"{path} (byte {len(err.doc[: err.pos].encode('utf-8'))})", f"not JSON ({err.msg})")
+            return
+        for i, record in enumerate(records if isinstance(records, list) else [records]):
             yield _record_text(record, f"{path}[{i}]")
     elif suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -149,34 +194,41 @@ def read_documents(path: str) -> Iterator[str]:
         raise ValueError(f"{path}: unsupported file type {suffix!r}; expected one of {LOCAL_SUFFIXES}")
 
 
-def match_local_files(pattern: str | None) -> list[str]:
-    """Sorted files of `pattern`: a folder (every file with a supported suffix below it, hidden ones skipped as
-    `**` does), or a glob (recursive `**` allowed) whose every match must have a supported suffix."""
+def match_local_files(pattern: str | None, key: str = "training.dataset_path") -> list[str]:
+    """Sorted files of `pattern` (the setting `key`): a folder (every file with a supported suffix below it,
+    hidden ones skipped as `**` does), or a glob (recursive `**` allowed) whose every match must have a
+    supported suffix. A corpus whose files are all empty is refused too: it would train on BOS/EOS alone."""
     if not pattern:
-        raise ValueError("dataset 'local' needs training.dataset_path, a folder or a glob such as 'data/**/*.jsonl'")
+        raise ValueError(f"dataset 'local' needs {key}, a folder or a glob such as 'data/**/*.jsonl'")
     if Path(pattern).is_dir():
         below = glob.glob(os.path.join(glob.escape(pattern), "**", "*"), recursive=True)
         files = sorted(f for f in below if Path(f).suffix in LOCAL_SUFFIXES and Path(f).is_file())
         if not files:
-            raise ValueError(f"training.dataset_path={pattern!r} is a folder with no {'/'.join(LOCAL_SUFFIXES)} "
-                             "files below it")
-        return files
-    files = sorted(f for f in glob.glob(pattern, recursive=True) if Path(f).is_file())
-    if not files:
-        raise ValueError(f"training.dataset_path={pattern!r} matches no files")
-    unsupported = [f for f in files if Path(f).suffix not in LOCAL_SUFFIXES]
-    if unsupported:
-        raise ValueError(f"training.dataset_path={pattern!r} matches unsupported files {unsupported[:4]}; "
-                         f"expected suffixes {LOCAL_SUFFIXES}")
+            raise ValueError(f"{key}={pattern!r} is a folder with no {'/'.join(LOCAL_SUFFIXES)} files below it")
+    else:
+        files = sorted(f for f in glob.glob(pattern, recursive=True) if Path(f).is_file())
+        if not files:
+            dangling = " (a link to nothing)" if os.path.islink(pattern) else ""
+            raise ValueError(f"{key}={pattern!r}{dangling} matches no files")
+        unsupported = [f for f in files if Path(f).suffix not in LOCAL_SUFFIXES]
+        if unsupported:
+            raise ValueError(f"{key}={pattern!r} matches unsupported files {unsupported[:4]}; "
+                             f"expected suffixes {LOCAL_SUFFIXES}")
+    if not any(os.path.getsize(f) for f in files):
+        raise ValueError(f"{key}={pattern!r}: its {len(files)} file(s) are all empty")
     return files
 
 
 class LocalFiles(DocumentSource):
-    """Documents of the files in sorted order; rank r takes global documents r, r + world, ...; loops forever."""
+    """Documents of the files in sorted order; rank r takes global documents r, r + world, ...; loops forever.
 
-    def __init__(self, files: list[str], rank: int, world: int) -> None:
-        self.files, self.rank, self.world = files, rank, world
+    A document that cannot be read (`BadDocument`) raises DataError naming file and byte offset, or with
+    `skip_bad` is left out with a warning that counts the documents skipped so far."""
+
+    def __init__(self, files: list[str], rank: int, world: int, skip_bad: bool = False) -> None:
+        self.files, self.rank, self.world, self.skip_bad = files, rank, world, skip_bad
         self._next = 0  # global index (within the epoch) of the first document not yet consumed
+        self.skipped = 0
 
     def describe(self) -> str:
         """Files and bytes; documents too when counting them reads no file (.txt files and parquet footers)."""
@@ -191,16 +243,23 @@ class LocalFiles(DocumentSource):
 
     def __iter__(self) -> Iterator[str]:
         while True:
-            found = False
-            for index, text in enumerate(doc for path in self.files for doc in read_documents(path)):
+            whole_epoch, found = self._next == 0, False
+            for index, doc in enumerate(doc for path in self.files for doc in read_documents(path)):
                 if index < self._next or index % self.world != self.rank:
                     continue
-                found = True
                 self._next = index + 1
-                yield text
-            if not found and self._next == 0:
-                raise ValueError(f"{len(self.files)} files hold no document for data-parallel rank {self.rank} "
-                                 f"of {self.world}")
+                if isinstance(doc, BadDocument):
+                    if not self.skip_bad:
+                        raise DataError(f"{doc.where}: {doc.reason}; fix or remove it, or set [data] "
+                                        "bad_documents = \"skip\" to leave such documents out")
+                    self.skipped += 1
+                    logger.warning(f"{doc.where}: {doc.reason}; skipped ({self.skipped} document(s) so far)")
+                    continue
+                found = True
+                yield doc
+            if whole_epoch and not found:
+                raise DataError(f"{len(self.files)} files hold no readable document for data-parallel rank "
+                                f"{self.rank} of {self.world}")
             self._next = 0
 
     def state_dict(self) -> dict[str, Any]:
@@ -305,25 +364,57 @@ class PackedDocuments(IterableDataset, Stateful):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._buffer = list(state_dict["buffer"])
-        self.source.load_state_dict(state_dict["source"])
+        try:
+            self.source.load_state_dict(state_dict["source"])
+        except KeyError as err:
+            raise DataError(f"the checkpoint's data position has no {err} for this dataset ({self.source.describe()}): "
+                            "it was written with another training.dataset; resume with that one, or pass another "
+                            "--job.dump_folder") from err
 
 
-SourceBuilder = Callable[[str | None, int, int, int, int], DocumentSource]
+SourceBuilder = Callable[..., DocumentSource]
 
+# Each builder takes (path, seed, seq_len, rank, world, key=<the path's setting>, skip_bad=<[data] bad_documents>).
 DATASETS: dict[str, SourceBuilder] = {
-    "synthetic": lambda path, seed, seq_len, rank, world: SyntheticRecall(seed, seq_len, rank, world),
-    "local": lambda path, seed, seq_len, rank, world: LocalFiles(match_local_files(path), rank, world),
-    "c4": lambda path, seed, seq_len, rank, world: c4_stream(path, rank, world),
+    "synthetic": lambda path, seed, seq_len, rank, world, **_: SyntheticRecall(seed, seq_len, rank, world),
+    "local": lambda path, seed, seq_len, rank, world, key, skip_bad: LocalFiles(
+        match_local_files(path, key), rank, world, skip_bad),
+    "c4": lambda path, seed, seq_len, rank, world, **_: c4_stream(path, rank, world),
 }
 # Sources that split documents by data-parallel rank only, so dataloader workers would repeat them.
 _RANK_SHARDED_ONLY = ("synthetic", "local")
 
 
-def build_source(name: str, path: str | None, seed: int, seq_len: int, rank: int, world: int) -> DocumentSource:
-    """The document source registered as `name`; synthetic documents are `seq_len` characters long."""
+def build_source(name: str, path: str | None, seed: int, seq_len: int, rank: int, world: int,
+                 section: str = "training", skip_bad: bool = False) -> DocumentSource:
+    """The document source registered as `name`, read for the `[section]` that names it (`training` or
+    `validation`, for messages); synthetic documents are `seq_len` characters long."""
     if name not in DATASETS:
-        raise ValueError(f"training.dataset={name!r} is not one of {sorted(DATASETS)}")
-    return DATASETS[name](path, seed, seq_len, rank, world)
+        raise ValueError(f"{section}.dataset={name!r} is not one of {sorted(DATASETS)}")
+    return DATASETS[name](path, seed, seq_len, rank, world, key=f"{section}.dataset_path", skip_bad=skip_bad)
+
+
+def _check_workers(training) -> None:
+    workers = training.dataloader.num_workers
+    if workers > 0 and training.dataset in _RANK_SHARDED_ONLY:
+        raise ValueError(
+            f"training.dataloader.num_workers={workers} with training.dataset={training.dataset!r}: this source "
+            "shards by data-parallel rank only and byte tokenization is cheap; use num_workers = 0"
+        )
+
+
+def check_training_data(job_config) -> None:
+    """Start-up checks of `training.dataset`: a known name, a worker count its source can use, `local` files
+    that exist and hold bytes, a hub that answers for `c4` from the hub. The documents themselves are read
+    while training (`[data] bad_documents` says what an unreadable one does)."""
+    training = job_config.training
+    if training.dataset not in DATASETS:
+        raise ValueError(f"training.dataset={training.dataset!r} is not one of {sorted(DATASETS)}")
+    _check_workers(training)
+    if training.dataset == "local":
+        match_local_files(training.dataset_path)
+    elif training.dataset == "c4" and not (training.dataset_path and Path(training.dataset_path).is_dir()):
+        check_hub_reachable(training.dataset_path or C4_HUB_PATH)
 
 
 def build_lighthouse_dataloader(
@@ -334,14 +425,10 @@ def build_lighthouse_dataloader(
     The synthetic corpus is seeded by `debug.seed` (0 when unset).
     """
     training = job_config.training
-    workers = training.dataloader.num_workers
-    if workers > 0 and training.dataset in _RANK_SHARDED_ONLY:
-        raise ValueError(
-            f"training.dataloader.num_workers={workers} with training.dataset={training.dataset!r}: this source "
-            "shards by data-parallel rank only and byte tokenization is cheap; use num_workers = 0"
-        )
+    _check_workers(training)
     source = build_source(
-        training.dataset, training.dataset_path, job_config.debug.seed or 0, training.seq_len, dp_rank, dp_world_size
+        training.dataset, training.dataset_path, job_config.debug.seed or 0, training.seq_len, dp_rank, dp_world_size,
+        skip_bad=job_config.data.bad_documents == "skip",
     )
     where = f" at training.dataset_path={training.dataset_path!r}" if training.dataset == "local" else ""
     logger.info(f"Dataset {training.dataset!r}{where}: {source.describe()}")

@@ -8,6 +8,7 @@ its own; the deprecated `[experimental] custom_args_module` does not).
 # resolve the field types outside this module.
 import os
 from dataclasses import dataclass, field
+from typing import Literal
 
 from torch.distributed.checkpoint import FileSystemReader
 from torchtitan.tools.logging import logger
@@ -99,9 +100,17 @@ class Host:
 
 
 @dataclass
+class Data:
+    bad_documents: Literal["stop", "skip"] = "stop"
+    """A `local` document that cannot be read mid-run (bytes that are not UTF-8, a malformed JSON line): "stop"
+    ends the job with one line naming the file and byte offset; "skip" leaves it out with a counted warning."""
+
+
+@dataclass
 class JobConfig:
     lighthouse: Lighthouse = field(default_factory=Lighthouse)
     host: Host = field(default_factory=Host)
+    data: Data = field(default_factory=Data)
 
 
 def _check_dense_layers(dense_layers: list[int], n_layers: int) -> None:
@@ -131,21 +140,24 @@ def check_initial_load(job_config) -> None:
     """Raise ValueError if the checkpoint the job would start from cannot serve it (the trainer checks this at
     start, after `check_job_config`: the paper's stage 2 names a checkpoint that stage 1 has yet to write).
 
-    `checkpoint.initial_load_path` must be a folder, and a full resume from it (model, optimizer, LR, data
-    position, step) needs a checkpoint that holds them all; torchtitan would stop at
-    `Missing key ... dataloader.dp_rank_0` after building the model."""
+    `checkpoint.initial_load_path` must be a folder with a readable `.metadata` (unless it is in HF format),
+    and a full resume from it (model, optimizer, LR, data position, step) needs a checkpoint that holds them
+    all; torchtitan would stop at `Missing key ... dataloader.dp_rank_0` after building the model."""
     checkpoint, path = job_config.checkpoint, job_config.checkpoint.initial_load_path
     if not checkpoint.enable or not path or os.path.exists(os.path.join(job_config.job.dump_folder, checkpoint.folder)):
         return  # nothing to load, or torchtitan resumes from the job's own checkpoints and ignores initial_load_path
     if not os.path.isdir(path):
         raise ValueError(f"checkpoint.initial_load_path={path!r} is not a folder")
-    if checkpoint.initial_load_model_only or checkpoint.initial_load_in_hf:
+    if checkpoint.initial_load_in_hf:
         return
     try:
         keys = FileSystemReader(path).read_metadata().state_dict_metadata
     except FileNotFoundError as err:
         raise ValueError(f"checkpoint.initial_load_path={path!r} is not a checkpoint (no .metadata)") from err
-    if not any(key.startswith("train_state") for key in keys):
+    except Exception as err:  # noqa: BLE001  (a damaged .metadata raises whatever unpickling meets)
+        raise ValueError(f"checkpoint.initial_load_path={path!r} has a .metadata that cannot be read "
+                         f"({type(err).__name__}: {err})") from err
+    if not checkpoint.initial_load_model_only and not any(key.startswith("train_state") for key in keys):
         raise ValueError(
             f"checkpoint.initial_load_path={path!r} holds model weights only (its run saved its last step with "
             "checkpoint.last_save_model_only = true), but checkpoint.initial_load_model_only = false asks for the "

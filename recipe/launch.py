@@ -1,7 +1,13 @@
-"""Process-group environment for jobs started without torchrun (a plain `python train.py`, tests, scripts)."""
+"""Process-group environment for jobs started without torchrun (a plain `python train.py`, tests, scripts), and
+children that end with the script that started them."""
 from __future__ import annotations
 
+import ctypes
+import signal
 import socket
+import sys
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def free_port() -> int:
@@ -14,3 +20,11 @@ def free_port() -> int:
 def single_process_env() -> dict[str, str]:
     """The variables torchrun would set for a one-process job on this machine."""
     return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+
+
+def end_with_parent() -> None:
+    """Run in a child before it starts (`subprocess`'s `preexec_fn`): the child gets SIGTERM when its parent ends,
+    however it ends (SIGKILL included), so a killed script leaves no training job behind (torchrun passes the
+    signal on to its workers). Linux only; elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -16,7 +16,11 @@ from torchtitan.train import Trainer
 
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
-from .cli import ConfigError, as_config_error, exit_on_config_error, parse_job_config
+from .checkpoint_guard import load_newest_intact, save_or_stop
+from .checks import check_environment, check_settings
+from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
+from .dump_lock import DumpFolderLock
+from .finite_guard import FiniteGuard, checkpoint_due, recorded_grad_norms
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
 from .run_record import run_start_record, write_run_record
@@ -37,6 +41,16 @@ def check_job(job_config: JobConfig) -> None:
     if not hasattr(spec.model_args[flavor], "lighthouse_layers"):
         raise ValueError(f"model.name={job_config.model.name!r} has no Lighthouse layers; use 'llama3_lighthouse'")
     check_job_config(job_config, spec.model_args[flavor].n_layers)
+    check_settings(job_config, spec.model_args[flavor].n_layers)
+
+
+def check_start_up(job_config: JobConfig) -> None:
+    """Every check before the trainer builds or writes anything: the settings (`check_job`), the checkpoint the
+    job starts from, and the machine, data and dump folder; a mistake raises ConfigError naming the values."""
+    check_job(job_config)
+    with as_config_error():
+        check_initial_load(job_config)
+        check_environment(job_config)
 
 
 def _not_hf_index_warning(record: logging.LogRecord) -> bool:
@@ -45,17 +59,25 @@ def _not_hf_index_warning(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("model.safetensors.index.json not found")
 
 
+class Interrupted(RunStopped):
+    """Ctrl-C (SIGINT) during a job."""
+
+    exit_code = 130
+
+
 class LighthouseTrainer(Trainer):
-    """Checks the job and the checkpoint it starts from first; records the run (`argv`: the job's arguments,
-    default this process's); runs dense SDPA after `[lighthouse] switch_to_dense_at_step` and on every
-    `dense_every`-th step before it; collects statistics
-    of the Lighthouse layers on every log step; after its first step, pins the host threads that drive the
-    GPU to one CPU if `[host] colocate_autograd` says so."""
+    """Checks the job and the checkpoint it starts from first, then locks the dump folder (rank 0; released by
+    `close` or the end of the process); records the run (`argv`: the job's arguments, default this process's);
+    stops a run whose loss or gradient norm is not finite before a checkpoint of the bad step or a later one is
+    saved, naming the first bad step (`recipe.finite_guard`); resumes from
+    the newest checkpoint that loads and names a full disk (`recipe.checkpoint_guard`); runs dense
+    SDPA after `[lighthouse] switch_to_dense_at_step` and on every `dense_every`-th step before it; collects
+    statistics of the Lighthouse layers on every log step; after its first step, pins the host threads that
+    drive the GPU to one CPU if `[host] colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
-        check_job(job_config)
-        with as_config_error():
-            check_initial_load(job_config)
+        check_start_up(job_config)
+        self.dump_lock = DumpFolderLock(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
         logger.info(f"Output folder: {os.path.abspath(job_config.job.dump_folder)}")
         if not job_config.checkpoint.last_save_in_hf:
             logger.addFilter(_not_hf_index_warning)
@@ -63,6 +85,9 @@ class LighthouseTrainer(Trainer):
             super().__init__(job_config)
         finally:
             logger.removeFilter(_not_hf_index_warning)
+        load, save, folder = self.checkpointer.load, self.checkpointer.save, self.checkpointer.folder
+        self.checkpointer.load = lambda step=-1: load_newest_intact(load, folder, step)
+        self.checkpointer.save = lambda curr_step, last_step=False: save_or_stop(save, folder, curr_step, last_step)
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step
         self.dense_every = job_config.lighthouse.dense_every
         self.lighthouse_on = bool(self.model_args.lighthouse_layers())
@@ -71,6 +96,7 @@ class LighthouseTrainer(Trainer):
         self.mark_run_start = self.run_record is not None
         if self.run_record is not None:
             logger.info(f"Run record (config.toml, run.json): {self.run_record}")
+        self.finite_guard = FiniteGuard()
         self.pin_after_step = job_config.host.colocate_autograd
         self.host_pin = ExitStack()  # the pinned host threads' masks, given back by close()
 
@@ -104,16 +130,27 @@ class LighthouseTrainer(Trainer):
             attach_observers(self.model_parts, self.metrics_processor.selection_stats)
         if dense_step:
             self.set_lighthouse(False)
+        self.step_losses = []
         try:
-            super().train_step(data_iterator)
+            with recorded_grad_norms() as grad_norms:
+                super().train_step(data_iterator)
         finally:
             if observe:
                 attach_observers(self.model_parts, None)
             if dense_step:
                 self.set_lighthouse(True)
+        self.finite_guard.record(self.step, self.step_losses, grad_norms)
+        if (self.metrics_processor.should_log(self.step) or self.step == self.job_config.training.steps
+                or checkpoint_due(self.job_config, self.step)):  # steps that sync or save anyway
+            self.finite_guard.check(self.step)
         if self.pin_after_step:
             self.pin_after_step = False
             self.colocate_host_threads()
+
+    def forward_backward_step(self, *args, **kwargs):
+        loss = super().forward_backward_step(*args, **kwargs)
+        self.step_losses.append(loss.detach())  # for the finite guard
+        return loss
 
     def colocate_host_threads(self) -> None:
         """Pin this thread and autograd's device threads to one CPU until `close` (`[host] colocate_autograd`)."""
@@ -124,6 +161,8 @@ class LighthouseTrainer(Trainer):
     def close(self) -> None:
         self.host_pin.close()
         super().close()
+        if self.dump_lock is not None:
+            self.dump_lock.release()
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -149,6 +188,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             else:
                 trainer.train()
             finished = True
+        except KeyboardInterrupt:
+            step = trainer.step if trainer is not None else 0
+            raise Interrupted(f"interrupted (Ctrl-C) at step {step}; a restart resumes from the latest complete "
+                              "checkpoint") from None
         finally:
             if trainer is not None:
                 trainer.close()

@@ -44,6 +44,12 @@ def check_validation(job_config) -> None:
                          "validation.steps batches, the same at every evaluation")
     if validation.freq < 1:
         raise ValueError(f"validation.freq={validation.freq} must be >= 1")
+    if validation.local_batch_size < 1:
+        raise ValueError(f"validation.local_batch_size={validation.local_batch_size} must be >= 1")
+    if validation.seq_len > job_config.training.seq_len:
+        raise ValueError(f"validation.seq_len={validation.seq_len} is longer than training.seq_len="
+                         f"{job_config.training.seq_len}, the model's RoPE table; leave validation.seq_len unset "
+                         "(train.py then takes training.seq_len) or set it <= training.seq_len")
     if job_config.parallelism.pipeline_parallel_degree > 1:
         raise ValueError("[validation] with pipeline_parallel_degree > 1 is not supported by the recipe's validator")
 
@@ -70,7 +76,8 @@ class DenseShadowValidator(Validator):
         validation = self.job_config.validation
         seed = (self.job_config.debug.seed or 0) + SYNTHETIC_SEED_OFFSET
         source = build_source(validation.dataset, validation.dataset_path, seed, validation.seq_len,
-                              self.dp_rank, self.dp_world_size)
+                              self.dp_rank, self.dp_world_size, section="validation",
+                              skip_bad=self.job_config.data.bad_documents == "skip")
         return ParallelAwareDataloader(
             PackedDocuments(source, self.tokenizer, validation.seq_len), dp_rank=self.dp_rank,
             dp_world_size=self.dp_world_size, batch_size=validation.local_batch_size,

@@ -3,7 +3,7 @@ rank, Lighthouse against dense at the same geometry.
 
     python scripts/cp_throughput.py --json docs/cp_throughput.json --plot docs/cp_throughput.png   # 2 GPUs
     python scripts/cp_throughput.py --config configs/debug.toml --tokens-per-rank 512 --steps 3 \\
-        --topk 64 --ac none                                                        # CPU smoke run, gloo
+        --topk 64 --ac none --allow-cpu                                            # CPU smoke run, gloo
     python scripts/cp_throughput.py --records docs/cp_throughput.json --plot docs/cp_throughput.png   # replot
     python scripts/cp_throughput.py --cp 1,4 --topk 2048 --attentions lighthouse -- --lighthouse.dense_layers
         # every layer Lighthouse: arguments after -- go to train.py
@@ -24,25 +24,30 @@ import json
 from pathlib import Path
 
 from eval.cp_throughput import ATTENTIONS, CpThroughputJob, measure, plot, report
-from eval.throughput import DEFAULT_CONFIG, too_few_steps
+from eval.device import require_cuda
+from eval.throughput import DEFAULT_CONFIG, positive_int, too_few_steps
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Measure (or read with --records) the CP variants, print the table, write the JSON and the plot."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
-    parser.add_argument("--tokens-per-rank", type=int, default=49152,
+    parser.add_argument("--tokens-per-rank", type=positive_int, default=49152,
                         help="the default makes CP=2 the paper's stage-1 length, 98,304")
     parser.add_argument("--cp", default="1,2", help="CP degrees, comma-separated; 1 is the baseline")
-    parser.add_argument("--steps", type=int, default=6, help="steps per variant; all after the first two are timed")
+    parser.add_argument("--steps", type=positive_int, default=6,
+                        help="steps per variant; all after the first two are timed")
     parser.add_argument("--ac", default="full", choices=("none", "selective", "full"))
-    parser.add_argument("--topk", type=int,
+    parser.add_argument("--topk", type=positive_int,
                         help="override lighthouse.topk (topk/tile_budget must split over 2W chunks)")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--plot", type=Path, help="write a PNG bar chart here")
     parser.add_argument("--records", type=Path, help="read records from this JSON instead of training")
     parser.add_argument("--attentions", default=",".join(ATTENTIONS), help="comma-separated subset of "
                         f"{ATTENTIONS}")
+    parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA too (gloo): a smoke run of a "
+                        "small config (otherwise the script needs CUDA, so the paper model is never trained on a CPU "
+                        "by mistake)")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py arguments for every variant")
     args = parser.parse_args(argv)
     args.train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
@@ -50,14 +55,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.records:
         records = json.loads(args.records.read_text())
     else:
-        degrees = sorted({int(x) for x in args.cp.split(",")})
+        try:
+            degrees = sorted({positive_int(x) for x in args.cp.split(",")})
+        except argparse.ArgumentTypeError as err:
+            parser.error(f"--cp={args.cp}: {err}")
         if 1 not in degrees:
-            raise SystemExit(f"--cp={args.cp}: include 1, the baseline every degree is compared with")
+            parser.error(f"--cp={args.cp}: include 1, the baseline every degree is compared with")
         if error := too_few_steps(args.steps):
             parser.error(error)
         attentions = args.attentions.split(",")
         if not set(attentions) <= set(ATTENTIONS):
-            raise SystemExit(f"--attentions={args.attentions}: choose from {ATTENTIONS}")
+            parser.error(f"--attentions={args.attentions}: choose from {ATTENTIONS}")
+        if not args.allow_cpu:
+            require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
         job = CpThroughputJob(args.config, args.tokens_per_rank, args.steps, args.ac, args.topk, args.train_args)
         records = measure(job, degrees, attentions)
 

@@ -2,7 +2,7 @@
 
     python scripts/train_throughput.py --json docs/train_throughput.json          # the paper model, seq 98,304
     python scripts/train_throughput.py --compile off,on --ac full                # also under torch.compile
-    python scripts/train_throughput.py --config configs/debug.toml --seq-len 512 --steps 3   # CPU smoke run
+    python scripts/train_throughput.py --config configs/debug.toml --seq-len 512 --steps 3 --allow-cpu   # CPU smoke run
     python scripts/train_throughput.py --seq-len 8192 --compile on --ac full --colocate-autograd off,on
 
 For each activation-checkpointing mode (`--ac none,full`) and compile setting (`--compile off,on`:
@@ -36,21 +36,25 @@ import torch
 from torchtitan.config import ConfigManager
 from torchtitan.protocols.train_spec import get_train_spec
 
+from eval.device import require_cuda
 from eval.records import environment
-from eval.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, run_variant,
-                             too_few_steps)
+from eval.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, positive_int,
+                             run_variant, too_few_steps)
 from recipe.run_record import REPO
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
-    parser.add_argument("--seq-len", type=int, default=98304)
-    parser.add_argument("--steps", type=int, default=8, help="steps per variant; all after the first two are timed")
+    parser.add_argument("--seq-len", type=positive_int, default=98304)
+    parser.add_argument("--steps", type=positive_int, default=8,
+                        help="steps per variant; all after the first two are timed")
     parser.add_argument("--ac", default="none,full", help="activation checkpointing modes, comma-separated")
     parser.add_argument("--compile", default="off", help="torch.compile settings, comma-separated: off, on")
     parser.add_argument("--colocate-autograd", default="off",
                         help="[host] colocate_autograd settings, comma-separated: off, on")
     parser.add_argument("--json", type=Path, help="write the records here")
+    parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA too: a smoke run of a small config "
+                        "(otherwise the script needs CUDA, so the paper model is never trained on a CPU by mistake)")
     args = parser.parse_args(argv)
     if error := too_few_steps(args.steps):
         parser.error(error)
@@ -60,6 +64,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             parser.error(f"--{name.replace('_', '-')}={getattr(args, name)!r}: comma-separated values of off, on")
     modes = [(ac, c == "on", h == "on") for ac in args.ac.split(",") for c in switches["compile"]
              for h in switches["colocate_autograd"]]
+    if not args.allow_cpu:
+        require_cuda("--allow-cpu runs a smoke run of a small config (--config configs/debug.toml)")
 
     job = ConfigManager().parse_args(["--job.config_file", args.config, "--training.seq_len", str(args.seq_len)])
     spec = get_train_spec("llama3_lighthouse")

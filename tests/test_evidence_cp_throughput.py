@@ -52,16 +52,24 @@ def test_every_degree_runs_on_as_many_processes_with_w_times_the_tokens(tmp_path
     assert "--lighthouse.no-enable" in cp_throughput.variant_args(job, 1, "dense", tmp_path)
 
 
-def test_cp1_is_required_as_the_baseline():
-    out = run_script("--cp", "2,4")
-    assert out.returncode == 1 and "--cp=2,4: include 1, the baseline" in out.stderr
+@pytest.mark.parametrize("argv, message", [
+    (["--cp", "2,4"], "--cp=2,4: include 1, the baseline"),
+    (["--cp", "1,x"], "--cp=1,x: 'x' is not an integer"),
+    (["--cp", "1,0"], "--cp=1,0: 0 must be >= 1"),
+    (["--tokens-per-rank", "-5"], "argument --tokens-per-rank: -5 must be >= 1"),
+    (["--topk", "many"], "argument --topk: 'many' is not an integer"),
+], ids=["no-baseline", "cp-word", "cp-zero", "tokens-negative", "topk-word"])
+def test_bad_arguments_are_usage_errors_naming_the_value(argv, message):
+    out = run_script(*argv)
+    assert out.returncode == 2 and message in out.stderr.splitlines()[-1], out.stderr
 
 
 @pytest.mark.slow
 def test_cpu_run_of_the_debug_model_at_cp_1_and_2(tmp_path):
     out = tmp_path / "cp.json"
     run = run_script("--config", "configs/debug.toml", "--tokens-per-rank", "512", "--steps", "3", "--topk", "64",
-                     "--ac", "none", "--cp", "1,2", "--json", str(out), "--plot", str(tmp_path / "cp.png"))
+                     "--ac", "none", "--cp", "1,2", "--json", str(out), "--plot", str(tmp_path / "cp.png"),
+                     "--allow-cpu")
     assert run.returncode == 0, run.stderr[-4000:]
     records = json.loads(out.read_text())
     assert cp_throughput.table(records) in run.stdout

@@ -3,8 +3,11 @@ of the debug model."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,6 +82,37 @@ def test_too_few_steps_to_time_is_refused_naming_the_value():
     assert out.returncode == 2 and "--steps=2: at least 3" in out.stderr
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--seq-len", "0"], "argument --seq-len: 0 must be >= 1"),
+    (["--steps", "eight"], "argument --steps: 'eight' is not an integer"),
+])
+def test_bad_numbers_are_usage_errors_naming_the_value(argv, message):
+    out = subprocess.run([sys.executable, "scripts/train_throughput.py", *argv], cwd=REPO, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 2 and out.stderr.splitlines()[-1].endswith(message), out.stderr
+
+
+# A parent that starts a long child as run_variant does, prints the child's pid, and waits.
+PARENT = """import subprocess, sys
+from recipe.launch import end_with_parent
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], preexec_fn=end_with_parent)
+print(child.pid, flush=True)
+child.wait()
+"""
+
+
+def test_a_variant_job_ends_with_the_script_that_started_it():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and Path(f"/proc/{child}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the child outlived its killed parent"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("flag", ["--compile", "--colocate-autograd"])
 def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag):
     out = subprocess.run([sys.executable, "scripts/train_throughput.py", flag, "off,maybe"], cwd=REPO,
@@ -89,7 +123,7 @@ def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag):
 @pytest.mark.slow
 def test_cpu_run_of_the_debug_model_writes_one_record_per_checkpointing_mode(tmp_path):
     out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--config", "configs/debug.toml", "--seq-len",
-                          "256", "--steps", "3", "--ac", "none", "--json", str(tmp_path / "tt.json")],
+                          "256", "--steps", "3", "--ac", "none", "--json", str(tmp_path / "tt.json"), "--allow-cpu"],
                          cwd=REPO, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     (record,) = json.loads((tmp_path / "tt.json").read_text())

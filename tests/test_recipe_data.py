@@ -42,7 +42,7 @@ def loader(dataset="synthetic", path=None, rank=0, world=1, seq_len=64, batch=2,
     """The TrainSpec dataloader for a job that sets only what the data pipeline reads."""
     training = SimpleNamespace(dataset=dataset, dataset_path=path, seq_len=seq_len, local_batch_size=batch,
                                dataloader=DataLoader(num_workers=workers))
-    job = SimpleNamespace(training=training, debug=SimpleNamespace(seed=None))
+    job = SimpleNamespace(training=training, debug=SimpleNamespace(seed=None), data=SimpleNamespace(bad_documents="stop"))
     return build_lighthouse_dataloader(world, rank, ByteTokenizer(), job)
 
 
@@ -136,14 +136,36 @@ def test_local_files_yield_every_document_once_per_epoch_split_across_ranks(loca
         assert ranks[r] == (epoch * len(expected))[: len(expected)]
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"title": "x"}\n', r"b\.jsonl:1: expected an object with a string field 'text'"),
-    ('{"text": "ok"}\n\n{"text": 3}\n', r"b\.jsonl:3"),
-])
-def test_local_records_without_text_are_rejected_naming_file_and_line(tmp_path, content, message):
-    (tmp_path / "b.jsonl").write_text(content)
-    with pytest.raises(ValueError, match=message):
-        list(read_documents(str(tmp_path / "b.jsonl")))
+BAD_DOCUMENTS = [  # (file name, bytes: good, bad, good document where the format has several, the bad one's place)
+    ("b.jsonl", b'{"text": "first"}\n{"text": "caf\xe9"}\n{"text": "last"}\n',
+     r"b\.jsonl:2 \(byte 31\): bytes that are not UTF-8"),
+    ("b.jsonl", b'{"text": "first"}\n\n{"text": "open\n{"text": "last"}\n', r"b\.jsonl:3 \(byte 33\): not a JSON line"),
+    ("b.jsonl", b'{"text": "first"}\n{"title": "x"}\n{"text": "last"}\n',
+     r"b\.jsonl:2 \(byte 18\): expected an object with a string field 'text'"),
+    ("b.json", b'[{"text": "first"}, {"text": 3}, {"text": "last"}]', r"b\.json\[1\]: expected an object"),
+    ("b.txt", b"caf\xe9 latin-1", r"b\.txt \(byte 3\): bytes that are not UTF-8"),
+    ("b.json", b'[{"text": "first"}, ', r"b\.json \(byte 20\): not JSON"),
+]
+
+
+@pytest.mark.parametrize("name, content, message", BAD_DOCUMENTS,
+                         ids=["jsonl-latin1", "jsonl-malformed", "jsonl-no-text", "json-no-text", "txt-latin1",
+                              "json-truncated"])
+def test_an_unreadable_document_stops_naming_file_and_byte_or_is_skipped_and_counted(tmp_path, caplog, name,
+                                                                                      content, message):
+    (tmp_path / name).write_bytes(content)
+    (tmp_path / "z.txt").write_text(after := random_text(random.Random(), 40))  # the next file still follows
+    files = match_local_files(str(tmp_path))
+    with pytest.raises(data.DataError, match=message + r".*bad_documents = \"skip\"") as err:
+        list(itertools.islice(LocalFiles(files, 0, 1), 4))
+    assert "\n" not in str(err.value)
+    good = [doc for doc in read_documents(str(tmp_path / name)) if isinstance(doc, str)]
+    skipping = LocalFiles(files, 0, 1, skip_bad=True)
+    with caplog.at_level(logging.WARNING):
+        assert list(itertools.islice(skipping, len(good) + 1)) == [*good, after]
+    assert skipping.skipped == 1
+    assert [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()][0].endswith(
+        "skipped (1 document(s) so far)")
 
 
 def test_a_local_folder_means_every_supported_file_below_it(local_corpus):
@@ -290,3 +312,12 @@ def test_a_restored_dataloader_continues_with_exactly_the_next_batches(dataset, 
 def test_data_parallel_ranks_see_different_data(dataset, sources):
     batches = [next(iter(loader(dataset, sources[dataset], rank=r, world=2)))[0]["input"] for r in range(2)]
     assert not torch.equal(batches[0], batches[1])
+
+
+def test_a_data_position_of_another_dataset_is_named_not_a_key_error(local_corpus):
+    synthetic = PackedDocuments(build_source("synthetic", None, 0, 64, 0, 1), ByteTokenizer(), 64)
+    next(iter(synthetic))
+    local = PackedDocuments(LocalFiles(match_local_files(str(local_corpus[0])), 0, 1), ByteTokenizer(), 64)
+    with pytest.raises(data.DataError, match=r"^the checkpoint's data position has no 'next' for this dataset \(4 "
+                                             r"files, .*\): it was written with another training.dataset"):
+        local.load_state_dict(synthetic.state_dict())

@@ -101,6 +101,9 @@ def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
     ("bench_attention.py", [], ""),
     ("gpu_parity.py", ["--quick"], ""),
     ("cp_parity.py", [], "; --device cpu runs it with gloo"),  # it has a CPU mode and says so
+    ("train_throughput.py", [], r"; --allow-cpu runs a smoke run of a small config \(--config configs/debug.toml\)"),
+    ("cp_throughput.py", [], r"; --allow-cpu runs a smoke run of a small config with gloo \(--config "
+                             r"configs/debug.toml\)"),
 ])
 def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

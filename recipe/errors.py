@@ -1,0 +1,14 @@
+"""The two ways a job ends on purpose with one line instead of a traceback (`recipe.cli.exit_on_config_error`
+prints them): a mistake in its settings, found at start-up, and a stop after it started."""
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A mistake in a job's configuration, reported as one line (exit code 2) rather than a traceback."""
+
+
+class RunStopped(RuntimeError):
+    """A job that stops on purpose after it started (a non-finite step, unreadable data, Ctrl-C), reported as
+    one line (exit code `exit_code`) rather than a traceback."""
+
+    exit_code = 1

@@ -1,0 +1,270 @@
+"""Bad inputs to train.py stop at start-up with one line naming the key, before anything is built or written.
+
+Most rows call the trainer's start-up checks in this process (`check_start_up`: what LighthouseTrainer runs
+before it builds or writes anything); a few start train.py itself for the contract around them: exit code 2,
+one line on stderr, no traceback, nothing changed on disk.
+"""
+import errno
+import fcntl
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+import models  # noqa: F401  (before torchtitan; registers llama3_lighthouse)
+from recipe.cli import DEBUG_ENV, ConfigError, parse_job_config
+from recipe.dump_lock import LOCK_FILE, DumpFolderLock
+from recipe.launch import single_process_env
+from recipe.trainer import check_start_up
+
+REPO = Path(__file__).resolve().parent.parent
+DEBUG = str(REPO / "configs" / "debug.toml")
+
+
+def parse(tmp_path: Path, *args: str):
+    """configs/debug.toml writing into tmp_path/run, with `args` ({tmp} is tmp_path) on top."""
+    return parse_job_config(["--job.config_file", DEBUG, "--job.dump_folder", str(tmp_path / "run"),
+                             *(arg.format(tmp=tmp_path) for arg in args)])
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path below root with its size and modification time."""
+    return {str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime_ns) for p in root.rglob("*")}
+
+
+def empty_files(tmp_path: Path) -> None:
+    (tmp_path / "corpus").mkdir()
+    for name in ("a.jsonl", "b.txt"):
+        (tmp_path / "corpus" / name).touch()
+
+
+def checkpoint_at_step_10(tmp_path: Path) -> None:
+    (tmp_path / "run" / "checkpoint" / "step-10").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoint" / "step-10" / ".metadata").write_bytes(os.urandom(64))
+
+
+def previous_run(**settings: str):
+    """A setup: a checkpoint at step 10 written by a run whose record holds `settings` ({"model.flavor": ...})."""
+    def setup(tmp_path: Path) -> None:
+        checkpoint_at_step_10(tmp_path)
+        (tmp_path / "run" / "runs" / "20260101T000000Z").mkdir(parents=True)
+        sections = {}
+        for dotted, value in settings.items():
+            section, key = dotted.split(".")
+            sections.setdefault(section, []).append(f'{key} = "{value}"')
+        text = "".join(f"[{section}]\n" + "\n".join(lines) + "\n" for section, lines in sections.items())
+        (tmp_path / "run" / "runs" / "20260101T000000Z" / "config.toml").write_text(text)
+    return setup
+
+
+def garbage_checkpoint(tmp_path: Path) -> None:
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / ".metadata").write_bytes(os.urandom(256))
+
+
+def nothing(tmp_path: Path) -> None:
+    pass
+
+
+LOCAL_TRAINING = ["--training.dataset", "local", "--training.dataset_path"]
+VALIDATION = ["--validation.enable", "--validation.dataset", "synthetic", "--validation.steps", "1"]
+LOCAL_VALIDATION = ["--validation.enable", "--validation.dataset", "local", "--validation.steps", "1",
+                    "--validation.dataset_path"]
+
+# (id, arguments, a setup of tmp_path, the key the message names, a regex of the rest of the message)
+ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
+    ("max-norm-negative", ["--training.max_norm", "-1"], nothing, "training.max_norm=-1.0", "ascends"),
+    ("max-norm-zero", ["--training.max_norm", "0"], nothing, "training.max_norm=0.0", "must be a finite number > 0"),
+    ("lr-negative", ["--optimizer.lr", "-1"], nothing, "optimizer.lr=-1.0", ">= 0"),
+    ("lr-nan", ["--optimizer.lr", "nan"], nothing, "optimizer.lr=nan", ">= 0"),
+    ("lr-inf", ["--optimizer.lr", "inf"], nothing, "optimizer.lr=inf", ">= 0"),
+    ("weight-decay", ["--optimizer.weight_decay", "-1"], nothing, "optimizer.weight_decay=-1.0", ">= 0"),
+    ("beta1", ["--optimizer.beta1", "1.5"], nothing, "optimizer.beta1=1.5", r"in \[0, 1\)"),
+    ("beta2", ["--optimizer.beta2", "1"], nothing, "optimizer.beta2=1.0", r"in \[0, 1\)"),
+    ("eps", ["--optimizer.eps", "0"], nothing, "optimizer.eps=0.0", "> 0"),
+    ("warmup", ["--lr_scheduler.warmup_steps", "-3"], nothing, "lr_scheduler.warmup_steps=-3", ">= 0"),
+    ("local-batch-zero", ["--training.local_batch_size", "0"], nothing, "training.local_batch_size=0", ">= 1"),
+    ("local-batch-negative", ["--training.local_batch_size", "-2"], nothing, "training.local_batch_size=-2", ">= 1"),
+    ("global-batch", ["--training.global_batch_size", "3"], nothing, "training.global_batch_size=3",
+     r"not a multiple of training.local_batch_size=2 times the data-parallel degree 1"),
+    ("global-batch-zero", ["--training.global_batch_size", "0"], nothing, "training.global_batch_size=0", "> 0"),
+    ("checkpoint-interval", ["--checkpoint.interval", "0"], nothing, "checkpoint.interval=0", ">= 1"),
+    ("log-freq", ["--metrics.log_freq", "0"], nothing, "metrics.log_freq=0", ">= 1"),
+    ("switch-past-end", ["--lighthouse.switch_to_dense_at_step", "20"], nothing,
+     "[lighthouse] switch_to_dense_at_step=20", "not below training.steps=20: the run would never switch"),
+    ("all-layers-dense", ["--lighthouse.dense_layers", "0", "1", "2", "3"], nothing,
+     "[lighthouse] dense_layers=[0, 1, 2, 3]", "no layer runs Lighthouse; set enable = false"),
+    ("shard-degree", ["--parallelism.data_parallel_shard_degree", "2"], nothing, "data_parallel_shard_degree=2",
+     r"does not make the 1 processes of this job \(WORLD_SIZE\)"),
+    ("tp-degree", ["--parallelism.tensor_parallel_degree", "0"], nothing, "parallelism.tensor_parallel_degree=0",
+     ">= 1"),
+    ("validation-batch", [*VALIDATION, "--validation.local_batch_size", "0"], nothing,
+     "validation.local_batch_size=0", ">= 1"),
+    ("validation-seq-len", [*VALIDATION, "--validation.seq_len", "2048"], nothing, "validation.seq_len=2048",
+     "longer than training.seq_len=512, the model's RoPE table"),
+    ("validation-path-missing", [*LOCAL_VALIDATION, "{tmp}/none/*.jsonl"], nothing,
+     "validation.dataset_path=", "matches no files"),
+    ("validation-folder-empty", [*LOCAL_VALIDATION, "{tmp}"], nothing, "validation.dataset_path=",
+     "is a folder with no .txt/.jsonl/.json/.parquet files"),
+    ("training-path-missing", [*LOCAL_TRAINING, "{tmp}/none"], nothing, "training.dataset_path=", "matches no files"),
+    ("training-path-dangling", [*LOCAL_TRAINING, "{tmp}/link.jsonl"],
+     lambda tmp: (tmp / "link.jsonl").symlink_to(tmp / "gone.jsonl"), "training.dataset_path=",
+     r"\(a link to nothing\) matches no files"),
+    ("training-files-empty", [*LOCAL_TRAINING, "{tmp}/corpus"], empty_files, "training.dataset_path=",
+     r"its 2 file\(s\) are all empty"),
+    ("dataset-name", ["--training.dataset", "c5"], nothing, "training.dataset='c5'", "is not one of"),
+    ("workers", ["--training.dataloader.num_workers", "2"], nothing, "training.dataloader.num_workers=2",
+     "use num_workers = 0"),
+    ("c4-offline", ["--training.dataset", "c4"], nothing, "training.dataset='c4'", "HF_HUB_OFFLINE=1"),
+    ("dump-folder-empty", ["--job.dump_folder", ""], nothing, 'job.dump_folder=""', "names no folder"),
+    ("dump-folder-file", ["--job.dump_folder", "{tmp}/file"], lambda tmp: (tmp / "file").write_text("x"),
+     "job.dump_folder=", "is a file, not a folder"),
+    ("checkpoint-folder-file", ["--checkpoint.folder", "ckpt"],
+     lambda tmp: ((tmp / "run").mkdir(), (tmp / "run" / "ckpt").write_text("x")), "checkpoint.folder='ckpt'",
+     "is a file, not a folder"),
+    ("steps-below-checkpoint", ["--training.steps", "5"], checkpoint_at_step_10, "training.steps=5",
+     "is below step 10 of the latest checkpoint"),
+    ("changed-flavor", ["--model.flavor", "small", "--lighthouse.dense_layers"],
+     previous_run(**{"model.flavor": "debug"}), "model.flavor='small'",
+     "differs from 'debug' of the run that wrote the checkpoints in .*; resume with the same value"),
+    ("changed-dataset", ["--training.dataset", "synthetic"], previous_run(**{"training.dataset": "local"}),
+     "training.dataset='synthetic'", "differs from 'local' of the run that wrote the checkpoints"),
+    ("initial-load-garbage", ["--checkpoint.initial_load_path", "{tmp}/garbage"], garbage_checkpoint,
+     "checkpoint.initial_load_path=", r"has a .metadata that cannot be read \(\w+"),
+]
+if not torch.cuda.is_available():
+    ROWS += [
+        ("backend-cudnn", ["--lighthouse.backend", "cudnn"], nothing, "[lighthouse] backend='cudnn'", "needs CUDA"),
+        ("implementation-fused", ["--lighthouse.implementation", "fused"], nothing,
+         "[lighthouse] implementation='fused'", "needs CUDA"),
+    ]
+
+
+@pytest.mark.parametrize("args, setup, key, message", [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
+def test_a_bad_input_is_refused_at_start_up_naming_the_key_and_changing_nothing(tmp_path, monkeypatch, args,
+                                                                                 setup, key, message):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the fused kernels' CPU stand-in is for tests only
+    setup(tmp_path)
+    before = snapshot(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        check_start_up(parse(tmp_path, *args))
+    text = str(err.value)
+    assert key in text and "\n" not in text
+    assert re.search(message, text), text
+    assert snapshot(tmp_path) == before
+
+
+def test_the_debug_config_passes_and_validation_takes_the_training_length_unless_set(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    config = parse(tmp_path, *VALIDATION)
+    assert config.validation.seq_len == config.training.seq_len == 512
+    check_start_up(config)
+    assert parse(tmp_path, *VALIDATION, "--validation.seq_len", "256").validation.seq_len == 256
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_resume_that_changes_the_learning_rate_warns_that_the_checkpoint_keeps_its_own(tmp_path, monkeypatch,
+                                                                                         caplog):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    previous_run(**{"model.flavor": "debug"})(tmp_path)
+    with open(tmp_path / "run" / "runs" / "20260101T000000Z" / "config.toml", "a") as record:
+        record.write("[optimizer]\nlr = 0.001\n")
+    check_start_up(parse(tmp_path, "--optimizer.lr", "0.001"))
+    assert not [r for r in caplog.records if "optimizer.lr" in r.getMessage()]
+    check_start_up(parse(tmp_path, "--optimizer.lr", "0.004"))
+    (warning,) = [r.getMessage() for r in caplog.records if "optimizer.lr" in r.getMessage()]
+    assert warning.startswith("optimizer.lr=0.004 differs from 0.001 of the run that wrote the checkpoint")
+
+
+HOLD_LOCK = """\
+import fcntl, sys
+f = open(sys.argv[1], "a+")
+fcntl.lockf(f, fcntl.LOCK_EX)
+f.write("pid 4242 on elsewhere"); f.flush()
+print("locked", flush=True)
+sys.stdin.read()
+"""
+
+
+def hold_lock(folder: Path) -> subprocess.Popen:
+    """A process that holds the dump-folder lock of `folder` until its stdin closes or it is killed."""
+    folder.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(folder / LOCK_FILE)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_a_second_job_on_a_dump_folder_is_refused_until_the_first_ends_however_it_ends(tmp_path):
+    folder = tmp_path / "run"
+    holder = hold_lock(folder)
+    with pytest.raises(ConfigError, match=rf"^job.dump_folder='{folder}' is in use by a running job \(pid 4242 on "
+                                          r"elsewhere\); wait for it to end, or pass another --job.dump_folder$"):
+        DumpFolderLock(str(folder))
+    holder.kill()  # SIGKILL: no clean-up, yet the kernel drops the lock (a SLURM requeue finds it free)
+    holder.wait()
+    lock = DumpFolderLock(str(folder))
+    assert (folder / LOCK_FILE).read_text().startswith(f"pid {os.getpid()} on ")
+    lock.release()
+    probe = open(folder / LOCK_FILE, "a+")
+    fcntl.lockf(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released: a lock of this process's own succeeds
+    probe.close()
+
+
+def train_py(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    env.pop(DEBUG_ENV, None)
+    return subprocess.run([sys.executable, "train.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.parametrize("case", ["lr", "non-utf8", "locked"])
+def test_train_py_exits_2_with_one_line_and_no_traceback(tmp_path, case):
+    folder = tmp_path / "run"
+    args = ["--job.config_file", DEBUG, "--job.dump_folder", str(folder)]
+    holder = None
+    if case == "lr":
+        args += ["--optimizer.lr", "-1"]
+        expected = "error: optimizer.lr=-1.0 must be a finite number >= 0"
+    elif case == "non-utf8":
+        (tmp_path / "latin1.toml").write_bytes("[job]\ndescription = \"caf\xe9\"\n".encode("latin-1"))
+        args[1] = str(tmp_path / "latin1.toml")
+        expected = f"error: {tmp_path / 'latin1.toml'} is not UTF-8 text (byte 24), as TOML must be"
+    else:
+        holder = hold_lock(folder)
+        expected = f"error: job.dump_folder='{folder}' is in use by a running job (pid 4242 on elsewhere)"
+    before = snapshot(tmp_path)
+    try:
+        out = train_py(tmp_path, *args)
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
+    assert out.returncode == 2, out.stderr[-2000:]
+    (line,) = out.stderr.splitlines()
+    assert line.startswith(expected)
+    assert "Traceback" not in out.stdout + out.stderr
+    assert snapshot(tmp_path) == before
+
+
+def test_a_dump_folder_that_cannot_be_written_is_named_and_one_without_locks_runs_with_a_warning(tmp_path,
+                                                                                                  monkeypatch, caplog):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=rf"^job.dump_folder='{tmp_path}/file/run' cannot be written \(Not a "
+                                          r"directory\)$"):
+        DumpFolderLock(str(tmp_path / "file" / "run"))
+
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "lockf", no_locks)
+    DumpFolderLock(str(tmp_path / "run")).release()
+    assert any(r.getMessage() == f"job.dump_folder='{tmp_path}/run' cannot be locked (No locks available); nothing "
+               "stops a second job from writing there too" for r in caplog.records)

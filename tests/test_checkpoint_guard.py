@@ -1,0 +1,118 @@
+"""A resume skips a newest checkpoint that cannot be loaded for the newest older one that can, a save on a full
+disk says so, and Ctrl-C ends a job with one line."""
+import errno
+import logging
+import os
+import random
+import shutil
+from collections import namedtuple
+
+import pytest
+
+import models  # noqa: F401  (before torchtitan)
+from recipe import checkpoint_guard, trainer
+from recipe.checkpoint_guard import CheckpointError, complete_steps, load_newest_intact, save_or_stop
+
+
+def checkpoints(tmp_path, steps, half_written=()):
+    folder = tmp_path / "checkpoint"
+    for step in [*steps, *half_written]:
+        (folder / f"step-{step}").mkdir(parents=True)
+        (folder / f"step-{step}" / "__0_0.distcp").write_bytes(os.urandom(32))
+    for step in steps:
+        (folder / f"step-{step}" / ".metadata").write_bytes(os.urandom(32))
+    return str(folder)
+
+
+class FakeLoad:
+    """Records the steps asked for; the steps in `damaged` raise as DCP does for a damaged file."""
+
+    def __init__(self, damaged):
+        self.damaged, self.asked = set(damaged), []
+
+    def __call__(self, step):
+        self.asked.append(step)
+        if step in self.damaged:
+            raise RuntimeError("Traceback (most recent call last): (RANK 0)\n  ...\n"
+                               f"unexpected EOF while reading step {step}\n")
+        return True
+
+
+def test_complete_steps_are_the_folders_with_metadata_newest_first(tmp_path):
+    folder = checkpoints(tmp_path, [2, 10, 4], half_written=[12])
+    assert complete_steps(folder) == [10, 4, 2]
+    assert complete_steps(str(tmp_path / "none")) == []
+
+
+def test_a_damaged_newest_checkpoint_gives_way_to_the_newest_older_one_with_a_warning(tmp_path, caplog):
+    folder = checkpoints(tmp_path, [2, 4, 6])
+    load = FakeLoad(damaged=[6, 4])
+    with caplog.at_level(logging.WARNING):
+        assert load_newest_intact(load, folder) is True
+    assert load.asked == [6, 4, 2]
+    warnings = [r.getMessage() for r in caplog.records if "cannot be loaded" in r.getMessage()]
+    assert warnings == [f"{folder}/step-6 cannot be loaded (RuntimeError: unexpected EOF while reading step 6); "
+                        "trying step-4",
+                        f"{folder}/step-4 cannot be loaded (RuntimeError: unexpected EOF while reading step 4); "
+                        "trying step-2"]
+
+
+def test_no_loadable_checkpoint_or_an_explicit_step_ends_in_one_line(tmp_path):
+    folder = checkpoints(tmp_path, [2, 4])
+    with pytest.raises(CheckpointError, match=rf"^{folder}/step-2 cannot be loaded \(RuntimeError: unexpected EOF "
+                                              r"while reading step 2\) and no older complete checkpoint is left"):
+        load_newest_intact(FakeLoad(damaged=[2, 4]), folder)
+    explicit = FakeLoad(damaged=[4])
+    with pytest.raises(RuntimeError, match="step 4"):  # a step asked for by number is that step or nothing
+        load_newest_intact(explicit, folder, step=4)
+    assert explicit.asked == [4]
+    fresh = FakeLoad(damaged=[])
+    assert load_newest_intact(fresh, str(tmp_path / "none")) is True and fresh.asked == [-1]
+
+
+def test_a_save_on_a_full_disk_says_so_and_other_failures_pass_through(tmp_path, monkeypatch):
+    step = random.randint(1, 1000)
+
+    def full(curr_step, last_step):
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as err:
+            raise RuntimeError("[enforce fail at inline_container.cc:664] . unexpected pos 704 vs 598") from err
+
+    with pytest.raises(CheckpointError, match=rf"^saving step {step} into {tmp_path} failed: the disk is full"):
+        save_or_stop(full, str(tmp_path), step)
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**12, 10**12 - 10**5, 10**5))
+    with pytest.raises(CheckpointError, match="the disk is full"):  # torch's message alone, on an all but full disk
+        save_or_stop(lambda s, last: (_ for _ in ()).throw(RuntimeError("unexpected pos 704 vs 598")),
+                     str(tmp_path / "checkpoint"), step)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**12, 10**9, 10**12 - 10**9))
+    with pytest.raises(KeyError):
+        save_or_stop(lambda s, last: {}["missing"], str(tmp_path), step)
+    saved = []
+    save_or_stop(lambda s, last: saved.append((s, last)), str(tmp_path), step, True)
+    assert saved == [(step, True)]
+    assert checkpoint_guard.FULL_DISK_FREE_BYTES > 10**5
+
+
+def test_ctrl_c_ends_the_job_in_one_line_with_exit_code_130(monkeypatch, capsys):
+    class Interrupted:
+        step = random.randint(1, 100)
+        closed = False
+
+        def __init__(self, config, args):
+            pass
+
+        def train(self):
+            raise KeyboardInterrupt
+
+        def close(self):
+            Interrupted.closed = True
+
+    monkeypatch.setattr(trainer, "LighthouseTrainer", Interrupted)
+    monkeypatch.delenv("LIGHTHOUSE_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        trainer.main(["--job.config_file", "configs/debug.toml"])
+    assert exit_info.value.code == 130 and Interrupted.closed
+    assert capsys.readouterr().err == (f"error: interrupted (Ctrl-C) at step {Interrupted.step}; a restart resumes "
+                                       "from the latest complete checkpoint\n")

@@ -1,0 +1,56 @@
+"""The layer API names a wrong-typed setting or input at the call: config fields of the wrong type, tensors of an
+integer or complex dtype, empty dimensions, and what `select` is given."""
+import re
+
+import pytest
+import torch
+
+from lighthouse import LighthouseAttention, LighthouseConfig, lighthouse_attention, select
+from tests.helpers import random_qkv
+
+VALID = dict(levels=2, pool=2, topk=4, tile_budget=2)
+
+
+@pytest.mark.parametrize("field, value, kind", [
+    ("topk", 32.0, "float"), ("levels", True, "bool"), ("pool", "2", "str"), ("tile_budget", None, "NoneType"),
+    ("dilation", 4.5, "float"), ("scorer", 1, "int"), ("backend", None, "NoneType"),
+], ids=lambda x: str(x))
+def test_a_config_field_of_the_wrong_type_is_a_type_error_naming_field_and_value(field, value, kind):
+    with pytest.raises(TypeError, match=rf"^{field}={value!r} must be an? (int|str), not {kind}$"):
+        LighthouseConfig(**{**VALID, field: value})
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.complex64, torch.bool])
+@pytest.mark.parametrize("entry", ["lighthouse_attention", "select"])
+def test_tensors_that_are_not_floating_point_are_a_type_error_naming_the_dtype(dtype, entry):
+    q, k, v = (x.to(dtype) for x in random_qkv(1, 64, 4, 2, 8))
+    call = {"lighthouse_attention": lambda: lighthouse_attention(q, k, v, LighthouseConfig(**VALID)),
+            "select": lambda: select(q, k, LighthouseConfig(**VALID), v=v)}[entry]
+    with pytest.raises(TypeError, match=rf"^q has dtype {dtype}; Lighthouse takes float16, bfloat16, float32 or "
+                                        "float64$"):
+        call()
+
+
+@pytest.mark.parametrize("shapes", [
+    ((1, 64, 0, 8), (1, 64, 0, 8)), ((1, 64, 4, 8), (1, 64, 0, 8)), ((0, 64, 4, 8), (0, 64, 2, 8)),
+    ((1, 64, 4, 0), (1, 64, 2, 0)),
+], ids=["H0-G0", "G0", "B0", "D0"])
+def test_an_empty_dimension_is_named_with_the_shapes(shapes):
+    q, k = (torch.randn(*s) for s in shapes)
+    message = (f"q, k, v must have no empty dimension (B, N, heads, D >= 1); got q{tuple(shapes[0])}, "
+               f"k{tuple(shapes[1])}, v{tuple(shapes[1])}")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        lighthouse_attention(q, k, k.clone(), LighthouseConfig(**VALID))
+
+
+def test_select_checks_its_config_and_inputs_before_scoring():
+    q, k, _ = random_qkv(1, 64, 4, 2, 8)
+    with pytest.raises(TypeError, match="^config must be a LighthouseConfig, not dict$"):
+        select(q, k, dict(VALID))
+    with pytest.raises(ValueError, match=r"must agree on batch, sequence and head dim"):
+        select(q, k[:, :32], LighthouseConfig(**VALID))
+    with pytest.raises(TypeError, match="^k must be a torch.Tensor, not list$"):
+        select(q, k.tolist(), LighthouseConfig(**VALID))
+    with pytest.raises(TypeError, match="^config must be a LighthouseConfig, not NoneType$"):
+        LighthouseAttention(None)
+    assert select(q, k, LighthouseConfig(**VALID)).index.shape[:2] == (1, 2)
