@@ -26,17 +26,18 @@ class _OnePass:
             yield from read_documents(path)
 
 
-def heldout_windows(pattern: str, seq_len: int, count: int) -> torch.Tensor:
-    """The first `count` windows [count, seq_len + 1] of the files matching `pattern`."""
+def heldout_windows(pattern: str, seq_len: int, count: int, option: str = "--data") -> torch.Tensor:
+    """The first `count` windows [count, seq_len + 1] of the files matching `pattern`, the value of the command
+    line's `option` (named in a ValueError when it matches nothing usable)."""
     if count < 1 or seq_len < 1:
         raise ValueError(f"count={count} and seq_len={seq_len} must be >= 1")
-    files = match_local_files(pattern)
+    files = match_local_files(pattern, option)
     windows = []
     for window, labels in PackedDocuments(_OnePass(files), ByteTokenizer(), seq_len):
         windows.append(torch.cat([window["input"], labels[-1:]]))
         if len(windows) == count:
             return torch.stack(windows)
-    raise ValueError(f"{pattern!r} ({len(files)} files) holds {len(windows)} windows of {seq_len + 1} tokens, "
+    raise ValueError(f"{option}={pattern!r} ({len(files)} files) holds {len(windows)} windows of {seq_len + 1} tokens, "
                      f"fewer than count={count}")
 
 

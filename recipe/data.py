@@ -149,24 +149,24 @@ def read_documents(path: str) -> Iterator[str]:
         raise ValueError(f"{path}: unsupported file type {suffix!r}; expected one of {LOCAL_SUFFIXES}")
 
 
-def match_local_files(pattern: str | None) -> list[str]:
+def match_local_files(pattern: str | None, key: str = "training.dataset_path") -> list[str]:
     """Sorted files of `pattern`: a folder (every file with a supported suffix below it, hidden ones skipped as
-    `**` does), or a glob (recursive `**` allowed) whose every match must have a supported suffix."""
+    `**` does), or a glob (recursive `**` allowed) whose every match must have a supported suffix. Mistakes
+    raise ValueError naming `key`, the setting the pattern came from."""
     if not pattern:
-        raise ValueError("dataset 'local' needs training.dataset_path, a folder or a glob such as 'data/**/*.jsonl'")
+        raise ValueError(f"dataset 'local' needs {key}, a folder or a glob such as 'data/**/*.jsonl'")
     if Path(pattern).is_dir():
         below = glob.glob(os.path.join(glob.escape(pattern), "**", "*"), recursive=True)
         files = sorted(f for f in below if Path(f).suffix in LOCAL_SUFFIXES and Path(f).is_file())
         if not files:
-            raise ValueError(f"training.dataset_path={pattern!r} is a folder with no {'/'.join(LOCAL_SUFFIXES)} "
-                             "files below it")
+            raise ValueError(f"{key}={pattern!r} is a folder with no {'/'.join(LOCAL_SUFFIXES)} files below it")
         return files
     files = sorted(f for f in glob.glob(pattern, recursive=True) if Path(f).is_file())
     if not files:
-        raise ValueError(f"training.dataset_path={pattern!r} matches no files")
+        raise ValueError(f"{key}={pattern!r} matches no files")
     unsupported = [f for f in files if Path(f).suffix not in LOCAL_SUFFIXES]
     if unsupported:
-        raise ValueError(f"training.dataset_path={pattern!r} matches unsupported files {unsupported[:4]}; "
+        raise ValueError(f"{key}={pattern!r} matches unsupported files {unsupported[:4]}; "
                          f"expected suffixes {LOCAL_SUFFIXES}")
     return files
 

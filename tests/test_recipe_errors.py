@@ -129,6 +129,27 @@ def test_cp_parity_names_a_layout_mistake_before_any_process_group_starts(world,
     assert not torch.distributed.is_initialized()
 
 
+EVAL_JOB = ["--job.config_file", str(REPO / "configs" / "debug.toml"), "--device", "cpu", "--out", "eval"]
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("heldout_loss.py", ["--checkpoint", "step-1", "--data", "missing/*.jsonl"],
+     "--data='missing/*.jsonl' matches no files"),
+    ("causality_audit.py", ["--checkpoint", "step-1", "--data", "missing"], "--data='missing' matches no files"),
+    ("niah.py", ["--checkpoint", "step-1", "--lengths", "256,1024"],
+     "lengths [1024] exceed training.seq_len=512, the model's RoPE table; pass --training.seq_len to extend it"),
+    ("niah.py", ["--checkpoint", "step-1", "--lengths", "256"], "--checkpoint='step-1' is not a folder"),
+], ids=["heldout-data", "audit-data", "niah-length", "niah-checkpoint"])
+def test_evaluation_scripts_name_the_option_at_fault_in_one_line(script, args, message, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [f"scripts/{script}", *args, *EVAL_JOB])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"error: {message}") and err.count("\n") == 1
+    assert "training.dataset_path" not in err
+
+
 @pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the filter is installed without an accelerator only")
 def test_cpu_log_drops_the_gpu_peak_flops_warnings_and_explains_mfu_once():
     log_filter = next(f for f in logging.getLogger().filters if isinstance(f, cpu_compat.CpuLogFilter))
