@@ -1,7 +1,9 @@
 """What a person reads when starting a job: one-line config errors with exit code 2, `--help` with the
 [lighthouse] options, GPU-only scripts that say so, and CPU runs without warnings that mean nothing there."""
+import json
 import logging
 import os
+import random
 import re
 import runpy
 import subprocess
@@ -16,6 +18,8 @@ import recipe  # noqa: F401  (before torchtitan)
 from recipe import cpu_compat
 from recipe.cli import DEBUG_ENV, ConfigError, exit_on_config_error, parse_job_config
 from recipe.launch import single_process_env
+
+from .helpers import child_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,6 +83,33 @@ def test_exit_on_config_error_prints_one_line_or_with_the_debug_switch_keeps_the
         raise ConfigError("shown with its traceback")
     with pytest.raises(RuntimeError), exit_on_config_error():  # anything else is not a config mistake
         raise RuntimeError("a bug")
+
+
+def test_under_torchrun_rank_0_prints_the_line_and_every_rank_gives_it_to_torchrun(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    message = f"[lighthouse] topk={random.randrange(17, 31)} must be a positive multiple of tile_budget=16"
+    for rank in ("0", "1"):
+        error_file = tmp_path / f"error-{rank}.json"
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+        with pytest.raises(SystemExit) as exit_info, exit_on_config_error():
+            raise ConfigError(message)
+        assert exit_info.value.code == 2
+        assert capsys.readouterr() == ("", f"error: {message}\n" if rank == "0" else "")
+        assert json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"] == f"error: {message}"
+
+
+@pytest.mark.slow
+def test_torchrun_shows_a_config_mistake_once_and_names_it_in_its_summary(tmp_path):
+    run = subprocess.run(["torchrun", "--nproc_per_node=2", str(REPO / "train.py"), "--job.config_file",
+                          str(REPO / "configs" / "debug.toml"), "--lighthouse.topk", "40", "--job.dump_folder",
+                          str(tmp_path)], cwd=REPO, env={**child_env(), "OMP_NUM_THREADS": "1"},
+                         capture_output=True, text=True, timeout=300)
+    line = "error: [lighthouse] topk=40 must be a positive multiple of tile_budget=16"
+    assert run.returncode == 1  # torchrun's own code for any failed worker
+    assert run.stderr.splitlines().count(line) == 1, run.stderr
+    root_cause = run.stderr.split("Root Cause")[1]  # the first rank to fail; torchrun may stop the other first
+    assert "exitcode  : 2" in root_cause and f"traceback : {line}" in root_cause
 
 
 def test_help_lists_the_lighthouse_options_without_a_config_file(capsys):
