@@ -27,6 +27,8 @@ def evaluation_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="a step folder, e.g. outputs/run/checkpoint/step-400")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     p.add_argument("--out", required=True, type=Path, help="output path prefix (.json, and .png where drawn)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="no progress bar (default: one on stderr when it is a terminal)")
     return p
 
 

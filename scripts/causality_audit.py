@@ -44,7 +44,8 @@ def audit(argv: list[str]) -> dict:
     with as_config_error():
         windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
     _, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
-    results = causality_audit(logits, windows, args.lookaheads, args.samples, args.seed, args.batch_size)
+    results = causality_audit(logits, windows, args.lookaheads, args.samples, args.seed, args.batch_size,
+                              args.progress)
     section = job_config.lighthouse
     record = {"selection": section.selection if section.enable else "dense", "steps": checkpoint_steps(args.checkpoint),
               "results": [r.as_dict() for r in results], "data": args.data, "windows": args.windows,

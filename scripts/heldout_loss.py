@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> dict:
         windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
     model, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
     loss, by_position = setting_losses(model, logits, windows, job_config.lighthouse.enable, args.batch_size, device,
-                                       args.by_position)
+                                       args.by_position, args.progress)
     record = {"loss": loss, "data": args.data, "windows": args.windows, "seq_len": job_config.training.seq_len,
               **({"by_position": by_position} if by_position else {}),
               **provenance(args.checkpoint, job_config, device)}

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     tokenizer = ByteTokenizer()
     encode = lambda text: tokenizer.encode(text, add_bos=False, add_eos=False)  # noqa: E731
-    result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device)
+    result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device, progress=args.progress)
     record = {**result.to_dict(), "seed": args.seed, **provenance(args.checkpoint, job_config, device)}
     path = write_record(args.out, record)
     plot_heatmap(result, str(args.out.with_suffix(".png")), args.title or lighthouse_setting(job_config))
