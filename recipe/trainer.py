@@ -46,10 +46,11 @@ def _not_hf_index_warning(record: logging.LogRecord) -> bool:
 
 
 class LighthouseTrainer(Trainer):
-    """Checks the job and the checkpoint it starts from first; records the run (`argv`: the job's arguments,
-    default this process's); runs dense SDPA after `[lighthouse] switch_to_dense_at_step`; collects statistics
-    of the Lighthouse layers on every log step; after its first step, pins the host threads that drive the
-    GPU to one CPU if `[host] colocate_autograd` says so."""
+    """Checks the job and the checkpoint it starts from first; records the run at its first step (`argv`: the
+    job's arguments, default this process's), or says that there is nothing left to train; runs dense SDPA
+    after `[lighthouse] switch_to_dense_at_step`; collects statistics of the Lighthouse layers on every log
+    step; after its first step, pins the host threads that drive the GPU to one CPU if `[host]
+    colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         check_job(job_config)
@@ -64,11 +65,9 @@ class LighthouseTrainer(Trainer):
             logger.removeFilter(_not_hf_index_warning)
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step
         self.lighthouse_on = bool(self.model_args.lighthouse_layers())
-        # The rank that logs metrics records the run (recipe/run_record.py) and marks its first step.
-        self.run_record = None if self.metrics_processor.jsonl is None else write_run_record(job_config, argv)
-        self.mark_run_start = self.run_record is not None
-        if self.run_record is not None:
-            logger.info(f"Run record (config.toml, run.json): {self.run_record}")
+        # The rank that logs metrics records the run (recipe/run_record.py) when its first step starts, so a
+        # rerun with nothing left to train leaves no record.
+        self.argv, self.trained = argv, False
         self.pin_after_step = job_config.host.colocate_autograd
         self.host_pin = ExitStack()  # the pinned host threads' masks, given back by close()
 
@@ -83,10 +82,19 @@ class LighthouseTrainer(Trainer):
         self.lighthouse_on = False
         logger.info(f"[lighthouse] switch_to_dense_at_step={self.switch_step}: dense SDPA from step {self.step}")
 
+    def train(self) -> None:
+        super().train()
+        if not self.trained:
+            logger.info(f"Nothing left to train: the job resumed at step {self.step} of training.steps="
+                        f"{self.job_config.training.steps}; raise --training.steps to train on, or pass another "
+                        "--job.dump_folder to start over")
+
     def train_step(self, data_iterator: Iterator) -> None:
-        if self.mark_run_start:
-            self.metrics_processor.jsonl.write(run_start_record(self.step, self.run_record))
-            self.mark_run_start = False
+        if not self.trained and self.metrics_processor.jsonl is not None:
+            record = write_run_record(self.job_config, self.argv)
+            logger.info(f"Run record (config.toml, run.json): {record}")
+            self.metrics_processor.jsonl.write(run_start_record(self.step, record))
+        self.trained = True
         if self.lighthouse_on and 0 < self.switch_step < self.step:
             self.switch_to_dense()
         observe = (

@@ -200,6 +200,26 @@ def test_cpu_log_drops_the_gpu_peak_flops_warnings_and_explains_mfu_once():
 
 
 @pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the filter is installed without an accelerator only")
+@pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the filter is installed without an accelerator only")
+def test_cpu_log_drops_torchtitans_nccl_environment_notes_only():
+    log_filter = next(f for f in logging.getLogger().filters if isinstance(f, cpu_compat.CpuLogFilter))
+    note = logging.LogRecord("root", logging.WARNING, __file__, 1, "ENV[%s] = 1 will be overridden to 3 based on job "
+                             "config", ("TORCH_NCCL_ASYNC_ERROR_HANDLING",), None)
+    other = logging.LogRecord("root", logging.WARNING, __file__, 1, "ENV[%s] = 1 will be overridden", ("OTHER",), None)
+    assert not log_filter.filter(note) and log_filter.filter(other)
+
+
+def test_cpu_mesh_warnings_show_no_more_and_other_warnings_still_show():
+    with warnings.catch_warnings(record=True) as caught:  # pytest resets the filters installed at import
+        warnings.simplefilter("always")
+        cpu_compat.ignore_cpu_mesh_warnings()
+        for message in cpu_compat.CPU_MESH_WARNINGS:
+            warnings.warn(message, UserWarning)
+        warnings.warn("DTensor random operators may not have complete support on cuda device mesh", UserWarning)
+    assert [str(w.message) for w in caught] == [
+        "DTensor random operators may not have complete support on cuda device mesh"]
+
+
 def test_float32_cpu_autocast_warns_no_more_and_other_warnings_still_show():
     with warnings.catch_warnings(record=True) as caught:  # pytest resets the filters installed at import
         cpu_compat.ignore_float32_autocast_warning()
