@@ -74,11 +74,11 @@ def causality_audit(logits_fn: LogitsFn, windows: torch.Tensor, lookaheads: list
 
     rows = [(w, c, b) for w, c in points for b in lookaheads]
     bar = progress_bar(math.ceil(count / batch_size) + math.ceil(len(rows) / batch_size), "causality audit", progress)
-    seen = []
+    seen_batches = []
     for i in range(0, count, batch_size):
-        seen.append(token_losses(logits_fn, inputs[i:i + batch_size], labels[i:i + batch_size]))
+        seen_batches.append(token_losses(logits_fn, inputs[i:i + batch_size], labels[i:i + batch_size]))
         bar.update()
-    seen = torch.cat(seen)
+    seen = torch.cat(seen_batches)
     honest = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]

@@ -39,8 +39,8 @@ def heldout_windows(pattern: str, seq_len: int, count: int, option: str = "--dat
         windows.append(torch.cat([window["input"], labels[-1:]]))
         if len(windows) == count:
             return torch.stack(windows)
-    raise ValueError(f"{option}={pattern!r} ({len(files)} files) holds {len(windows)} windows of {seq_len + 1} tokens, "
-                     f"fewer than count={count}")
+    raise ValueError(f"{option}={pattern!r} ({len(files)} files) holds {len(windows)} windows of {seq_len + 1} "
+                     f"tokens, fewer than count={count}")
 
 
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids [B, T] -> logits [B, T, V]

@@ -5,8 +5,8 @@ extended through subclassing: the `[lighthouse]` section is always known (so `tr
 and a missing or malformed TOML file, an unknown key (with the closest valid one) or a value of the wrong
 type raises `ConfigError` naming the file and key. `exit_on_config_error` turns a ConfigError into one line
 on stderr (from rank 0 under torchrun) and exit code 2; with `LIGHTHOUSE_DEBUG=1` it re-raises, traceback
-included. Mistakes on the
-command line itself are reported by tyro (a box naming the flag, with close matches; exit code 2).
+included. Mistakes on the command line itself are reported by tyro (a box naming the flag, with close
+matches; exit code 2).
 """
 from __future__ import annotations
 
