@@ -5,14 +5,20 @@
   processes tests start.
 - Modules that need Triton begin with `pytest.importorskip("triton")`: without Triton they are reported
   as skipped, and every other test still runs.
+- Every test runs in a fresh working folder of its own that holds links to the checkout's tracked files and
+  folders (`configs/`, `train.py`, ...) and nothing else, so relative paths read the checkout's inputs but
+  never meet what an earlier run left there (the quickstart's `./outputs/debug/checkpoint`, a `sweeps/`).
 - `ranks`: one pool of 2 CPU ranks in a gloo group for the whole session (tests/ranks.py).
 - Marker `slow` (pyproject.toml): training processes, multi-rank groups, long end-to-end runs; the fast
   loop is `pytest -m "not slow"`.
 """
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -24,7 +30,31 @@ if TYPE_CHECKING:
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+REPO = Path(__file__).resolve().parent
 RANK_POOL_WORLD = 2
+
+
+@functools.cache
+def checkout_entries() -> list[Path]:
+    """The checkout's top-level files and folders that git tracks (without git: all but `outputs` and `sweeps`,
+    where the recipe's commands write by default)."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True)
+    if listed.returncode == 0 and listed.stdout:
+        names = {path.split("/", 1)[0] for path in listed.stdout.split("\0") if path}
+    else:
+        names = {path.name for path in REPO.iterdir() if not path.name.startswith(".")} - {"outputs", "sweeps"}
+    return sorted(REPO / name for name in names if (REPO / name).exists())
+
+
+@pytest.fixture(autouse=True)
+def fresh_working_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run the test in a folder of its own holding links to the checkout's tracked entries only
+    (tests/test_test_isolation.py checks it)."""
+    folder = tmp_path_factory.mktemp("cwd")
+    for entry in checkout_entries():
+        (folder / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    monkeypatch.chdir(folder)
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """Train Llama-3 with Lighthouse attention on torchtitan.
 
-    torchrun --nproc_per_node=8 train.py --job.config_file configs/paper/stage1_L3_p2_k1536_dilated.toml
+    torchrun --nproc_per_node=8 --local-ranks-filter 0 train.py \\
+        --job.config_file configs/paper/stage1_L3_p2_k1536_dilated.toml
     python train.py --job.config_file configs/debug.toml   # one process, CPU or GPU
 
 CLI flags override the TOML file (`--training.steps 100`, `--lighthouse.topk 2048`, ...); `--help` lists them.

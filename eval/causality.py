@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from .heldout import LogitsFn, token_losses
+from .progress import progress_bar
 
 # The keys of a combined row (`combine_records`), besides the provenance it keeps.
 ROW_KEYS = ("selection", "steps", "lookahead", "honest_loss", "seen_loss", "delta", "stderr", "samples")
@@ -59,10 +60,11 @@ def sample_positions(windows: int, seq_len: int, samples: int, max_lookahead: in
 
 @torch.no_grad()
 def causality_audit(logits_fn: LogitsFn, windows: torch.Tensor, lookaheads: list[int], samples: int, seed: int = 0,
-                    batch_size: int = 4) -> list[LookaheadResult]:
+                    batch_size: int = 4, progress: bool | None = None) -> list[LookaheadResult]:
     """Audit `logits_fn` on token windows [W, T + 1] (inputs are the first T, labels the last T).
 
-    The replacement tokens of window w are window (w + 1) % W's, at the same positions.
+    The replacement tokens of window w are window (w + 1) % W's, at the same positions. A progress bar over
+    the forward passes when `progress` says so (eval.progress).
     """
     if not lookaheads or min(lookaheads) < 1:
         raise ValueError(f"lookaheads={lookaheads} must be positive integers")
@@ -70,9 +72,13 @@ def causality_audit(logits_fn: LogitsFn, windows: torch.Tensor, lookaheads: list
     inputs, labels = windows[:, :-1], windows[:, 1:]
     points = sample_positions(count, seq_len, samples, max(lookaheads), seed)
 
-    seen = torch.cat([token_losses(logits_fn, inputs[i:i + batch_size], labels[i:i + batch_size])
-                      for i in range(0, count, batch_size)])
     rows = [(w, c, b) for w, c in points for b in lookaheads]
+    bar = progress_bar(math.ceil(count / batch_size) + math.ceil(len(rows) / batch_size), "causality audit", progress)
+    seen_batches = []
+    for i in range(0, count, batch_size):
+        seen_batches.append(token_losses(logits_fn, inputs[i:i + batch_size], labels[i:i + batch_size]))
+        bar.update()
+    seen = torch.cat(seen_batches)
     honest = []
     for start in range(0, len(rows), batch_size):
         chunk = rows[start:start + batch_size]
@@ -81,6 +87,8 @@ def causality_audit(logits_fn: LogitsFn, windows: torch.Tensor, lookaheads: list
             ids[r, c + b:] = inputs[(w + 1) % count, c + b:]
         losses = token_losses(logits_fn, ids, torch.stack([labels[w] for w, _, _ in chunk]))
         honest += [losses[r, c:c + b].mean().item() for r, (_, c, b) in enumerate(chunk)]
+        bar.update()
+    bar.close()
 
     results = []
     for i, b in enumerate(lookaheads):

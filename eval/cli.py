@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Callable
 
 import recipe  # noqa: F401  (before torchtitan)
 import torch
 from torchtitan.config import JobConfig
 
-from eval.checkpoint import build_model, load_weights, logits_function, parse_job_config
+from eval.checkpoint import build_model, load_weights, logits_function
 from eval.device import pick_device
 from eval.heldout import LogitsFn
+from recipe.cli import ConfigError
 
 
 def evaluation_parser(description: str) -> argparse.ArgumentParser:
@@ -27,19 +27,20 @@ def evaluation_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="a step folder, e.g. outputs/run/checkpoint/step-400")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     p.add_argument("--out", required=True, type=Path, help="output path prefix (.json, and .png where drawn)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="no progress bar (default: one on stderr when it is a terminal)")
     return p
 
 
-def load_checkpoint(checkpoint: str | Path, device_name: str, job_argv: list[str],
-                    check: Callable[[JobConfig], None] | None = None
-                    ) -> tuple[JobConfig, torch.nn.Module, LogitsFn, torch.device]:
-    """(job config, model, logits function, device) for the checkpoint (fused kernels on a GPU, as in training).
-
-    `check` sees the job config before any model is built (to reject bad options early)."""
+def load_checkpoint(checkpoint: str | Path, device_name: str, job_config: JobConfig
+                    ) -> tuple[torch.nn.Module, LogitsFn, torch.device]:
+    """(model, logits function, device) for the checkpoint (fused kernels on a GPU, as in training); a
+    `--checkpoint` that is not a folder is a ConfigError. Scripts check their other options before this, so
+    a mistake there is named before any model is built."""
+    if not Path(checkpoint).is_dir():
+        raise ConfigError(f"--checkpoint={str(checkpoint)!r} is not a folder (a step folder such as "
+                          "outputs/run/checkpoint/step-400)")
     device = pick_device(device_name)
-    job_config = parse_job_config(job_argv)
-    if check is not None:
-        check(job_config)
     model = build_model(job_config, device)
     load_weights(model, checkpoint)
-    return job_config, model, logits_function(model, job_config, device), device
+    return model, logits_function(model, job_config, device), device

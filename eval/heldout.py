@@ -6,11 +6,13 @@ files give the same windows whatever the model or attention setting.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from eval.progress import progress_bar
 from recipe.data import PackedDocuments, match_local_files, read_documents
 from recipe.tokenizer import ByteTokenizer
 
@@ -26,18 +28,19 @@ class _OnePass:
             yield from read_documents(path)
 
 
-def heldout_windows(pattern: str, seq_len: int, count: int) -> torch.Tensor:
-    """The first `count` windows [count, seq_len + 1] of the files matching `pattern`."""
+def heldout_windows(pattern: str, seq_len: int, count: int, option: str = "--data") -> torch.Tensor:
+    """The first `count` windows [count, seq_len + 1] of the files matching `pattern`, the value of the command
+    line's `option` (named in a ValueError when it matches nothing usable)."""
     if count < 1 or seq_len < 1:
         raise ValueError(f"count={count} and seq_len={seq_len} must be >= 1")
-    files = match_local_files(pattern)
+    files = match_local_files(pattern, option)
     windows = []
     for window, labels in PackedDocuments(_OnePass(files), ByteTokenizer(), seq_len):
         windows.append(torch.cat([window["input"], labels[-1:]]))
         if len(windows) == count:
             return torch.stack(windows)
-    raise ValueError(f"{pattern!r} ({len(files)} files) holds {len(windows)} windows of {seq_len + 1} tokens, "
-                     f"fewer than count={count}")
+    raise ValueError(f"{option}={pattern!r} ({len(files)} files) holds {len(windows)} windows of {seq_len + 1} "
+                     f"tokens, fewer than count={count}")
 
 
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids [B, T] -> logits [B, T, V]
@@ -51,13 +54,17 @@ def token_losses(logits_fn: LogitsFn, inputs: torch.Tensor, labels: torch.Tensor
 
 
 def position_losses(logits_fn: LogitsFn, windows: torch.Tensor, batch_size: int = 1,
-                    device: torch.device | str = "cpu") -> torch.Tensor:
+                    device: torch.device | str = "cpu", progress: bool | None = False,
+                    desc: str = "held-out loss") -> torch.Tensor:
     """Mean cross-entropy at each position of the windows [W, T + 1] (inputs the first T, labels the last T),
-    over all windows: float64 [T]."""
+    over all windows: float64 [T]. A progress bar `desc` over the batches when `progress` says so."""
     total = torch.zeros(windows.shape[1] - 1, dtype=torch.float64)
+    bar = progress_bar(math.ceil(len(windows) / batch_size), desc, progress)
     for start in range(0, len(windows), batch_size):
         batch = windows[start:start + batch_size].to(device)
         total += token_losses(logits_fn, batch[:, :-1], batch[:, 1:]).sum(dim=0).double()
+        bar.update()
+    bar.close()
     return total / len(windows)
 
 
@@ -82,16 +89,17 @@ def bucket_means(per_position: torch.Tensor, edges: list[int]) -> list[float]:
 
 
 def setting_losses(model: torch.nn.Module, logits_fn: LogitsFn, windows: torch.Tensor, lighthouse: bool,
-                   batch_size: int = 1, device: torch.device | str = "cpu", by_position: bool = False
-                   ) -> tuple[dict[str, float], dict[str, list] | None]:
+                   batch_size: int = 1, device: torch.device | str = "cpu", by_position: bool = False,
+                   progress: bool | None = None) -> tuple[dict[str, float], dict[str, list] | None]:
     """Held-out loss of the model as it is set, and when it runs Lighthouse (`lighthouse`), then with dense
     attention in every layer on the same weights (how much the weights depend on the sparsity; the model is left
-    dense): ({"lighthouse": ..., "dense": ...}, with `by_position` {"edges": [...], <setting>: bucket means})."""
+    dense): ({"lighthouse": ..., "dense": ...}, with `by_position` {"edges": [...], <setting>: bucket means}).
+    A progress bar per setting when `progress` says so (eval.progress)."""
     loss: dict[str, float] = {}
     buckets: dict[str, list] = {"edges": position_edges(windows.shape[1] - 1)}
 
     def score(name: str) -> None:
-        per_position = position_losses(logits_fn, windows, batch_size, device)
+        per_position = position_losses(logits_fn, windows, batch_size, device, progress, f"held-out loss ({name})")
         loss[name] = per_position.mean().item()
         if by_position:
             buckets[name] = bucket_means(per_position, buckets["edges"])

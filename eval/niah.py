@@ -14,6 +14,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from .progress import progress_bar
+
 DEPTHS = (0, 15, 30, 50, 70, 85, 100)
 NEEDLE = "The passkey is {digit}. Remember it. "
 QUESTION = " What is the passkey? The passkey is "
@@ -60,11 +62,14 @@ def run_niah(
     depths: Sequence[int] = DEPTHS,
     seed: int = 0,
     device: torch.device | str = "cpu",
+    progress: bool | None = None,
 ) -> NiahResult:
-    """Score `logits_fn` (token ids [1, T] -> logits [1, T, V]) on every (length, depth) cell."""
+    """Score `logits_fn` (token ids [1, T] -> logits [1, T, V]) on every (length, depth) cell; a progress bar
+    over the forward passes when `progress` says so (eval.progress)."""
     digit_ids = torch.tensor([encode(str(d))[0] for d in range(10)], device=device)
     rng = random.Random(seed)
     accuracy = []
+    bar = progress_bar(len(lengths) * len(depths) * 10, "NIAH", progress)
     for length in lengths:
         row = []
         for depth in depths:
@@ -73,8 +78,10 @@ def run_niah(
                 ids = torch.tensor([build_prompt(encode, length, depth, digit, rng)], device=device)
                 last = logits_fn(ids)[0, -1]
                 hits += int(last[digit_ids].argmax().item() == digit)
+                bar.update()
             row.append(hits / 10)
         accuracy.append(row)
+    bar.close()
     return NiahResult(list(lengths), list(depths), accuracy)
 
 

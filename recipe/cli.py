@@ -4,7 +4,8 @@
 extended through subclassing: the `[lighthouse]` section is always known (so `train.py --help` lists it),
 and a missing or malformed TOML file, an unknown key (with the closest valid one) or a value of the wrong
 type raises `ConfigError` naming the file and key. `exit_on_config_error` turns a ConfigError into one line
-on stderr and exit code 2 (a `RunStopped`: exit code 1); with `LIGHTHOUSE_DEBUG=1` it re-raises, traceback
+on stderr (from rank 0 under torchrun) and exit code 2 (a `RunStopped`: its exit code); with `LIGHTHOUSE_DEBUG=1`
+it re-raises, traceback
 included. Mistakes on the command line itself are reported by tyro (a box naming the flag, with close
 matches; exit code 2).
 """
@@ -15,6 +16,7 @@ import difflib
 import json
 import os
 import sys
+import time
 import types
 import typing
 from dataclasses import fields, is_dataclass
@@ -51,13 +53,25 @@ def as_config_error() -> Iterator[None]:
 @contextlib.contextmanager
 def exit_on_config_error() -> Iterator[None]:
     """Print a ConfigError (or RunStopped) raised inside as `error: <message>` on stderr and exit with code 2
-    (or its `exit_code`)."""
+    (or its `exit_code`).
+
+    Under torchrun every rank meets the same mistake: rank 0 alone prints the line, and each rank writes it to
+    torchrun's error file (`TORCHELASTIC_ERROR_FILE`), so torchrun's failure summary shows it in place of
+    "To enable traceback see ...". torchrun itself then exits 1, as it does for any failed worker."""
     try:
         yield
     except (ConfigError, RunStopped) as err:
         if debug_enabled():
             raise
-        print(f"error: {err}", file=sys.stderr, flush=True)
+        line = f"error: {err}"
+        if os.environ.get("RANK", "0") == "0":
+            print(line, file=sys.stderr, flush=True)
+        error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        if error_file:
+            # torchrun's own record format; its summary shows py_callstack, here the one line
+            record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}
+            with open(error_file, "w", encoding="utf-8") as f:
+                json.dump({"message": record}, f)
         raise SystemExit(2 if isinstance(err, ConfigError) else err.exit_code) from None
 
 

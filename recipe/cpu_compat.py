@@ -28,6 +28,11 @@ Warnings that say nothing on CPU are silenced (`quiet_cpu_warnings`):
 8. With `training.mixed_precision_param = "float32"` torchtitan enters `torch.autocast("cpu", float32)`,
    which torch rejects with a warning and turns off: float32 autocast changes nothing, so neither does
    dropping the warning.
+9. A job of several CPU ranks (gloo) warns on every rank that DTensor's random operators and `manual_seed`
+   "may not have complete support on cpu device mesh" (torch tracks RNG offsets for CUDA meshes only; a CPU
+   run is for debugging, not for matching a GPU run's initialisation), that "Set timeout is now only
+   supported for either nccl or gloo" (a CPU mesh's sub-groups keep their default timeout), and torchtitan
+   that `ENV[TORCH_NCCL_...]` will be overridden (NCCL settings, unused without a GPU).
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ import importlib
 import logging
 import os
 import platform
+import re
 import resource
 import sys
 import types
@@ -133,8 +139,17 @@ def point_torchtitan_at_cpu() -> None:
         module.device_module = device_module
 
 
+# (9) Warnings of torch about a CPU mesh of gloo ranks, which say nothing about a CPU debugging run.
+CPU_MESH_WARNINGS = (
+    "DTensor random operators may not have complete support on cpu device mesh",
+    "DTensor manual_seed() may not have complete support on cpu device mesh",
+    "Set timeout is now only supported for either nccl or gloo.",
+)
+
+
 class CpuLogFilter(logging.Filter):
-    """(7) Drops torchtitan's peak-FLOPs warnings, which are about finding a GPU, and explains MFU once."""
+    """(7) Drops torchtitan's peak-FLOPs warnings, which are about finding a GPU, and explains MFU once;
+    (9) drops its notes on NCCL environment variables."""
 
     MFU_NOTE = "MFU on CPU: torchtitan knows no CPU peak and divides by an A100's 312 TFLOPS; ignore the mfu column"
 
@@ -144,7 +159,7 @@ class CpuLogFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if message.startswith("Error running lspci"):
+        if message.startswith(("Error running lspci", "ENV[TORCH_NCCL_")):
             return False
         if message.startswith("Peak flops undefined for"):
             if self.explained:
@@ -160,10 +175,18 @@ def ignore_float32_autocast_warning() -> None:
                             category=UserWarning)
 
 
+def ignore_cpu_mesh_warnings() -> None:
+    """(9) Ignore torch's warnings about DTensor randomness and group timeouts on a CPU mesh."""
+    for message in CPU_MESH_WARNINGS:
+        warnings.filterwarnings("ignore", message=re.escape(message), category=UserWarning)
+
+
 def quiet_cpu_warnings() -> None:
-    """(7, 8) Install the log filter on torchtitan's (root) logger and ignore the float32 CPU autocast warning."""
+    """(7, 8, 9) Install the log filter on torchtitan's (root) logger and ignore the warnings that say nothing
+    on CPU."""
     logging.getLogger().addFilter(CpuLogFilter())
     ignore_float32_autocast_warning()
+    ignore_cpu_mesh_warnings()
 
 
 _installed: list[str] = []

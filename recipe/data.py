@@ -197,7 +197,8 @@ def read_documents(path: str) -> Iterator[str | BadDocument]:
 def match_local_files(pattern: str | None, key: str = "training.dataset_path") -> list[str]:
     """Sorted files of `pattern` (the setting `key`): a folder (every file with a supported suffix below it,
     hidden ones skipped as `**` does), or a glob (recursive `**` allowed) whose every match must have a
-    supported suffix. A corpus whose files are all empty is refused too: it would train on BOS/EOS alone."""
+    supported suffix. A corpus whose files are all empty is refused too: it would train on BOS/EOS alone.
+    Mistakes raise ValueError naming `key`."""
     if not pattern:
         raise ValueError(f"dataset 'local' needs {key}, a folder or a glob such as 'data/**/*.jsonl'")
     if Path(pattern).is_dir():

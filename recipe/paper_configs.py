@@ -170,7 +170,8 @@ def render_stage1(row: Stage1Row) -> str:
     header = (
         f"# Paper stage 1: Lighthouse L={row.levels}, p={row.pool}, k={row.topk}, {row.scorer} scorer, "
         f"steps 1..{STAGE1_STEPS} of {TOTAL_STEPS}.\n"
-        f"#   torchrun --nproc_per_node=8 train.py --job.config_file configs/paper/{row.name}.toml"
+        "#   torchrun --nproc_per_node=8 --local-ranks-filter 0 train.py "
+        f"--job.config_file configs/paper/{row.name}.toml"
     )
     return _render(header, row.name, _lighthouse_section(row), STAGE1_STEPS)
 
@@ -181,7 +182,8 @@ def render_stage2() -> str:
         f"# Paper stage 2: resume a stage-1 checkpoint with dense SDPA in every layer, steps "
         f"{STAGE1_STEPS + 1}..{TOTAL_STEPS}.\n"
         "# Same data-parallel degree as stage 1. For another stage-1 row, override the load path and folder:\n"
-        "#   torchrun --nproc_per_node=8 train.py --job.config_file configs/paper/stage2_dense.toml \\\n"
+        "#   torchrun --nproc_per_node=8 --local-ranks-filter 0 train.py "
+        "--job.config_file configs/paper/stage2_dense.toml \\\n"
         f"#     --checkpoint.initial_load_path ./outputs/paper/<stage1 name>/checkpoint/step-{STAGE1_STEPS} "
         "--job.dump_folder ./outputs/paper/<stage2 name>"
     )
@@ -195,7 +197,8 @@ def render_stage2() -> str:
 def render_dense_baseline() -> str:
     header = (
         f"# Paper baseline: dense causal SDPA in every layer from scratch, {TOTAL_STEPS} steps.\n"
-        "#   torchrun --nproc_per_node=8 train.py --job.config_file configs/paper/dense_baseline.toml"
+        "#   torchrun --nproc_per_node=8 --local-ranks-filter 0 train.py "
+        "--job.config_file configs/paper/dense_baseline.toml"
     )
     return _render(header, "dense_baseline", _lighthouse_section(None), TOTAL_STEPS)
 
@@ -207,7 +210,7 @@ def render_long_context(run: LongContextRun) -> str:
         f"context parallel degree {run.cp_degree}:\n"
         f"# global batch {run.global_batch} keeps the paper's {TOKENS_PER_STEP:,} tokens per step; FSDP takes the "
         f"ranks left (it must divide {run.global_batch}).\n"
-        f"#   torchrun --nproc_per_node=8 train.py --job.config_file {path}\n"
+        f"#   torchrun --nproc_per_node=8 --local-ranks-filter 0 train.py --job.config_file {path}\n"
         f"# Both stages in one run: --training.steps {TOTAL_STEPS} --lighthouse.switch_to_dense_at_step {STAGE1_STEPS}"
     )
     return _render(header, run.name, _lighthouse_section(row), STAGE1_STEPS, seq_len=run.seq_len,

@@ -1,6 +1,7 @@
 """What a run needs to explain itself: its resolved config, command line, commit, library versions and card.
 
-Every process start of a training job writes `<dump_folder>/runs/<UTC start time>/` holding `config.toml`
+Every process start of a training job that trains a step writes `<dump_folder>/runs/<UTC start time>/`
+(at its first step; a rerun with nothing left to train writes none) holding `config.toml`
 (the job config after TOML and command-line overrides; `train.py --job.config_file` of it runs the same
 job) and `run.json` (train.py's arguments, working directory, commit, card, world size, host, versions).
 `metrics.jsonl` gets a `run_start` record at the first step of that start, so a resumed run's records can

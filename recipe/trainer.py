@@ -67,13 +67,13 @@ class Interrupted(RunStopped):
 
 class LighthouseTrainer(Trainer):
     """Checks the job and the checkpoint it starts from first, then locks the dump folder (rank 0; released by
-    `close` or the end of the process); records the run (`argv`: the job's arguments, default this process's);
-    stops a run whose loss or gradient norm is not finite before a checkpoint of the bad step or a later one is
-    saved, naming the first bad step (`recipe.finite_guard`); resumes from
-    the newest checkpoint that loads and names a full disk (`recipe.checkpoint_guard`); runs dense
-    SDPA after `[lighthouse] switch_to_dense_at_step` and on every `dense_every`-th step before it; collects
-    statistics of the Lighthouse layers on every log step; after its first step, pins the host threads that
-    drive the GPU to one CPU if `[host] colocate_autograd` says so."""
+    `close` or the end of the process); records the run at its first step (`argv`: the job's arguments, default
+    this process's), or says that there is nothing left to train; stops a run whose loss or gradient norm is not
+    finite before a checkpoint of the bad step or a later one is saved, naming the first bad step
+    (`recipe.finite_guard`); resumes from the newest checkpoint that loads and names a full disk
+    (`recipe.checkpoint_guard`); runs dense SDPA after `[lighthouse] switch_to_dense_at_step` and on every
+    `dense_every`-th step before it; collects statistics of the Lighthouse layers on every log step; after its
+    first step, pins the host threads that drive the GPU to one CPU if `[host] colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         check_start_up(job_config)
@@ -91,11 +91,9 @@ class LighthouseTrainer(Trainer):
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step
         self.dense_every = job_config.lighthouse.dense_every
         self.lighthouse_on = bool(self.model_args.lighthouse_layers())
-        # The rank that logs metrics records the run (recipe/run_record.py) and marks its first step.
-        self.run_record = None if self.metrics_processor.jsonl is None else write_run_record(job_config, argv)
-        self.mark_run_start = self.run_record is not None
-        if self.run_record is not None:
-            logger.info(f"Run record (config.toml, run.json): {self.run_record}")
+        # The rank that logs metrics records the run (recipe/run_record.py) when its first step starts, so a
+        # rerun with nothing left to train leaves no record.
+        self.argv, self.trained = argv, False
         self.finite_guard = FiniteGuard()
         self.pin_after_step = job_config.host.colocate_autograd
         self.host_pin = ExitStack()  # the pinned host threads' masks, given back by close()
@@ -115,10 +113,19 @@ class LighthouseTrainer(Trainer):
         self.lighthouse_on = False
         logger.info(f"[lighthouse] switch_to_dense_at_step={self.switch_step}: dense SDPA from step {self.step}")
 
+    def train(self) -> None:
+        super().train()
+        if not self.trained:
+            logger.info(f"Nothing left to train: the job resumed at step {self.step} of training.steps="
+                        f"{self.job_config.training.steps}; raise --training.steps to train on, or pass another "
+                        "--job.dump_folder to start over")
+
     def train_step(self, data_iterator: Iterator) -> None:
-        if self.mark_run_start:
-            self.metrics_processor.jsonl.write(run_start_record(self.step, self.run_record))
-            self.mark_run_start = False
+        if not self.trained and self.metrics_processor.jsonl is not None:
+            record = write_run_record(self.job_config, self.argv)
+            logger.info(f"Run record (config.toml, run.json): {record}")
+            self.metrics_processor.jsonl.write(run_start_record(self.step, record))
+        self.trained = True
         if self.lighthouse_on and 0 < self.switch_step < self.step:
             self.switch_to_dense()
         dense_step = self.lighthouse_on and self.dense_every > 0 and self.step % self.dense_every == 0

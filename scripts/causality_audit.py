@@ -22,10 +22,12 @@ import sys
 from pathlib import Path
 
 from eval.causality import causality_audit, checkpoint_steps, combine_records, plot_audit, record_label
+from eval.checkpoint import parse_job_config
 from eval.cli import evaluation_parser, load_checkpoint
 from eval.heldout import heldout_windows
 from eval.options import int_list
 from eval.records import provenance, write_record
+from recipe.cli import as_config_error, exit_on_config_error
 
 
 def audit(argv: list[str]) -> dict:
@@ -38,9 +40,12 @@ def audit(argv: list[str]) -> dict:
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
     p.add_argument("--batch-size", type=int, default=4)
     args, job_argv = p.parse_known_args(argv)
-    job_config, _, logits, device = load_checkpoint(args.checkpoint, args.device, job_argv)
-    windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
-    results = causality_audit(logits, windows, args.lookaheads, args.samples, args.seed, args.batch_size)
+    job_config = parse_job_config(job_argv)
+    with as_config_error():
+        windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
+    _, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
+    results = causality_audit(logits, windows, args.lookaheads, args.samples, args.seed, args.batch_size,
+                              args.progress)
     section = job_config.lighthouse
     record = {"selection": section.selection if section.enable else "dense", "steps": checkpoint_steps(args.checkpoint),
               "results": [r.as_dict() for r in results], "data": args.data, "windows": args.windows,
@@ -75,4 +80,5 @@ def main(argv: list[str] | None = None) -> dict | list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error():
+        main()

@@ -1,9 +1,9 @@
 """Parity and timing of the context-parallel Lighthouse layer against the single-device layer.
 
-    torchrun --nproc_per_node=2 scripts/cp_parity.py                      # NCCL, N = 131072, bf16
-    torchrun --nproc_per_node=4 scripts/cp_parity.py --seq-len 262144
-    torchrun --nproc_per_node=2 scripts/cp_parity.py --device cpu --seq-len 4096 --head-dim 32 \\
-        --topk 256 --tile-budget 32 --dtype float32                        # gloo smoke run
+    torchrun --nproc_per_node=2 --local-ranks-filter 0 scripts/cp_parity.py      # NCCL, N = 131072, bf16
+    torchrun --nproc_per_node=4 --local-ranks-filter 0 scripts/cp_parity.py --seq-len 262144
+    torchrun --nproc_per_node=2 --local-ranks-filter 0 scripts/cp_parity.py --device cpu --seq-len 4096 \\
+        --head-dim 32 --topk 256 --tile-budget 32 --dtype float32        # gloo smoke run
 
 Every rank builds the same full-sequence q, k, v (one seed), runs the single-device `lighthouse_attention`
 on the whole sequence, runs `context_parallel_lighthouse_attention` on its head/tail shards and compares its

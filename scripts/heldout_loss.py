@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import sys
 
+from eval.checkpoint import parse_job_config
 from eval.cli import evaluation_parser, load_checkpoint
 from eval.heldout import heldout_windows, setting_losses
 from eval.records import provenance, write_record
+from recipe.cli import as_config_error, exit_on_config_error
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -27,10 +29,12 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--by-position", action="store_true", help="also the loss per log-spaced position bucket")
     args, job_argv = p.parse_known_args(argv)
-    job_config, model, logits, device = load_checkpoint(args.checkpoint, args.device, job_argv)
-    windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
+    job_config = parse_job_config(job_argv)
+    with as_config_error():
+        windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
+    model, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
     loss, by_position = setting_losses(model, logits, windows, job_config.lighthouse.enable, args.batch_size, device,
-                                       args.by_position)
+                                       args.by_position, args.progress)
     record = {"loss": loss, "data": args.data, "windows": args.windows, "seq_len": job_config.training.seq_len,
               **({"by_position": by_position} if by_position else {}),
               **provenance(args.checkpoint, job_config, device)}
@@ -40,4 +44,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with exit_on_config_error():
+        main(sys.argv[1:])

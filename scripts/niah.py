@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import sys
 
-from eval.checkpoint import check_lengths, lighthouse_setting
+from eval.checkpoint import check_lengths, lighthouse_setting, parse_job_config
 from eval.cli import evaluation_parser, load_checkpoint
 from eval.niah import DEPTHS, plot_heatmap, run_niah
 from eval.options import int_list
 from eval.records import provenance, write_record
+from recipe.cli import as_config_error, exit_on_config_error
 from recipe.tokenizer import ByteTokenizer
 
 
@@ -30,12 +31,14 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=0, help="seed of the filler text")
     p.add_argument("--title", help="heatmap title (default: checkpoint and attention setting)")
     args, job_argv = p.parse_known_args(argv)
-    job_config, _, logits, device = load_checkpoint(args.checkpoint, args.device, job_argv,
-                                                    check=lambda job: check_lengths(job, args.lengths))
+    job_config = parse_job_config(job_argv)
+    with as_config_error():
+        check_lengths(job_config, args.lengths)
+    _, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
 
     tokenizer = ByteTokenizer()
     encode = lambda text: tokenizer.encode(text, add_bos=False, add_eos=False)  # noqa: E731
-    result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device)
+    result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device, progress=args.progress)
     record = {**result.to_dict(), "seed": args.seed, **provenance(args.checkpoint, job_config, device)}
     path = write_record(args.out, record)
     plot_heatmap(result, str(args.out.with_suffix(".png")), args.title or lighthouse_setting(job_config))
@@ -44,4 +47,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with exit_on_config_error():
+        main(sys.argv[1:])

@@ -1,14 +1,15 @@
 """Sweeps over Lighthouse settings: one validated TOML per grid point, the SLURM commands, a summary table.
 
   python scripts/sweep.py create configs/<base>.toml --levels 3 4 5 --pool 2 4 8 --topk 1536 2048 4096 \\
-      --scorer norm dilated [--set training.seq_len 65536 98304] [--stage2-steps 6000] \\
+      --scorer norm dilated [--set training.seq_len 65536 98304] [--stage2-steps 8000] \\
       [--sbatch "--nodes=2 --partition=gpu"] [--submit | --local [--launcher "torchrun --nproc_per_node=8"]]
   python scripts/sweep.py summary sweeps/<name> [other sweeps or run dump folders] [--format md|csv|json]
 
 `create` writes `sweeps/<name>/<run>.toml` for every point that passes `LighthouseConfig.validate(seq_len)`
-and torchtitan's own config parsing (invalid points are reported with the reason and not written), gives
-each run its own `[job] dump_folder` (so its own checkpoint and log folders), records the sweep in
-`sweeps/<name>/sweep.json`, and prints (or, with --submit, runs) one `slurm/submit.sh` line per point.
+and torchtitan's own config parsing (invalid points are reported with the reason and not written; with no
+valid point nothing is written, sweep.json included), gives each run its own `[job] dump_folder` (so its
+own checkpoint and log folders), records the sweep in `sweeps/<name>/sweep.json`, and prints (or, with
+--submit, runs) one `slurm/submit.sh` line per point.
 With --local it trains the points here instead, one stage after another (`<launcher> train.py
 --job.config_file <stage>.toml`), records each stage's exit code and times in sweep.json as it ends, and
 stops at the first failure, exiting with its code.

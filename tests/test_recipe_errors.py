@@ -1,7 +1,9 @@
 """What a person reads when starting a job: one-line config errors with exit code 2, `--help` with the
 [lighthouse] options, GPU-only scripts that say so, and CPU runs without warnings that mean nothing there."""
+import json
 import logging
 import os
+import random
 import re
 import runpy
 import subprocess
@@ -16,6 +18,8 @@ import recipe  # noqa: F401  (before torchtitan)
 from recipe import cpu_compat
 from recipe.cli import DEBUG_ENV, ConfigError, exit_on_config_error, parse_job_config
 from recipe.launch import single_process_env
+
+from .helpers import child_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -81,6 +85,33 @@ def test_exit_on_config_error_prints_one_line_or_with_the_debug_switch_keeps_the
         raise RuntimeError("a bug")
 
 
+def test_under_torchrun_rank_0_prints_the_line_and_every_rank_gives_it_to_torchrun(capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    message = f"[lighthouse] topk={random.randrange(17, 31)} must be a positive multiple of tile_budget=16"
+    for rank in ("0", "1"):
+        error_file = tmp_path / f"error-{rank}.json"
+        monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+        with pytest.raises(SystemExit) as exit_info, exit_on_config_error():
+            raise ConfigError(message)
+        assert exit_info.value.code == 2
+        assert capsys.readouterr() == ("", f"error: {message}\n" if rank == "0" else "")
+        assert json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"] == f"error: {message}"
+
+
+@pytest.mark.slow
+def test_torchrun_shows_a_config_mistake_once_and_names_it_in_its_summary(tmp_path):
+    run = subprocess.run(["torchrun", "--nproc_per_node=2", str(REPO / "train.py"), "--job.config_file",
+                          str(REPO / "configs" / "debug.toml"), "--lighthouse.topk", "40", "--job.dump_folder",
+                          str(tmp_path)], cwd=REPO, env={**child_env(), "OMP_NUM_THREADS": "1"},
+                         capture_output=True, text=True, timeout=300)
+    line = "error: [lighthouse] topk=40 must be a positive multiple of tile_budget=16"
+    assert run.returncode == 1  # torchrun's own code for any failed worker
+    assert run.stderr.splitlines().count(line) == 1, run.stderr
+    root_cause = run.stderr.split("Root Cause")[1]  # the first rank to fail; torchrun may stop the other first
+    assert "exitcode  : 2" in root_cause and f"traceback : {line}" in root_cause
+
+
 def test_help_lists_the_lighthouse_options_without_a_config_file(capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_job_config(["--help"])
@@ -132,6 +163,27 @@ def test_cp_parity_names_a_layout_mistake_before_any_process_group_starts(world,
     assert not torch.distributed.is_initialized()
 
 
+EVAL_JOB = ["--job.config_file", str(REPO / "configs" / "debug.toml"), "--device", "cpu", "--out", "eval"]
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("heldout_loss.py", ["--checkpoint", "step-1", "--data", "missing/*.jsonl"],
+     "--data='missing/*.jsonl' matches no files"),
+    ("causality_audit.py", ["--checkpoint", "step-1", "--data", "missing"], "--data='missing' matches no files"),
+    ("niah.py", ["--checkpoint", "step-1", "--lengths", "256,1024"],
+     "lengths [1024] exceed training.seq_len=512, the model's RoPE table; pass --training.seq_len to extend it"),
+    ("niah.py", ["--checkpoint", "step-1", "--lengths", "256"], "--checkpoint='step-1' is not a folder"),
+], ids=["heldout-data", "audit-data", "niah-length", "niah-checkpoint"])
+def test_evaluation_scripts_name_the_option_at_fault_in_one_line(script, args, message, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [f"scripts/{script}", *args, *EVAL_JOB])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"error: {message}") and err.count("\n") == 1
+    assert "training.dataset_path" not in err
+
+
 @pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the filter is installed without an accelerator only")
 def test_cpu_log_drops_the_gpu_peak_flops_warnings_and_explains_mfu_once():
     log_filter = next(f for f in logging.getLogger().filters if isinstance(f, cpu_compat.CpuLogFilter))
@@ -151,6 +203,26 @@ def test_cpu_log_drops_the_gpu_peak_flops_warnings_and_explains_mfu_once():
 
 
 @pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the filter is installed without an accelerator only")
+@pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the filter is installed without an accelerator only")
+def test_cpu_log_drops_torchtitans_nccl_environment_notes_only():
+    log_filter = next(f for f in logging.getLogger().filters if isinstance(f, cpu_compat.CpuLogFilter))
+    note = logging.LogRecord("root", logging.WARNING, __file__, 1, "ENV[%s] = 1 will be overridden to 3 based on job "
+                             "config", ("TORCH_NCCL_ASYNC_ERROR_HANDLING",), None)
+    other = logging.LogRecord("root", logging.WARNING, __file__, 1, "ENV[%s] = 1 will be overridden", ("OTHER",), None)
+    assert not log_filter.filter(note) and log_filter.filter(other)
+
+
+def test_cpu_mesh_warnings_show_no_more_and_other_warnings_still_show():
+    with warnings.catch_warnings(record=True) as caught:  # pytest resets the filters installed at import
+        warnings.simplefilter("always")
+        cpu_compat.ignore_cpu_mesh_warnings()
+        for message in cpu_compat.CPU_MESH_WARNINGS:
+            warnings.warn(message, UserWarning)
+        warnings.warn("DTensor random operators may not have complete support on cuda device mesh", UserWarning)
+    assert [str(w.message) for w in caught] == [
+        "DTensor random operators may not have complete support on cuda device mesh"]
+
+
 def test_float32_cpu_autocast_warns_no_more_and_other_warnings_still_show():
     with warnings.catch_warnings(record=True) as caught:  # pytest resets the filters installed at import
         cpu_compat.ignore_float32_autocast_warning()

@@ -13,6 +13,7 @@ from eval.heldout import heldout_windows, mean_loss
 from recipe.corpus import make_corpus
 from recipe.launch import single_process_env
 from recipe.metrics import METRICS_FILE, read_metrics
+from recipe.trainer import check_job
 from recipe.validation import check_validation
 
 from .helpers import REPO, child_env
@@ -103,6 +104,13 @@ def test_the_logged_losses_are_the_held_out_losses_of_the_checkpoint(runs):
 def test_validation_that_cannot_give_fixed_windows_is_rejected_at_start_up_naming_the_key(override, message):
     with pytest.raises(ValueError, match=message):
         parse_job_config(["--job.config_file", "configs/debug.toml", "--validation.enable", *override])
+
+
+def test_the_debug_config_validates_offline_out_of_the_box():
+    for extra in ([], ["--validation.steps", "2"]):
+        job = parse_job_config(["--job.config_file", "configs/debug.toml", "--validation.enable", *extra])
+        check_job(job)
+        assert job.validation.dataset == "synthetic" and job.validation.seq_len == job.training.seq_len
 
 
 def test_validation_off_is_not_checked():

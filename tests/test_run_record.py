@@ -95,12 +95,13 @@ def test_readers_of_metrics_jsonl_skip_run_start_records(tmp_path):
 
 @pytest.fixture(scope="module")
 def started_twice(tmp_path_factory):
-    """The debug job started twice into one folder, in one process: 2 steps, then resumed to step 3."""
+    """The debug job started three times into one folder, in one process: 2 steps, then resumed to step 3, then
+    once more with nothing left to train."""
     folder = tmp_path_factory.mktemp("twice") / "run"
     common = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(folder), "--training.seq_len", "256",
               "--training.local_batch_size", "1", "--metrics.log_freq", "1", "--checkpoint.enable",
               "--checkpoint.no-last-save-model-only"]
-    argvs = [common + ["--training.steps", "2"], common + ["--training.steps", "3"]]
+    argvs = [common + ["--training.steps", "2"], common + ["--training.steps", "3"], common + ["--training.steps", "3"]]
     code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
     env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -109,12 +110,12 @@ def started_twice(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_a_resumed_run_leaves_two_records_and_marks_where_each_start_begins(started_twice):
+def test_a_resumed_run_leaves_a_record_per_start_that_trains_and_marks_where_each_begins(started_twice):
     folder, argvs, log = started_twice
     records = sorted((folder / RUNS_FOLDER).iterdir())
     assert len(records) == 2
     runs = [json.loads((r / RUN_FILE).read_text()) for r in records]
-    assert [r["command"] for r in runs] == [f"train.py {' '.join(argv)}" for argv in argvs]
+    assert [r["command"] for r in runs] == [f"train.py {' '.join(argv)}" for argv in argvs[:2]]
     for record, argv in zip(records, argvs):
         assert without_config_file(parse_job_config(["--job.config_file", str(record / CONFIG_FILE)])) == \
             without_config_file(parse_job_config(argv))
@@ -125,7 +126,11 @@ def test_a_resumed_run_leaves_two_records_and_marks_where_each_start_begins(star
         (3, f"{RUNS_FOLDER}/{records[1].name}", runs[1]["commit"], runs[1]["start"])]
     assert lines.index(starts[1]) == 3  # after steps 1 and 2, before step 3
     assert [r["step"] for r in read_metrics(str(folder / METRICS_FILE))] == [1, 2, 3]
-    assert log.count(f"Output folder: {folder}") == 2
+    assert log.count(f"Output folder: {folder}") == 3
+    nothing_left = [line for line in log.splitlines() if "Nothing left to train" in line]
+    assert len(nothing_left) == 1 and nothing_left[0].endswith(
+        "Nothing left to train: the job resumed at step 3 of training.steps=3; raise --training.steps to train on, "
+        "or pass another --job.dump_folder to start over")
 
 
 @pytest.mark.slow

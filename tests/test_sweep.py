@@ -181,10 +181,24 @@ def test_two_stage_points_resume_stage_one_with_dense_attention(tmp_path, capsys
     ({"lighthouse": {"switch_to_dense_at_step": 7}}, "switch_to_dense_at_step=7 and --stage2-steps=5 both"),
     ({"lr_scheduler": {"total_steps": 3}}, "[lr_scheduler] total_steps=3 differs from training.steps="),
 ], ids=["switch-step", "lr-total"])
-def test_conflicting_stage_settings_are_reported(tmp_path, capsys, sections, expected):
+def test_conflicting_stage_settings_are_reported_and_nothing_is_written(tmp_path, capsys, sections, expected):
     base = _base(tmp_path, random.Random(4), **sections)
-    code, out, manifest = _create(tmp_path, base, topk=[32], stage2_steps=5)
-    assert code == 1 and expected in manifest["points"][0]["error"] and not list(out.glob("*.toml"))
+    code, out, manifest = _create(tmp_path, base, topk=[32, 64], stage2_steps=5)
+    printed = capsys.readouterr()
+    assert code == 1 and printed.out.count(expected) == 2 and "nothing written" in printed.err
+    assert not out.exists()  # no sweep.json either: the corrected command runs without --force
+
+
+def test_a_schedule_that_does_not_fit_names_the_stage2_steps_that_would(tmp_path, capsys):
+    rng = random.Random(6)
+    base = _base(tmp_path, rng)
+    steps = tomllib.loads(base.read_text())["training"]["steps"]
+    extra = rng.randrange(5, 50)
+    base.write_text(base.read_text() + f"\n[lr_scheduler]\ntotal_steps = {steps + extra}\n")
+    assert _create(tmp_path, base, topk=[32], stage2_steps=extra + 1)[0] == 1
+    assert f"the base schedule fits --stage2-steps {extra}" in capsys.readouterr().out
+    code, out, manifest = _create(tmp_path, base, topk=[32], stage2_steps=extra)
+    assert code == 0 and manifest["points"][0]["stage_steps"] == [steps, steps + extra]
 
 
 @pytest.mark.parametrize("grid,expected", [
@@ -212,10 +226,10 @@ def test_an_existing_sweep_is_not_overwritten(tmp_path):
 def test_torchtitan_parses_every_written_file_and_rejects_unknown_keys(tmp_path, capsys):
     base = _base(tmp_path, random.Random(7))
     code, out, manifest = _create(tmp_path, base, check=True, topk=[32], sets=[["training.warmup_stepz", "3"]])
-    assert code == 1 and not list(out.glob("*.toml"))
-    assert "torchtitan's parser rejected it" in manifest["points"][0]["error"]
-    assert "warmup_stepz" in manifest["points"][0]["error"]
-    code, out, manifest = _create(tmp_path, base, check=True, topk=[32, 64], stage2_steps=4, force=True)
+    assert code == 1 and not out.exists()
+    invalid = capsys.readouterr().out.splitlines()[-1]
+    assert "torchtitan's parser rejected it" in invalid and "warmup_stepz" in invalid
+    code, out, manifest = _create(tmp_path, base, check=True, topk=[32, 64], stage2_steps=4)
     assert code == 0 and len(list(out.glob("*.toml"))) == 4
 
 
@@ -355,10 +369,10 @@ def test_summary_of_nothing_is_an_error(tmp_path, capsys):
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'typo'} does not exist")):
         print_summary([tmp_path / "typo"])
     base = _base(tmp_path, random.Random(12))
-    _create(tmp_path, base, topk=[8])  # every point invalid: nothing to summarize
-    with pytest.raises(ValueError, match="no runs found"):
+    assert _create(tmp_path, base, topk=[8])[0] == 1  # every point invalid: no sweep to summarize
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'sweep'} does not exist")):
         print_summary([tmp_path / "sweep"])
-    _create(tmp_path, base, topk=[32], force=True)  # written, not started
+    _create(tmp_path, base, topk=[32])  # written, not started
     assert print_summary([tmp_path / "sweep"]) == 1
     assert "| s-k32 " in capsys.readouterr().out
 

@@ -1,0 +1,220 @@
+"""Every shell command in README.md and docs/*.md (```bash blocks) runs as written, on CPU-sized overrides, or
+is checked without running, or is listed with the reason it cannot run here.
+
+How each command is handled is decided by ROWS, a reviewed table matched in order against the command (one
+logical line, its words joined by spaces, comments and `[--optional ...]` parts left out; `a && b` is two
+commands):
+
+- `run`: run it in the test's working folder (the checkout's files, nothing an earlier run left), with the
+  row's CPU-sized overrides appended;
+- `check`: a `train.py` command is parsed and put through the trainer's start-up checks (`check_job`), which
+  is what catches a wrong key or value before any device work; `--help` is asked for its text;
+- `help`: a script command is run (in this process) with `--help` appended, which fails on a value its
+  options reject;
+- `skip`: not on this machine, for the reason given (GPUs, SLURM, the network, placeholders).
+
+A command that matches no row fails the test, and so does a row that matches no command.
+"""
+from __future__ import annotations
+
+import re
+import runpy
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec that check_job looks up)
+from recipe.cli import parse_job_config
+from recipe.trainer import check_job
+
+from .helpers import REPO, child_env
+
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
+OPTIONAL = re.compile(r"\s\[--[^\]]*\]")  # `[--submit]`, `[--section.key value ...]`: optional parts
+
+
+@dataclass(frozen=True)
+class Row:
+    """How the commands matching `pattern` (a regex, from the start of the command) are tested, and why."""
+
+    pattern: str
+    how: str  # run, check, help or skip
+    reason: str
+    overrides: tuple[str, ...] = ()  # appended to a `run` command
+    slow: bool = False
+
+
+GPU = "needs NVIDIA GPUs"
+ROWS = [
+    # ------------------------------------------------------------------ run on CPU, CPU-sized
+    Row(r"python train\.py --job\.config_file configs/debug\.toml$", "run",
+        "the quickstart: the debug model on the synthetic corpus", ("--training.steps", "3"), slow=True),
+    Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 train\.py --job\.config_file configs/debug\.toml$", "run",
+        "FSDP over two gloo ranks", ("--training.steps", "2"), slow=True),
+    Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 scripts/cp_parity\.py --seq-len", "run",
+        "CP=2 parity over two gloo ranks, CPU-sized",
+        ("--device", "cpu", "--seq-len", "2048", "--heads", "2", "--kv-heads", "2", "--head-dim", "16", "--topk", "128",
+         "--tile-budget", "32", "--dtype", "float32", "--warmup", "1", "--iters", "2"), slow=True),
+    Row(r"python scripts/sweep\.py create configs/paper/stage1_L3_p4_k2048_norm\.toml --name lh-grid .* "
+        r"--stage2-steps 8000$", "run", "writes the sweep's TOMLs, each parsed by torchtitan (no job starts)",
+        slow=True),
+    Row(r"python scripts/sweep\.py create configs/paper/stage1_L3_p4_k2048_norm\.toml --name lh-grid .* --sbatch ",
+        "run", "the same grid with sbatch options; torchtitan's parse of each TOML is the row above's",
+        ("--no-torchtitan-check",), slow=True),
+    # ------------------------------------------------------------------ checked without running
+    Row(r"python train\.py --help$", "check", "lists every option"),
+    Row(r"python train\.py --job\.config_file configs/debug\.toml --job\.dump_folder outputs/debug-shadow "
+        r"--validation\.enable", "check",
+        "validation's settings are checked at start-up; tests/test_recipe_validation.py trains with the dense shadow"),
+    Row(r"python train\.py --job\.config_file configs/debug\.toml --job\.dump_folder outputs/try --training\.steps 8 "
+        r"--checkpoint\.enable --checkpoint\.interval 3$", "check",
+        "the resume example; tests/test_crash_resume.py kills and resumes the debug run"),
+    Row(r"torchrun --nproc_per_node=8 --local-ranks-filter 0 train\.py --job\.config_file configs/paper/", "check",
+        f"the paper model on 8 GPUs: {GPU}; its configuration passes the start-up checks here"),
+    Row(r"python scripts/sweep\.py summary ", "help", "reads the logs of trained sweep points"),
+    Row(r"python scripts/cp_throughput\.py ", "help", f"times the paper model with CP: {GPU}"),
+    Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 scripts/cp_parity\.py$", "help",
+        "the README's CP=2 parity run at the default length, which the run row above covers on CPU"),
+    Row(r"torchrun --nproc_per_node=4 --local-ranks-filter 0 scripts/cp_parity\.py ", "help",
+        f"CP=4 at 262,144 tokens over NCCL: {GPU}"),
+    Row(r"python scripts/time_to_quality\.py --run outputs/time_to_quality ", "help",
+        "reports a finished time-to-quality study (GPU hours)"),
+    # ------------------------------------------------------------------ cannot run here
+    Row(r"pip install -e \.\[train\]$", "skip", "installs into the environment from the network"),
+    Row(r"python -m pip install --no-index --find-links wheelhouse ", "skip",
+        "installs into the environment from a built wheelhouse"),
+    Row(r"scripts/build_wheelhouse\.sh ", "skip", "downloads wheels (tests/test_wheelhouse.py builds one offline)"),
+    Row(r"bash scripts/run_tests\.sh$", "skip", "the test suite itself"),
+    Row(r"python -m pytest ", "skip", "runs part of the test suite"),
+    Row(r"(sbatch|slurm/submit\.sh) ", "skip",
+        "needs SLURM (tests/test_slurm.py runs the scripts with fake sbatch/srun)"),
+    Row(r"torchrun --nproc_per_node=8 --local-ranks-filter 0 train\.py --job\.config_file configs/<name>\.toml", "skip",
+        "a template: <name> stands for a config"),
+    Row(r"python scripts/train_throughput\.py ", "skip", f"times the paper model: {GPU}"),
+    Row(r"(SP=<site-packages>; |CORPUS_SOURCES=|STEPS=\d+ scripts/replicate\.sh |scripts/time_to_quality\.sh )", "skip",
+        f"a study of GPU hours (placeholders for the corpus sources): {GPU}"),
+]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One documented command: its words (optional parts left out) and where it is first written."""
+
+    argv: tuple[str, ...]
+    where: str
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.argv)
+
+
+def documented_commands() -> list[Command]:
+    """The commands of every ```bash block of DOCS, each once (where it first appears)."""
+    commands: dict[tuple[str, ...], Command] = {}
+    for doc in DOCS:
+        text = doc.read_text()
+        for block in BLOCK.finditer(text):
+            first = text[:block.start(1)].count("\n") + 1
+            pending, start = "", first
+            for offset, line in enumerate(block.group(1).split("\n")):
+                start = start if pending else first + offset
+                if line.endswith("\\"):  # continued on the next line
+                    pending += line[:-1] + " "
+                    continue
+                words, pending = shlex.split(OPTIONAL.sub("", pending + line), comments=True), ""
+                while words:
+                    part = words[:words.index("&&")] if "&&" in words else words
+                    words = words[len(part) + 1:]
+                    commands.setdefault(tuple(part), Command(tuple(part), f"{doc.relative_to(REPO)}:{start}"))
+    return list(commands.values())
+
+
+def row_of(command: Command) -> Row | None:
+    return next((row for row in ROWS if re.match(row.pattern, command.text)), None)
+
+
+COMMANDS = documented_commands()
+
+
+def test_every_documented_command_is_run_checked_or_listed_with_its_reason():
+    unlisted = [f"{c.where}: {c.text}" for c in COMMANDS if row_of(c) is None]
+    assert not unlisted, "documented commands that ROWS neither runs, checks nor lists:\n" + "\n".join(unlisted)
+
+
+def test_every_row_still_matches_a_documented_command_and_says_how_and_why():
+    stale = [row.pattern for row in ROWS if not any(re.match(row.pattern, c.text) for c in COMMANDS)]
+    assert not stale, f"rows that match no documented command (remove or update them): {stale}"
+    assert all(row.how in ("run", "check", "help", "skip") and row.reason for row in ROWS)
+
+
+def python_argv(words: list[str]) -> list[str]:
+    """The command's argv with `python` and `torchrun` run by this interpreter."""
+    head, *rest = words
+    if head in ("python", "python3"):
+        return [sys.executable, *rest]
+    if head == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", *rest]
+    return words
+
+
+def cases(how: str) -> list:
+    return [pytest.param(c, marks=[pytest.mark.slow] if row_of(c).slow else [], id=c.where)
+            for c in COMMANDS if row_of(c) is not None and row_of(c).how == how]
+
+
+@pytest.mark.parametrize("command", cases("run"))
+def test_a_runnable_command_runs_as_written_on_cpu_sized_overrides(command):
+    argv = python_argv(list(command.argv)) + list(row_of(command).overrides)
+    run = subprocess.run(argv, env={**child_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, f"{shlex.join(argv)} exited {run.returncode}:\n{run.stderr[-3000:]}"
+
+
+def check_train_command(command: Command) -> bool:
+    """Put a train.py command through the trainer's start-up checks, or ask for its `--help` (then True)."""
+    args = list(command.argv[command.argv.index("train.py") + 1:])
+    if "--help" not in args:
+        check_job(parse_job_config(args))
+        return False
+    with pytest.raises(SystemExit) as exit_info:
+        parse_job_config(args)
+    assert exit_info.value.code == 0
+    return True
+
+
+def ask_script_for_help(command: Command) -> None:
+    """Run the command's script in this process with `--help` appended; SystemExit 0 once its options parse."""
+    words = list(command.argv)
+    script = next(i for i, w in enumerate(words) if w.endswith(".py"))  # after python or torchrun's options
+    argv = sys.argv
+    sys.argv = [*words[script:], "--help"]
+    try:
+        runpy.run_path(words[script], run_name="__main__")
+    finally:
+        sys.argv = argv
+
+
+@pytest.mark.parametrize("command", cases("check"))
+def test_a_train_command_passes_the_start_up_checks(command, capsys):
+    if check_train_command(command):
+        assert "--lighthouse.topk" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", cases("help"))
+def test_a_script_command_is_accepted_by_its_options(command, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ask_script_for_help(command)
+    assert exit_info.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_a_wrong_key_or_value_in_a_command_fails_its_check(capsys):
+    train = ("python", "train.py", "--job.config_file", "configs/debug.toml", "--lighthouse.topk", "40")
+    with pytest.raises(ValueError, match="topk=40 must be a positive multiple of tile_budget=16"):
+        check_train_command(Command(train, "here"))
+    with pytest.raises(SystemExit) as exit_info:
+        ask_script_for_help(Command(("python", "scripts/sweep.py", "summary", "s", "--format", "xml"), "here"))
+    assert exit_info.value.code == 2 and "invalid choice: 'xml'" in capsys.readouterr().err
