@@ -83,6 +83,17 @@ ROWS = [
         f"CP=4 at 262,144 tokens over NCCL: {GPU}"),
     Row(r"python scripts/time_to_quality\.py --run outputs/time_to_quality ", "help",
         "reports a finished time-to-quality study (GPU hours)"),
+    Row(r"python train\.py --job\.config_file configs/debug\.toml --job\.dump_folder outputs/debug_eval "
+        r"--lighthouse\.switch_to_dense_at_step 10$", "check",
+        "the evaluation walk-through's run; tests/test_recipe_train.py trains the in-run switch"),
+    Row(r"python scripts/make_corpus\.py --out outputs/corpus$", "help",
+        "builds a corpus from this Python's standard library (tests/test_evidence_replicate.py builds small ones)"),
+    Row(r"python scripts/(heldout_loss|niah|causality_audit)\.py --checkpoint outputs/debug_eval/", "help",
+        "evaluates the walk-through's checkpoint (tests/test_evidence_eval.py runs these scripts on a trained one)"),
+    Row(r"python scripts/export_hf\.py outputs/debug_eval/checkpoint/step-20 outputs/debug_eval/hf$", "help",
+        "exports the walk-through's checkpoint (tests/test_hf_export.py exports trained ones)"),
+    Row(r"lm_eval --model hf --model_args pretrained=outputs/debug_eval/hf ", "skip",
+        "needs the walk-through's export; tests/test_lm_eval_export.py runs this command on an export"),
     # ------------------------------------------------------------------ cannot run here
     Row(r"pip install -e \.\[train\]$", "skip", "installs into the environment from the network"),
     Row(r"python -m pip install --no-index --find-links wheelhouse ", "skip",
@@ -97,6 +108,8 @@ ROWS = [
     Row(r"python scripts/train_throughput\.py ", "skip", f"times the paper model: {GPU}"),
     Row(r"(SP=<site-packages>; |CORPUS_SOURCES=|STEPS=\d+ scripts/replicate\.sh |scripts/time_to_quality\.sh )", "skip",
         f"a study of GPU hours (placeholders for the corpus sources): {GPU}"),
+    Row(r"(DEVICE=.* )?scripts/time_to_quality_long\.sh (corpus|run|report)$", "skip",
+        f"the 131,072-token study on a 4-GPU machine: {GPU} (tests/test_gpu_queue.py checks its queue)"),
 ]
 
 
