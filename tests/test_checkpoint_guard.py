@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (before torchtitan)
+from torch.distributed.checkpoint.api import CheckpointException
 from recipe import checkpoint_guard, trainer
 from recipe.checkpoint_guard import CheckpointError, complete_steps, load_newest_intact, save_or_stop
 from recipe.launch import single_process_env
@@ -92,9 +93,12 @@ def test_a_save_on_a_full_disk_says_so_and_other_failures_pass_through(tmp_path,
         save_or_stop(full, str(tmp_path), step)
     Usage = namedtuple("Usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**12, 10**12 - 10**5, 10**5))
+    def dcp_fails(curr_step, last_step):  # as DCP reports torch.save's failure on a full disk
+        raise CheckpointException("CheckpointException ranks:dict_keys([0])",
+                                  {0: RuntimeError("unexpected pos 704 vs 598")})
+
     with pytest.raises(CheckpointError, match="the disk is full"):  # torch's message alone, on an all but full disk
-        save_or_stop(lambda s, last: (_ for _ in ()).throw(RuntimeError("unexpected pos 704 vs 598")),
-                     str(tmp_path / "checkpoint"), step)
+        save_or_stop(dcp_fails, str(tmp_path / "checkpoint"), step)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**12, 10**9, 10**12 - 10**9))
     with pytest.raises(KeyError):
         save_or_stop(lambda s, last: {}["missing"], str(tmp_path), step)
