@@ -79,7 +79,7 @@ def save_or_stop(save: Callable[[int, bool], None], folder: str, curr_step: int,
     message is a file-position mismatch), anything else propagates."""
     try:
         save(curr_step, last_step)
-    except Exception as err:
+    except (Exception, CheckpointException) as err:  # DCP reports a rank's failure as a CheckpointException
         if not _disk_full(err, folder):
             raise
         raise CheckpointError(f"saving step {curr_step} into {folder} failed: the disk is full; free space, then "

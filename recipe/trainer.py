@@ -85,7 +85,8 @@ class LighthouseTrainer(Trainer):
             super().__init__(job_config)
         finally:
             logger.removeFilter(_not_hf_index_warning)
-        load, save, folder = self.checkpointer.load, self.checkpointer.save, self.checkpointer.folder
+        load, save = self.checkpointer.load, self.checkpointer.save
+        folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)  # where the checkpointer writes
         self.checkpointer.load = lambda step=-1: load_newest_intact(load, folder, step)
         self.checkpointer.save = lambda curr_step, last_step=False: save_or_stop(save, folder, curr_step, last_step)
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step

@@ -4,14 +4,24 @@ import errno
 import logging
 import os
 import random
+import re
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections import namedtuple
+from pathlib import Path
 
 import pytest
 
 import models  # noqa: F401  (before torchtitan)
+from torch.distributed.checkpoint.api import CheckpointException
 from recipe import checkpoint_guard, trainer
 from recipe.checkpoint_guard import CheckpointError, complete_steps, load_newest_intact, save_or_stop
+from recipe.launch import single_process_env
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def checkpoints(tmp_path, steps, half_written=()):
@@ -83,9 +93,12 @@ def test_a_save_on_a_full_disk_says_so_and_other_failures_pass_through(tmp_path,
         save_or_stop(full, str(tmp_path), step)
     Usage = namedtuple("Usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**12, 10**12 - 10**5, 10**5))
+    def dcp_fails(curr_step, last_step):  # as DCP reports torch.save's failure on a full disk
+        raise CheckpointException("CheckpointException ranks:dict_keys([0])",
+                                  {0: RuntimeError("unexpected pos 704 vs 598")})
+
     with pytest.raises(CheckpointError, match="the disk is full"):  # torch's message alone, on an all but full disk
-        save_or_stop(lambda s, last: (_ for _ in ()).throw(RuntimeError("unexpected pos 704 vs 598")),
-                     str(tmp_path / "checkpoint"), step)
+        save_or_stop(dcp_fails, str(tmp_path / "checkpoint"), step)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10**12, 10**9, 10**12 - 10**9))
     with pytest.raises(KeyError):
         save_or_stop(lambda s, last: {}["missing"], str(tmp_path), step)
@@ -116,3 +129,27 @@ def test_ctrl_c_ends_the_job_in_one_line_with_exit_code_130(monkeypatch, capsys)
     assert exit_info.value.code == 130 and Interrupted.closed
     assert capsys.readouterr().err == (f"error: interrupted (Ctrl-C) at step {Interrupted.step}; a restart resumes "
                                        "from the latest complete checkpoint\n")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_training_ends_train_py_in_one_line(tmp_path):
+    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop("LIGHTHOUSE_DEBUG", None)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    job = subprocess.Popen([sys.executable, "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder",
+                            str(tmp_path / "run"), "--training.steps", "1000", "--training.seq_len", "128"], cwd=REPO,
+                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal gives it
+    try:
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text().count("\n") > 3):
+            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
+            time.sleep(0.1)
+        job.send_signal(signal.SIGINT)
+        _, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 130, err[-3000:]
+    assert re.fullmatch(r"error: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the latest complete "
+                        r"checkpoint", err.splitlines()[-1]), err[-3000:]
+    assert "Traceback" not in err

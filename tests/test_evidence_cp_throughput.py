@@ -3,6 +3,7 @@ degree 1 and 2, and the commit its records name."""
 from __future__ import annotations
 
 import json
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -59,9 +60,12 @@ def test_every_degree_runs_on_as_many_processes_with_w_times_the_tokens(tmp_path
     (["--tokens-per-rank", "-5"], "argument --tokens-per-rank: -5 must be >= 1"),
     (["--topk", "many"], "argument --topk: 'many' is not an integer"),
 ], ids=["no-baseline", "cp-word", "cp-zero", "tokens-negative", "topk-word"])
-def test_bad_arguments_are_usage_errors_naming_the_value(argv, message):
-    out = run_script(*argv)
-    assert out.returncode == 2 and message in out.stderr.splitlines()[-1], out.stderr
+def test_bad_arguments_are_usage_errors_naming_the_value(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["scripts/cp_throughput.py", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / "cp_throughput.py"), run_name="__main__")
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in err.splitlines()[-1], err
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -86,10 +87,12 @@ def test_too_few_steps_to_time_is_refused_naming_the_value():
     (["--seq-len", "0"], "argument --seq-len: 0 must be >= 1"),
     (["--steps", "eight"], "argument --steps: 'eight' is not an integer"),
 ])
-def test_bad_numbers_are_usage_errors_naming_the_value(argv, message):
-    out = subprocess.run([sys.executable, "scripts/train_throughput.py", *argv], cwd=REPO, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 2 and out.stderr.splitlines()[-1].endswith(message), out.stderr
+def test_bad_numbers_are_usage_errors_naming_the_value(argv, message, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["scripts/train_throughput.py", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / "train_throughput.py"), run_name="__main__")
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.splitlines()[-1].endswith(message), err
 
 
 # A parent that starts a long child as run_variant does, prints the child's pid, and waits.

@@ -79,7 +79,7 @@ def test_a_nan_step_stops_before_its_checkpoint_and_a_restart_resumes_from_the_n
     folder = tmp_path / "run"
     env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     # Step 5 is bad; step 6, the next one saved (no step is logged after step 1), finds it before saving.
-    args = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(folder), "--training.steps", "8",
+    args = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(folder), "--training.steps", "6",
             "--training.seq_len", "128", "--checkpoint.interval", "2", "--metrics.log_freq", "100"]
 
     def run(*program: str) -> subprocess.CompletedProcess:
