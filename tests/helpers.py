@@ -50,3 +50,16 @@ def vectors_with_norms(norms: torch.Tensor, dim: int) -> torch.Tensor:
     """Random directions [..., dim] whose L2 norms are exactly-ish `norms` (float64)."""
     x = torch.randn(*norms.shape, dim, dtype=torch.float64)
     return x / torch.linalg.vector_norm(x, dim=-1, keepdim=True) * norms.unsqueeze(-1)
+
+
+def sharp_random_model(job_argv: list[str]):
+    """The job's model with fresh N(0, 0.2^2) weights, sharp enough that attention depends on position (so RoPE
+    and the q/k layout show in the logits), and its parsed job config."""
+    from eval.checkpoint import build_model, parse_job_config
+
+    job_config = parse_job_config(job_argv)
+    model = build_model(job_config, torch.device("cpu"))
+    with torch.no_grad():
+        for param in model.parameters():
+            param.normal_(0.0, 0.2)
+    return job_config, model

@@ -27,6 +27,8 @@ from recipe.launch import single_process_env
 from recipe.run_record import source_commit
 from recipe.tokenizer import EOS_ID, NUM_BYTES, ByteTokenizer
 
+from .helpers import sharp_random_model
+
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,11 +115,7 @@ def test_transformers_computes_the_checkpoints_dense_logits(step_folder, exporte
 
 def test_the_conversion_is_exact_on_weights_that_make_attention_depend_on_position(tmp_path):
     """Fresh N(0, 0.2^2) weights make attention sharp, so RoPE (theta, llama3 scaling, q/k layout) shows in logits."""
-    job_config = parse_job_config(JOB)
-    model = build_model(job_config, torch.device("cpu"))
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(0.0, 0.2)
+    job_config, model = sharp_random_model(JOB)
     export(model, job_config, tmp_path, record={})
     assert_same_logits(model, tmp_path)
 

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval.checkpoint import build_model, logits_function, parse_job_config
+from eval.checkpoint import logits_function
 from eval.heldout import token_losses
 from eval.hf_export import export
 from recipe.tokenizer import ByteTokenizer
+
+from .helpers import sharp_random_model
 
 pytestmark = pytest.mark.slow  # lm_eval starts in its own process and loads the model (about a minute)
 
@@ -33,11 +35,7 @@ TOLERANCE = 1e-3
 @pytest.fixture(scope="module")
 def model_and_export(tmp_path_factory):
     """The recipe model with random weights, and its export."""
-    job_config = parse_job_config(JOB)
-    model = build_model(job_config, torch.device("cpu"))
-    with torch.no_grad():
-        for param in model.parameters():
-            param.normal_(0.0, 0.2)
+    job_config, model = sharp_random_model(JOB)
     out = tmp_path_factory.mktemp("lm_eval") / "model"
     export(model, job_config, out, record={})
     return logits_function(model, job_config, torch.device("cpu")), out
