@@ -18,7 +18,7 @@ CASE_IDS = [f"B{c[0]}-N{c[1]}-H{c[2]}-G{c[3]}-D{c[4]}-L{c[5]}-p{c[6]}-k{c[7]}-m{
 
 
 def _inputs(b, n, h, g, d, levels, pool, topk, budget, dtype):
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
     packed, slots, flat = random_selection(b, g, n, config)
     o_tilde = torch.randn(b, packed.shape[-1], h, d, device=DEVICE, dtype=dtype, requires_grad=True)
     return o_tilde, packed, slots, flat

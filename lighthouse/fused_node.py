@@ -12,7 +12,9 @@ three-node path (`attend_in_order`) bit for bit.
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from functools import lru_cache
+from typing import get_type_hints
 
 import torch
 from torch import Tensor
@@ -25,15 +27,20 @@ from .attention import DirectAttention, causal_attention, direct_attention, sdpa
 from .config import LighthouseConfig, gathered_length
 from .fused import attend_in_order, pool_and_score_pyramids, select_gather_order
 
-# The settings the node depends on, in the order the custom ops take them.
-FIELDS = ("levels", "pool", "topk", "tile_budget", "scorer", "dilation", "selection", "backend")
+# The layer's settings (every field of `LighthouseConfig`), in the order the custom ops take them.
+FIELDS = tuple(f.name for f in fields(LighthouseConfig))
+_SCHEMA_TYPES = {int: "SymInt", str: "str"}
+SETTINGS_SCHEMA = ", ".join(f"{_SCHEMA_TYPES[get_type_hints(LighthouseConfig)[name]]} {name}" for name in FIELDS)
+
+
+def settings(config: LighthouseConfig) -> tuple:
+    """`config`'s fields as the custom ops take them (`FIELDS` order)."""
+    return tuple(getattr(config, name) for name in FIELDS)
 
 
 @lru_cache(maxsize=64)
-def _config(levels: int, pool: int, topk: int, tile_budget: int, scorer: str, dilation: int, selection: str,
-            backend: str) -> LighthouseConfig:
-    return LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=tile_budget, scorer=scorer,
-                            dilation=dilation, selection=selection, backend=backend)
+def _config(*values) -> LighthouseConfig:
+    return LighthouseConfig(**dict(zip(FIELDS, values)))
 
 
 def _attention(backend: str, q: Tensor) -> DirectAttention:
@@ -78,18 +85,21 @@ def fused_backward(grad_o: Tensor, slots: Tensor, qh: Tensor, kh: Tensor, vh: Te
     return gather_rows_backward(dq, dk, dv, slots, n, pool, levels)
 
 
-@torch.library.custom_op("lighthouse::fused_forward", mutates_args=())
-def _fused_forward_op(q: Tensor, k: Tensor, v: Tensor, levels: int, pool: int, topk: int, tile_budget: int,
-                      scorer: str, dilation: int, selection: str, backend: str
-                      ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return fused_forward(q, k, v, _config(levels, pool, topk, tile_budget, scorer, dilation, selection, backend))
+def _fused_forward_op(q: Tensor, k: Tensor, v: Tensor, *values) -> tuple[Tensor, ...]:
+    return fused_forward(q, k, v, _config(*values))
 
 
-@_fused_forward_op.register_fake
-def _(q, k, v, levels, pool, topk, tile_budget, scorer, dilation, selection, backend):
+torch.library.custom_op("lighthouse::fused_forward", _fused_forward_op, mutates_args=(), schema=(
+    f"(Tensor q, Tensor k, Tensor v, {SETTINGS_SCHEMA}) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"))
+
+
+@torch.library.register_fake("lighthouse::fused_forward")
+def _(q, k, v, *values):
     # the settings may be symbolic here (torch.compile made them dynamic): no config, whose cache would hash them
+    named = dict(zip(FIELDS, values))
+    levels, pool, backend = named["levels"], named["pool"], named["backend"]
     (b, n, h, d), g = q.shape, k.shape[2]
-    s = gathered_length(n, levels, pool, topk)
+    s = gathered_length(n, levels, pool, named["topk"])
     attention = _attention(backend, q)
     qh, kh, vh = _heads_first(q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d),
                               attention)
@@ -111,17 +121,17 @@ def _(grad_o, slots, qh, kh, vh, oh, lse, kv_heads, pool, levels, backend):
             grad_o.new_empty(b, n, kv_heads, d, dtype=dtype))
 
 
-def _keep_for_backward(ctx, k: Tensor, fields: tuple, saved: tuple[Tensor, ...]) -> None:
+def _keep_for_backward(ctx, k: Tensor, pool: int, levels: int, backend: str, saved: tuple[Tensor, ...]) -> None:
     """Save what `fused_backward` takes besides the gradient: `fused_forward`'s tensors, then kv heads,
     pool, levels and backend in `ctx.meta`."""
     ctx.save_for_backward(*saved)
-    config = dict(zip(FIELDS, fields))
-    ctx.meta = (k.shape[2], config["pool"], config["levels"], config["backend"])
+    ctx.meta = (k.shape[2], pool, levels, backend)
 
 
 def _setup_context(ctx, inputs: tuple, output: tuple) -> None:
-    q, k, v, *fields = inputs
-    _keep_for_backward(ctx, k, tuple(fields), output[1:])
+    q, k, v, *values = inputs
+    named = dict(zip(FIELDS, values))
+    _keep_for_backward(ctx, k, named["pool"], named["levels"], named["backend"], output[1:])
     ctx.set_materialize_grads(False)  # only o's gradient is read: no zeros for the saved outputs' (eager: 7x the time)
 
 
@@ -138,19 +148,19 @@ torch.library.register_autograd("lighthouse::fused_forward", _op_backward, setup
 
 
 class FusedLighthouse(torch.autograd.Function):
-    """q, k, v -> o of the fused layer in one node, eager; the settings come as plain values (`FIELDS`).
+    """q, k, v, config -> o of the fused layer in one node, eager.
     (The custom op with its registered backward, called eagerly, took 242 against 155 us of host time per
     forward+backward on a CPU with the kernels and attention stubbed out.)"""
 
     @staticmethod
-    def forward(ctx, q, k, v, *fields):
-        o, *saved = fused_forward(q, k, v, _config(*fields))
-        _keep_for_backward(ctx, k, fields, tuple(saved))
+    def forward(ctx, q, k, v, config):
+        o, *saved = fused_forward(q, k, v, config)
+        _keep_for_backward(ctx, k, config.pool, config.levels, config.backend, tuple(saved))
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
-        return (*fused_backward(grad_o, *ctx.saved_tensors, *ctx.meta), *(None for _ in FIELDS))
+        return (*fused_backward(grad_o, *ctx.saved_tensors, *ctx.meta), None)
 
 
 def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig) -> Tensor:
@@ -168,11 +178,10 @@ def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: Lighthou
         return causal_attention(q, k, v, config.backend)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if direct_attention(config.backend, q.device, q.dtype) is not None:
-        fields = tuple(getattr(config, name) for name in FIELDS)
         if torch.compiler.is_compiling():
-            return torch.ops.lighthouse.fused_forward(q, k, v, *fields)[0]
+            return torch.ops.lighthouse.fused_forward(q, k, v, *settings(config))[0]
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-            return FusedLighthouse.apply(q, k, v, *fields)
+            return FusedLighthouse.apply(q, k, v, config)
         return fused_forward(q, k, v, config, with_lse=False)[0]
     with torch.no_grad():
         pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)

@@ -11,7 +11,7 @@ pytest.importorskip("triton")
 
 from lighthouse import LighthouseConfig
 from lighthouse.fused import attend_in_order, pool_and_score_pyramids, select_gather_order
-from lighthouse.fused_node import FIELDS, fused_lighthouse_attention
+from lighthouse.fused_node import fused_lighthouse_attention, settings
 
 from .helpers import DEVICE, random_qkv
 
@@ -19,10 +19,10 @@ BACKEND = "cudnn" if DEVICE.type == "cuda" else "flash"
 DTYPES = (torch.float16, torch.bfloat16) if DEVICE.type == "cuda" else (torch.float16, torch.float32)
 # (batch, seq_len, heads, kv_heads, dim, LighthouseConfig kwargs)
 CASES = [
-    (2, 256, 4, 2, 16, dict(levels=3, pool=2, topk=16, tile_budget=4)),
-    (1, 256, 2, 2, 32, dict(levels=2, pool=4, topk=8, tile_budget=8)),
+    (2, 256, 4, 2, 16, dict(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")),
+    (1, 256, 2, 2, 32, dict(levels=2, pool=4, topk=8, tile_budget=8, selection="paper")),
     (2, 256, 4, 1, 16, dict(levels=3, pool=4, topk=8, tile_budget=2, selection="causal")),
-    (1, 128, 2, 1, 16, dict(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=2)),
+    (1, 128, 2, 1, 16, dict(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=2, selection="paper")),
 ]
 CASE_IDS = ["B2-H4-G2-L3-p2", "B1-G=H-L2-p4", "B2-H4-G1-causal", "dilated"]
 
@@ -56,7 +56,7 @@ def test_one_node_equals_three_nodes_bit_for_bit(b, n, h, g, d, kwargs, dtype):
 
 
 def test_backends_without_direct_ops_take_three_nodes():
-    config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, backend="math")
+    config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, backend="math", selection="paper")
     q, k, v = random_qkv(1, 64, 2, 2, 16, dtype=torch.float32, device=DEVICE, requires_grad=True)
     assert type(fused_lighthouse_attention(q, k, v, config).grad_fn).__name__ == "ScatterBackBackward"
 
@@ -75,7 +75,7 @@ def test_compiled_layer_equals_eager_bit_for_bit():
 def test_the_forward_ops_registered_backward_equals_the_node_bit_for_bit():
     b, n, h, g, d, kwargs = CASES[0]
     config = LighthouseConfig(**kwargs, backend=BACKEND)
-    fields = tuple(getattr(config, name) for name in FIELDS)
+    fields = settings(config)
     q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float16, device=DEVICE, requires_grad=True)
     grad_o = torch.randn_like(q)
     node = _output_and_grads(fused_lighthouse_attention, q, k, v, config, grad_o)
@@ -111,7 +111,7 @@ def test_checkpointed_compiled_block_recomputes_the_layer_instead_of_keeping_its
 @pytest.mark.parametrize("b, n, h, g, d, kwargs", CASES[:2], ids=CASE_IDS[:2])
 def test_custom_ops_pass_opcheck(b, n, h, g, d, kwargs):
     config = LighthouseConfig(**kwargs, backend=BACKEND)
-    fields = tuple(getattr(config, name) for name in FIELDS)
+    fields = settings(config)
     q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float16, device=DEVICE, requires_grad=True)
     torch.library.opcheck(torch.ops.lighthouse.fused_forward.default, (q, k, v, *fields))
     q, k, v = (x.detach() for x in (q, k, v))

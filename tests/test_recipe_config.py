@@ -36,6 +36,21 @@ def test_toml_section_is_read_and_cli_overrides_it():
     assert section.to_config().gathered_len(config.training.seq_len) == 512 // 4 + 2 * 2 * 64
 
 
+def test_the_section_takes_every_layer_field_default_and_doc_from_the_layer_config():
+    from lighthouse import LighthouseConfig
+    from recipe.job_config import Lighthouse
+
+    layer = {f.name: f.default for f in dataclasses.fields(LighthouseConfig)}
+    section = {f.name: f.default for f in dataclasses.fields(Lighthouse)}
+    assert {name: section[name] for name in layer} == layer
+    assert set(section) - set(layer) == {"enable", "dense_layers", "switch_to_dense_at_step", "log_stats"}
+    help_text = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True,
+                               env={**os.environ, "COLUMNS": "80"}).stdout  # one column of option boxes
+    words = " ".join(help_text.replace("│", " ").split())
+    assert "--lighthouse.levels INT Pyramid depth L (1 = plain dense causal attention). (default: 3)" in words
+    assert '--lighthouse.selection STR "causal" (an entry scores the p**l tokens' in words
+
+
 @pytest.mark.parametrize("args, message", [
     (["--lighthouse.topk", "40"], r"topk=40 must be a positive multiple of tile_budget=16"),
     (["--training.seq_len", "510"], r"training.seq_len=510.*pool\*\*\(levels-1\)=4"),

@@ -111,7 +111,7 @@ def test_every_valid_point_is_written_and_every_invalid_one_reported(tmp_path, c
     expected_written, dump_folders = set(), set()
     for level, pool, topk in itertools.product(levels, pools, topks):
         label = f"L{level}-p{pool}-k{topk}"
-        lighthouse = LighthouseConfig(levels=level, pool=pool, topk=topk, tile_budget=16)
+        lighthouse = LighthouseConfig(levels=level, pool=pool, topk=topk, tile_budget=16, selection="paper")
         try:
             lighthouse.validate(seq_len)
         except ValueError as err:
