@@ -10,7 +10,6 @@ import argparse
 from pathlib import Path
 from typing import Callable
 
-import recipe  # noqa: F401  (before torchtitan)
 import torch
 from torchtitan.config import JobConfig
 

@@ -16,6 +16,7 @@ from torchtitan.train import Trainer
 
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
+from . import train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
 from .cli import ConfigError, as_config_error, exit_on_config_error, parse_job_config
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers

@@ -19,6 +19,10 @@ from pathlib import Path
 
 import torch
 
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
 from eval.checkpoint import build_model, load_weights, parse_job_config
 from eval.hf_export import export
 from eval.records import provenance

@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-import models  # noqa: F401  (before torchtitan: prepares it on CPU-only machines)
 from torchtitan.config import ConfigManager
 import torch.distributed as dist
 
@@ -219,7 +218,7 @@ def build_on_8_fake_ranks(config_file: str, tmp_path: Path, *extra: str) -> tupl
     """Build the trainer for `config_file` on torchtitan's fake backend (8 ranks simulated in one process,
     model sharded on meta then materialised); (its RESULT line, the whole log)."""
     code = (
-        "import recipe, models\n"
+        "import recipe.compat; recipe.compat.install()\n"
         "from torchtitan.tools.logging import init_logger; init_logger()\n"
         "from torchtitan.config import ConfigManager\n"
         "from recipe.trainer import LighthouseTrainer\n"

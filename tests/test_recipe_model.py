@@ -4,7 +4,6 @@ import dataclasses
 import pytest
 import torch
 
-import models  # noqa: F401  (before torchtitan: prepares it on CPU-only machines)
 from torchtitan.models.llama3 import Transformer, TransformerModelArgs
 from torchtitan.models.utils import get_dense_model_nparams_and_flops
 from lighthouse import LighthouseConfig, lighthouse_attention

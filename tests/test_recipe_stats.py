@@ -2,7 +2,6 @@
 import pytest
 import torch
 
-import recipe  # noqa: F401
 from lighthouse import LighthouseConfig, Selection, select
 from recipe.lighthouse_stats import SelectionStats, evenness_bins, selection_stats
 

@@ -6,12 +6,12 @@ pytest.importorskip("triton")
 
 from lighthouse import LighthouseConfig, gather_subsequence, pool_pyramid
 from lighthouse.testing import assert_close
-from tests.helpers import DEVICE, KERNEL_DTYPES, random_qkv
-from tests.kernel_inputs import random_selection
+from ..helpers import DEVICE, KERNEL_DTYPES, random_qkv
+from ..kernel_inputs import random_selection
 
-from .gather import gather_pyramid
-from .ordering import decode, packed_dtype
-from .pyramid import pool_and_score
+from kernels.gather import gather_pyramid
+from kernels.ordering import decode, packed_dtype
+from kernels.pyramid import pool_and_score
 
 # (batch, seq_len, heads, kv_heads, dim, levels, pool, topk, tile_budget)
 CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 256, 2, 2, 24, 3, 4, 8, 4), (1, 64, 2, 1, 8, 2, 2, 8, 4)]
