@@ -1,5 +1,6 @@
-"""The stages of the fused Lighthouse layer: the Triton kernels of `kernels/` composed into the pipeline of
-`reference.py` (`lighthouse.fused_node` runs them as the layer; context parallelism composes them itself).
+"""The stages of the fused Lighthouse layer: the Triton kernels of `kernels/` (through `fused_ops`, custom ops
+under torch.compile) composed into the pipeline of `reference.py` (`lighthouse.fused_node` runs them as the
+layer; context parallelism composes them per chunk).
 
 Same function as `lighthouse.reference_lighthouse_attention` (SPEC sections 1-5), same argument layout.
 Differences from the reference are float rounding only: per-token norms and pooled means are summed in
@@ -13,14 +14,13 @@ from functools import partial
 
 import torch
 
-from kernels.gather import gather_pyramid
 from kernels.ordering import decode
-from kernels.pyramid import Pyramid, causal_score_levels, pool_and_score, stored_levels
-from kernels.scatter import scatter_back
-from kernels.selection import GatherOrder, select_order
+from kernels.pyramid import Pyramid, stored_levels
+from kernels.selection import GatherOrder
 
 from .attention import causal_attention
 from .config import LighthouseConfig
+from .fused_ops import causal_score_levels, gather_pyramid, pool_and_score, scatter_back, select_order
 from .scoring import CausalAttention, pyramid_scores, token_scores
 from .selection import Selection
 

@@ -72,6 +72,18 @@ def test_compiled_layer_equals_eager_bit_for_bit():
         assert torch.equal(a, b_), name
 
 
+def test_compiled_three_node_path_calls_the_stage_ops_and_equals_eager_bit_for_bit():
+    # a backend without direct ops: gather, attention and scatter-back, whose kernels are custom ops under compile
+    b, n, h, g, d, kwargs = CASES[0]  # the shapes the test above compiles with: no recompile with dynamic shapes
+    config = LighthouseConfig(**{**kwargs, "selection": "causal"}, backend="math")
+    q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float32, device=DEVICE, requires_grad=True)
+    grad_o = torch.randn_like(q)
+    compiled = torch.compile(fused_lighthouse_attention, backend="aot_eager", fullgraph=True)
+    eager = _output_and_grads(fused_lighthouse_attention, q, k, v, config, grad_o)
+    for name, a, b_ in zip(("o", "dq", "dk", "dv"), eager, _output_and_grads(compiled, q, k, v, config, grad_o)):
+        assert torch.equal(a, b_), name
+
+
 def test_the_forward_ops_registered_backward_equals_the_node_bit_for_bit():
     b, n, h, g, d, kwargs = CASES[0]
     config = LighthouseConfig(**kwargs, backend=BACKEND)
