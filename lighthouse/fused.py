@@ -14,13 +14,19 @@ from functools import partial
 
 import torch
 
-from kernels.ordering import decode
-from kernels.pyramid import Pyramid, stored_levels
-from kernels.selection import GatherOrder
-
 from .attention import causal_attention
 from .config import LighthouseConfig
-from .fused_ops import causal_score_levels, gather_pyramid, pool_and_score, scatter_back, select_order
+from .fused_ops import (
+    GatherOrder,
+    Pyramid,
+    causal_score_levels,
+    decode,
+    gather_pyramid,
+    pool_and_score,
+    scatter_back,
+    select_order,
+    stored_levels,
+)
 from .scoring import CausalAttention, pyramid_scores, token_scores
 from .selection import Selection
 

@@ -4,7 +4,7 @@ scatter-back forward; scatter-back, attention and gather-with-pooling backward.
 At short lengths the layer is bound by host time, not by the GPU (at N=8K one forward+backward through
 three autograd nodes, SDPA's dispatch and Triton's launch path took 1.66 ms of host time on an H100 host
 for 0.2 ms of GPU work). This node calls the attention kernel's own forward and backward ops
-(`lighthouse.attention.direct_attention`) and the kernels through `kernels.launch.launch`. Under
+(`lighthouse.attention.direct_attention`) and the kernels' functions without autograd (`lighthouse.fused_ops`). Under
 torch.compile the layer is the custom op `lighthouse::fused_forward`, whose registered backward is the
 custom op `lighthouse::fused_backward`: compiled code runs this same host path instead of launching the
 Triton kernels through Inductor, and activation checkpointing recomputes the op. Values equal the
@@ -19,13 +19,10 @@ from typing import get_type_hints
 import torch
 from torch import Tensor
 
-from kernels.gather import gather_rows, gather_rows_backward
-from kernels.pyramid import pyramid_entries
-from kernels.scatter import scatter_rows, scatter_rows_backward
-
 from .attention import DirectAttention, causal_attention, direct_attention, sdpa_inputs
 from .config import LighthouseConfig, gathered_length
 from .fused import attend_in_order, pool_and_score_pyramids, select_gather_order
+from .fused_ops import gather_rows, gather_rows_backward, pyramid_entries, scatter_rows, scatter_rows_backward
 
 # The layer's settings (every field of `LighthouseConfig`), in the order the custom ops take them.
 FIELDS = tuple(f.name for f in fields(LighthouseConfig))

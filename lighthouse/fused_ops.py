@@ -5,7 +5,9 @@ launcher, single device and per CP chunk alike; eagerly the kernels' own functio
 without the custom-op dispatch's host time. Both give the same values bit for bit.
 
 Selection (`pool_and_score`, `causal_score_levels`, `select_order`) carries no gradient; `gather_pyramid` and
-`scatter_back` are differentiable in q, k, v and O~.
+`scatter_back` are differentiable in q, k, v and O~. This is the one module of `lighthouse/` that imports
+`kernels/`: the one-node layer (`fused_node`, itself a custom op under compile) takes the kernels' forward and
+backward functions without autograd (`gather_rows`, `scatter_rows` and their backwards) and their types from here.
 """
 from __future__ import annotations
 
@@ -16,9 +18,17 @@ from kernels import gather as gather_kernels
 from kernels import pyramid as pyramid_kernels
 from kernels import scatter as scatter_kernels
 from kernels import selection as selection_kernels
-from kernels.ordering import packed_dtype
-from kernels.pyramid import Pyramid, pyramid_entries, stored_rows
+from kernels.gather import gather_rows, gather_rows_backward
+from kernels.ordering import decode, packed_dtype
+from kernels.pyramid import Pyramid, pyramid_entries, stored_levels, stored_rows
+from kernels.scatter import scatter_rows, scatter_rows_backward
 from kernels.selection import GatherOrder
+
+__all__ = [
+    "GatherOrder", "Pyramid", "causal_score_levels", "decode", "gather_pyramid", "gather_rows", "gather_rows_backward",
+    "pool_and_score", "pyramid_entries", "scatter_back", "scatter_rows", "scatter_rows_backward", "select_order",
+    "stored_levels",
+]
 
 from .config import gathered_length
 
@@ -95,7 +105,7 @@ def select_order(sq: Tensor, sk: Tensor, seq_len: int, pool: int, levels: int, t
 @torch.library.custom_op("lighthouse::gather_rows", mutates_args=())
 def _gather_rows(q: Tensor, k: Tensor, v: Tensor, qp: Tensor, kp: Tensor, vp: Tensor, stored: int, packed: Tensor,
                  slots: Tensor, pool: int, levels: int) -> tuple[Tensor, Tensor, Tensor]:
-    return gather_kernels.gather_rows(q, k, v, qp, kp, vp, stored, packed, pool, levels)
+    return gather_rows(q, k, v, qp, kp, vp, stored, packed, pool, levels)
 
 
 @_gather_rows.register_fake
@@ -107,7 +117,7 @@ def _(q, k, v, qp, kp, vp, stored, packed, slots, pool, levels):
 @torch.library.custom_op("lighthouse::gather_rows_backward", mutates_args=())
 def _gather_rows_backward(dqt: Tensor, dkt: Tensor, dvt: Tensor, slots: Tensor, seq_len: int, pool: int,
                           levels: int) -> tuple[Tensor, Tensor, Tensor]:
-    return gather_kernels.gather_rows_backward(dqt, dkt, dvt, slots, seq_len, pool, levels)
+    return gather_rows_backward(dqt, dkt, dvt, slots, seq_len, pool, levels)
 
 
 @_gather_rows_backward.register_fake
@@ -143,7 +153,7 @@ def gather_pyramid(q: Tensor, k: Tensor, v: Tensor, pyramid: Pyramid, packed: Te
 @torch.library.custom_op("lighthouse::scatter_rows", mutates_args=())
 def _scatter_rows(o_tilde: Tensor, slots: Tensor, seq_len: int, pool: int, levels: int, spill: bool,
                   out_dtype: torch.dtype | None) -> Tensor:
-    return scatter_kernels.scatter_rows(o_tilde, slots, seq_len, pool, levels, spill, out_dtype)
+    return scatter_rows(o_tilde, slots, seq_len, pool, levels, spill, out_dtype)
 
 
 @_scatter_rows.register_fake
@@ -156,7 +166,7 @@ def _(o_tilde, slots, seq_len, pool, levels, spill, out_dtype):
 @torch.library.custom_op("lighthouse::scatter_rows_backward", mutates_args=())
 def _scatter_rows_backward(grad_o: Tensor, slots: Tensor, seq_len: int, gathered: int, pool: int, levels: int,
                            dtype: torch.dtype) -> Tensor:
-    return scatter_kernels.scatter_rows_backward(grad_o, slots, seq_len, gathered, pool, levels, dtype)
+    return scatter_rows_backward(grad_o, slots, seq_len, gathered, pool, levels, dtype)
 
 
 @_scatter_rows_backward.register_fake

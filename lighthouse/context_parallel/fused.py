@@ -15,12 +15,9 @@ from typing import Callable
 
 import torch
 
-from kernels.pyramid import Pyramid
-from kernels.selection import GatherOrder
-
 from ..config import LighthouseConfig
 from ..fused import attend_in_order, norm_score_pyramids, pyramid_levels_to_store, score_pyramid, select_gather_order
-from ..fused_ops import pool_and_score
+from ..fused_ops import GatherOrder, Pyramid, pool_and_score
 from ..scoring import CausalAttention
 
 
