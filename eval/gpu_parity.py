@@ -30,7 +30,7 @@ from lighthouse import (
     reference_lighthouse_attention,
     token_scores,
 )
-from lighthouse.fused import attend_in_order, pyramid_levels_to_store, select_gather_order, selection_of
+from lighthouse.fused import Plan, attend, pyramid_levels_to_store, select_gather_order, selection_of
 from lighthouse.fused_node import fused_lighthouse_attention
 from lighthouse.testing import ERROR_RATIO, error_ratio
 
@@ -109,7 +109,7 @@ def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs:
 
     ref = fwd_bwd(lambda *x: reference_lighthouse_attention(*x, config), q, k, v, grad_o)
     ref_order = select_gather_order(ref_sq, ref_sk, n, config)
-    ref_scored = fwd_bwd(lambda q_, k_, v_: attend_in_order(q_, k_, v_, pyramid, ref_order, config), q, k, v, grad_o)
+    ref_scored = fwd_bwd(lambda q_, k_, v_: attend(q_, k_, v_, Plan(pyramid, ref_order), config), q, k, v, grad_o)
     layer = ratios(ref, ref_scored)
     ok &= max(layer) <= tol
     fused = fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v, grad_o)

@@ -8,7 +8,7 @@ for 0.2 ms of GPU work). This node calls the attention kernel's own forward and 
 torch.compile the layer is the custom op `lighthouse::fused_forward`, whose registered backward is the
 custom op `lighthouse::fused_backward`: compiled code runs this same host path instead of launching the
 Triton kernels through Inductor, and activation checkpointing recomputes the op. Values equal the
-three-node path (`attend_in_order`) bit for bit.
+three-node path (`plan`, then `attend`) bit for bit.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from torch import Tensor
 
 from .attention import DirectAttention, causal_attention, direct_attention, sdpa_inputs
 from .config import LighthouseConfig, gathered_length
-from .fused import attend_in_order, pool_and_score_pyramids, select_gather_order
+from .fused import attend, plan
 from .fused_ops import gather_rows, gather_rows_backward, pyramid_entries, scatter_rows, scatter_rows_backward
 
 # The layer's settings (every field of `LighthouseConfig`), in the order the custom ops take them.
@@ -60,8 +60,7 @@ def fused_forward(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig, wit
     k, v [B, N, G, D]; no autograd."""
     n = q.shape[1]
     attention = _attention(config.backend, q)
-    pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
-    order = select_gather_order(sq, sk, n, config)
+    pyramid, order = plan(q, k, v, config)
     gathered = gather_rows(q, k, v, pyramid.q, pyramid.k, pyramid.v, pyramid.stored, order.packed, config.pool,
                            config.levels)
     qh, kh, vh = _heads_first(*gathered, attention)
@@ -167,7 +166,7 @@ def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: Lighthou
     One autograd node (`FusedLighthouse`; without gradients, its forward alone; under torch.compile the
     custom op with its registered backward) where the attention kernel has direct ops here
     (`direct_attention`: cuDNN on CUDA, flash on CPU), else gather, attention and scatter-back as three
-    (`lighthouse.fused.attend_in_order`). Differentiable in q, k, v; no host synchronisation and static
+    (`lighthouse.fused.plan`, then `attend`). Differentiable in q, k, v; no host synchronisation and static
     shapes (CUDA-graph and torch.compile friendly). `lighthouse.layer.resolve_implementation` has checked
     that the kernels take the call.
     """
@@ -180,7 +179,4 @@ def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: Lighthou
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             return FusedLighthouse.apply(q, k, v, config)
         return fused_forward(q, k, v, config, with_lse=False)[0]
-    with torch.no_grad():
-        pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
-        order = select_gather_order(sq, sk, q.shape[1], config)
-    return attend_in_order(q, k, v, pyramid, order, config)
+    return attend(q, k, v, plan(q, k, v, config), config)

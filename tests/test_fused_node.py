@@ -10,7 +10,7 @@ import torch
 pytest.importorskip("triton")
 
 from lighthouse import LighthouseConfig
-from lighthouse.fused import attend_in_order, pool_and_score_pyramids, select_gather_order
+from lighthouse.fused import attend, plan
 from lighthouse.fused_node import fused_lighthouse_attention, settings
 
 from .helpers import DEVICE, random_qkv
@@ -28,10 +28,7 @@ CASE_IDS = ["B2-H4-G2-L3-p2", "B1-G=H-L2-p4", "B2-H4-G1-causal", "dilated"]
 
 
 def _three_nodes(q, k, v, config):
-    with torch.no_grad():
-        pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
-        order = select_gather_order(sq, sk, q.shape[1], config)
-    return attend_in_order(q, k, v, pyramid, order, config)
+    return attend(q, k, v, plan(q, k, v, config), config)
 
 
 def _output_and_grads(layer, q, k, v, config, grad_o):
