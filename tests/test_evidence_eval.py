@@ -23,6 +23,8 @@ from recipe.corpus import make_corpus
 from recipe.data import LocalFiles, PackedDocuments, match_local_files
 from recipe.tokenizer import ByteTokenizer
 
+from .helpers import child_env
+
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,7 +56,7 @@ def trained(tmp_path_factory):
 def run_script(name: str, *argv: str) -> subprocess.CompletedProcess:
     """`python scripts/<name>.py <argv>` from the repository root."""
     return subprocess.run([sys.executable, f"scripts/{name}.py", *argv], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=child_env())
 
 
 def record(name: str, out: Path, *argv: str) -> dict:

@@ -21,6 +21,8 @@ from recipe.launch import single_process_env
 from recipe.run_record import source_commit
 from recipe.tokenizer import NUM_BYTES, ByteTokenizer
 
+from .helpers import child_env
+
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +50,7 @@ def step_folder(tmp_path_factory) -> Path:
 def export_hf(*argv: str) -> subprocess.CompletedProcess:
     """`python scripts/export_hf.py <argv>` from the repository root."""
     return subprocess.run([sys.executable, "scripts/export_hf.py", *argv], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=child_env())
 
 
 @pytest.fixture(scope="module")
