@@ -1,4 +1,4 @@
-"""Settings and fixtures shared by the test suites of tests/ and kernels/.
+"""Settings and fixtures shared by the test suites under tests/ (the kernels' own under tests/kernels/).
 
 - Without CUDA the Triton kernels run in Triton's interpreter: TRITON_INTERPRET=1 is set here, before any
   test module imports a kernel (Triton reads it when a kernel is defined), and is inherited by the
@@ -8,6 +8,8 @@
 - Every test runs in a fresh working folder of its own that holds links to the checkout's tracked files and
   folders (`configs/`, `train.py`, ...) and nothing else, so relative paths read the checkout's inputs but
   never meet what an earlier run left there (the quickstart's `./outputs/debug/checkpoint`, a `sweeps/`).
+- The recipe's compatibility layer is installed before any test module imports torchtitan, as `train.py`
+  installs it (`recipe.compat.install`, a no-op with an accelerator).
 - `ranks`: one pool of 2 CPU ranks in a gloo group for the whole session (tests/ranks.py).
 - Marker `slow` (pyproject.toml): training processes, multi-rank groups, long end-to-end runs; the fast
   loop is `pytest -m "not slow"`.
@@ -27,8 +29,11 @@ import torch
 if TYPE_CHECKING:
     from tests.ranks import RankPool
 
+from recipe.compat import install
+
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+install()
 
 REPO = Path(__file__).resolve().parent
 RANK_POOL_WORLD = 2
@@ -60,9 +65,7 @@ def fresh_working_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
 @pytest.fixture(scope="session")
 def ranks() -> Iterator[RankPool]:
     """The session's 2 gloo ranks; `ranks.run(check, degree, *args)` runs a check on each of them."""
-    # Imported here: tests.ranks imports `recipe`, which patches torchtitan on CPU; only sessions that
-    # start the pool need that.
-    from tests.ranks import RankPool
+    from tests.ranks import RankPool  # imported here: only sessions that start the pool need its imports
 
     pool = RankPool(RANK_POOL_WORLD)
     yield pool

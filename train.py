@@ -10,10 +10,12 @@ A configuration mistake ends in one line and exit code 2 (`LIGHTHOUSE_DEBUG=1`: 
 import os
 import sys
 
-import recipe  # noqa: F401  (first: prepares torchtitan on machines without an accelerator)
-import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
-from recipe.launch import single_process_env
-from recipe.trainer import main
+from recipe.compat import install
+
+install()  # the CPU compatibility layer (a no-op with an accelerator), before torchtitan is imported
+
+from recipe.launch import single_process_env  # noqa: E402
+from recipe.trainer import main  # noqa: E402
 
 if __name__ == "__main__":
     if "RANK" not in os.environ:  # a plain `python train.py` is a one-process job; torchrun sets these itself

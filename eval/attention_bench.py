@@ -11,6 +11,8 @@ pooling and gather kernels against torch.compile / torch.gather.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import statistics
 import sys
@@ -97,7 +99,7 @@ def budgets(n: int) -> list[int]:
 def valid(n: int, topk: int) -> bool:
     """Whether the benchmark's L, p with budget topk take length n."""
     try:
-        LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk).validate(n)
+        LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, selection="paper").validate(n)
         return True
     except ValueError:
         return False
@@ -144,7 +146,7 @@ def hbm_copy_gbps() -> float:
 
 def stage_breakdown(n: int, topk: int) -> list[tuple[str, float, float | None]]:
     """(stage, ms, achieved GB/s or None) of each stage, forward then backward, at one point."""
-    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn")
+    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn", selection="paper")
     stored = pyramid_levels_to_store(n, config)  # the pooled levels the layer keeps
     q, k, v = qkv(n)
     es = 2  # bytes per bf16 element
@@ -190,7 +192,7 @@ def stage_breakdown(n: int, topk: int) -> list[tuple[str, float, float | None]]:
 def host_breakdown(n: int, topk: int) -> list[tuple[str, float]]:
     """`eval.host_time.host_segments` of the layer at one point, on fresh inputs."""
     q, k, v = qkv(n)
-    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn")
+    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn", selection="paper")
     return host_segments(q, k, v, torch.randn_like(q), config)
 
 
@@ -246,7 +248,7 @@ def graph_points(ns: list[int]) -> list[dict]:
     rows = []
     for n in ns:
         for topk in (t for t in budgets(n) if valid(n, t)):
-            config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn")
+            config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn", selection="paper")
             row = dict(N=n, topk=topk, S=config.gathered_len(n))
             for name, fn in (("lh", lambda *x: fused_lighthouse_attention(*x, config)), ("sdpa", cudnn)):
                 q, k, v = qkv(n)
@@ -302,7 +304,7 @@ def graph_capture_report(n: int, config: LighthouseConfig, layer: Attention) -> 
     qt, kt, vt = gather_pyramid(q, k, v, pyramid, packed, slots, POOL, LEVELS)
     qg, kg, vg = (x.detach().requires_grad_() for x in (qt, kt, vt))
     grad_t = torch.randn_like(qt)
-    others = {b: LighthouseConfig(levels=LEVELS, pool=POOL, topk=config.topk, backend=b) for b in ("flash", "efficient")}
+    others = {b: dataclasses.replace(config, backend=b) for b in ("flash", "efficient")}
     forward_only = {
         "pool+scores": lambda: pool_and_score(q, k, v, POOL, LEVELS, stored=stored),
         "select": lambda: select_gather_order(pyramid.sq, pyramid.sk, n, config),
@@ -341,7 +343,7 @@ def graph_capture_report(n: int, config: LighthouseConfig, layer: Attention) -> 
 
 def check_compile_and_graphs(n: int) -> list[str]:
     """Run the layer (fwd+bwd) under torch.compile(fullgraph=True) and in a captured CUDA graph."""
-    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=max(128, n // 64), backend="cudnn")
+    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=max(128, n // 64), backend="cudnn", selection="paper")
     q, k, v = qkv(n)
     grad_o = torch.randn_like(q)
 
@@ -368,7 +370,7 @@ def check_compile_and_graphs(n: int) -> list[str]:
 
 def extras(n: int, topk: int) -> list[str]:
     """The fused pooling pass vs torch.compile of the reference, and the gather kernel vs torch.gather."""
-    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn")
+    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn", selection="paper")
     stored = pyramid_levels_to_store(n, config)
     q, k, v = qkv(n, grad=False)
     notes = []
@@ -457,7 +459,7 @@ def plot(points: list[dict], directory: Path) -> None:
 def run_once(n: int) -> None:
     """One forward+backward of the layer at length n, k=2048 (to profile a single call, e.g. under ncu);
     ValueError if that budget does not fit n (the fused call itself does not check lengths)."""
-    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=2048, backend="cudnn")
+    config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=2048, backend="cudnn", selection="paper")
     config.validate(n)
     q, k, v = qkv(n)
     torch.autograd.grad(fused_lighthouse_attention(q, k, v, config), (q, k, v), torch.randn_like(q))

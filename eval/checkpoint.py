@@ -9,14 +9,13 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import recipe  # noqa: F401  (first: prepares torchtitan on machines without an accelerator)
-import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec that build_model looks up)
 import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torchtitan.config import ConfigManager, JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
+import recipe.train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec that build_model looks up)
 from recipe.trainer import check_job
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import recipe  # noqa: F401  (before torchtitan)
 import torch
 from torchtitan.config import JobConfig
 

@@ -30,20 +30,21 @@ from lighthouse import (
     reference_lighthouse_attention,
     token_scores,
 )
-from lighthouse.fused import attend_in_order, pyramid_levels_to_store, select_gather_order, selection_of
+from lighthouse.fused import Plan, attend, pyramid_levels_to_store, select_gather_order, selection_of
 from lighthouse.fused_node import fused_lighthouse_attention
 from lighthouse.testing import ERROR_RATIO, error_ratio
 
-# (B, N, H, G, D, dtype, LighthouseConfig kwargs)
+# (B, N, H, G, D, dtype, LighthouseConfig kwargs); the paper's selection, whose scores the pooling pass computes
 CASES = [
-    (1, 8192, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=128)),
-    (2, 65536, 8, 2, 128, torch.bfloat16, dict(levels=3, pool=4, topk=2048)),
-    (1, 131072, 8, 8, 64, torch.bfloat16, dict(levels=4, pool=2, topk=1024, tile_budget=64)),
-    (1, 32768, 4, 4, 128, torch.float32, dict(levels=2, pool=8, topk=512, backend="efficient")),
-    (1, 262144, 8, 4, 128, torch.bfloat16, dict(levels=3, pool=4, topk=4096, tile_budget=256)),
-    (1, 16384, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=256, scorer="dilated", dilation=4)),
-    (1, 524288, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=2048)),
-    (1, 524288, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=8192)),
+    (1, 8192, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=128, selection="paper")),
+    (2, 65536, 8, 2, 128, torch.bfloat16, dict(levels=3, pool=4, topk=2048, selection="paper")),
+    (1, 131072, 8, 8, 64, torch.bfloat16, dict(levels=4, pool=2, topk=1024, tile_budget=64, selection="paper")),
+    (1, 32768, 4, 4, 128, torch.float32, dict(levels=2, pool=8, topk=512, backend="efficient", selection="paper")),
+    (1, 262144, 8, 4, 128, torch.bfloat16, dict(levels=3, pool=4, topk=4096, tile_budget=256, selection="paper")),
+    (1, 16384, 8, 8, 128, torch.bfloat16,
+     dict(levels=3, pool=4, topk=256, scorer="dilated", dilation=4, selection="paper")),
+    (1, 524288, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=2048, selection="paper")),
+    (1, 524288, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=8192, selection="paper")),
 ]
 QUICK = [0, 1, 3, 6]
 
@@ -89,7 +90,8 @@ def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs:
     start = time.perf_counter()
 
     with torch.no_grad():
-        ref_levels = [pyramid_scores(s, config.pool, config.levels) for s in token_scores(q, k, v, config)]
+        ref_levels = [pyramid_scores(s, config.pool, config.levels, config.selection)
+                      for s in token_scores(q, k, v, config)]
         ref_sq, ref_sk = (torch.cat(s, dim=-1) for s in ref_levels)
         ref_sel = descend(*ref_levels, config)
         fast_sel = selection_of(select_gather_order(ref_sq, ref_sk, n, config).packed, config)
@@ -107,7 +109,7 @@ def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs:
 
     ref = fwd_bwd(lambda *x: reference_lighthouse_attention(*x, config), q, k, v, grad_o)
     ref_order = select_gather_order(ref_sq, ref_sk, n, config)
-    ref_scored = fwd_bwd(lambda q_, k_, v_: attend_in_order(q_, k_, v_, pyramid, ref_order, config), q, k, v, grad_o)
+    ref_scored = fwd_bwd(lambda q_, k_, v_: attend(q_, k_, v_, Plan(pyramid, ref_order), config), q, k, v, grad_o)
     layer = ratios(ref, ref_scored)
     ok &= max(layer) <= tol
     fused = fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v, grad_o)

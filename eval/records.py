@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import recipe  # noqa: F401  (before torchtitan)
 import torch
 import torchtitan
 from torchtitan.config import JobConfig

@@ -21,7 +21,6 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-import recipe  # noqa: F401  (before torchtitan)
 from torchtitan.config import ConfigManager
 
 from recipe.metrics import METRICS_FILE, read_metrics

@@ -1,7 +1,7 @@
 """Triton kernels of the Lighthouse layer, one module per pipeline stage (mirroring `lighthouse/`).
 
 Each takes tensors and plain numbers, imports nothing else of the project, and is tested against its
-pure-PyTorch reference beside it (`kernels/test_<stage>.py`); `lighthouse/fused.py` composes them into the
+pure-PyTorch reference in `tests/kernels/test_<stage>.py`; `lighthouse/fused.py` composes them into the
 layer. Importing this package builds nothing: Triton decides when a submodule is imported whether its kernels
 run compiled or interpreted (TRITON_INTERPRET=1).
 """

@@ -6,8 +6,8 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
-from triton import knobs
-from triton.runtime.jit import JITFunction
+
+from .compat import constexpr_values, is_jit_function, launch_hooks_set, run_compiled
 
 # (kernel, device, argument specialisation, constexprs and options) -> (compiled kernel, constexpr values)
 _COMPILED: dict[tuple, tuple[Any, tuple]] = {}
@@ -30,12 +30,6 @@ def _specialisation(args: tuple) -> tuple:
     return tuple([(a.dtype, a.data_ptr() % 16 == 0) if type(a) is torch.Tensor else a for a in args])
 
 
-def _hooked() -> bool:
-    """Whether a launch hook is set (an empty `HookChain`, Triton's default, is none)."""
-    return any(hook is not None and getattr(hook, "calls", True)
-               for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook))
-
-
 def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> None:
     """`kernel[grid](*args, **kwargs)` with the runtime arguments positional and the constexprs and launch
     options by keyword. Once a specialisation has compiled, later launches on CUDA call its launcher
@@ -44,7 +38,7 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Non
 
     Triton's own path runs under its interpreter, while torch.compile traces (it traces that path) and
     while launch hooks are set (profilers read them)."""
-    if not isinstance(kernel, JITFunction) or torch.compiler.is_compiling() or _hooked():
+    if not is_jit_function(kernel) or torch.compiler.is_compiling() or launch_hooks_set():
         kernel[grid](*args, **kwargs)
         return
     device = torch.cuda.current_device()
@@ -52,15 +46,12 @@ def launch(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> Non
     entry = _COMPILED.get(key)
     if entry is None:
         compiled = kernel[grid](*args, **kwargs)
-        constexprs = kernel.params[len(args):]
-        if all(p.is_constexpr and p.name in kwargs for p in constexprs) and not any(
-                p.is_constexpr for p in kernel.params[:len(args)]):
-            _COMPILED[key] = (compiled, tuple(kwargs[p.name] for p in constexprs))
+        constexprs = constexpr_values(kernel, args, kwargs)
+        if constexprs is not None:
+            _COMPILED[key] = (compiled, constexprs)
         return
-    compiled, constexpr_values = entry
-    grid = tuple(grid) + (1,) * (3 - len(grid))
-    compiled.run(*grid, torch._C._cuda_getCurrentRawStream(device), compiled.function, compiled.packed_metadata,
-                 None, None, None, *args, *constexpr_values)
+    compiled, constexprs = entry
+    run_compiled(compiled, grid, device, args, constexprs)
 
 
 def row_block(head_dim: int) -> tuple[int, int]:

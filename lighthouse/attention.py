@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .compat import sdpa
 from .flash_attn import flash_attn_causal
 
 SDPA_BACKENDS = {
@@ -74,30 +75,6 @@ class DirectAttention(NamedTuple):
     name: str
 
 
-def _cudnn_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, with_lse: bool
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    out = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, with_lse, 0.0, True, False)
-    return out[0], out[1]
-
-
-def _cudnn_backward(grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                    lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # no dropout: the philox seed and offset are not read; dense rows: no cumulative lengths
-    s = q.shape[2]
-    return torch.ops.aten._scaled_dot_product_cudnn_attention_backward(
-        grad_o, q, k, v, o, lse, None, None, None, None, None, s, s, 0.0, True)
-
-
-def _cpu_flash_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, with_lse: bool
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, True)
-
-
-def _cpu_flash_backward(grad_o: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                        lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(grad_o, q, k, v, o, lse, 0.0, True)
-
-
 def direct_attention(backend: str, device: torch.device, dtype: torch.dtype) -> DirectAttention | None:
     """The forward and backward ops of the SDPA kernel `backend` resolves to here, where they are wired up:
     cuDNN on CUDA (the default for bf16/fp16) and the flash kernel on CPU; None for any other kernel (the
@@ -106,7 +83,7 @@ def direct_attention(backend: str, device: torch.device, dtype: torch.dtype) -> 
     forward+backward on 1,536 gathered rows took 375 us of host time that way, 143 us called directly)."""
     name = resolve_backend(backend, device, dtype)
     if name == "cudnn" and device.type == "cuda":
-        return DirectAttention(_cudnn_forward, _cudnn_backward, name)
+        return DirectAttention(sdpa.cudnn_forward, sdpa.cudnn_backward, name)
     if name == "flash" and device.type == "cpu":
-        return DirectAttention(_cpu_flash_forward, _cpu_flash_backward, name)
+        return DirectAttention(sdpa.cpu_flash_forward, sdpa.cpu_flash_backward, name)
     return None

@@ -22,29 +22,44 @@ def gathered_length(seq_len: int, levels: int, pool: int, topk: int) -> int:
 
 @dataclass(frozen=True)
 class LighthouseConfig:
-    """One Lighthouse layer's settings.
+    """One Lighthouse layer's settings: the only definition of its fields and their defaults (the recipe's
+    `[lighthouse]` section is derived from these fields, docs included).
 
-    levels: pyramid depth L (1 = plain dense causal attention); pool: factor p between levels;
-    topk: selection budget k per level; tile_budget: per-tile budget m (k / m tiles per row);
-    scorer: "norm" (default) or "dilated"; dilation: stride of the dilated scorer;
-    selection: "paper" (an entry's expansion score is the max over its whole window) or "causal" (the max
-    over the p**l tokens ending at its first token, so no score that decides what position j receives
-    reads a token after j; SPEC section 3);
-    backend: the inner attention kernel on the gathered sequence ("auto" = cuDNN on CUDA, math on CPU);
-    implementation: which pipeline runs the layer ("auto" = the fused Triton kernels on CUDA where they
-    apply, else the pure-PyTorch reference; "fused"; "reference", for debugging).
     The settings are checked at construction; `validate(seq_len)` checks a sequence length against them.
+    The defaults are the paper's L3 p2 k1536 stage-1 layer with causal selection.
     """
 
-    levels: int
-    pool: int
-    topk: int
+    levels: int = 3
+    """Pyramid depth L (1 = plain dense causal attention)."""
+
+    pool: int = 2
+    """Pooling factor p between levels (a power of two >= 2)."""
+
+    topk: int = 1536
+    """Selection budget k per level (a multiple of tile_budget)."""
+
     tile_budget: int = 128
+    """Per-tile budget m; each row is cut into topk / tile_budget tiles that select independently."""
+
     scorer: str = "norm"
+    """"norm" (L2 norms of q and k) or "dilated" (strided softmax attention)."""
+
     dilation: int = 4
-    selection: str = "paper"
+    """Stride of the dilated scorer."""
+
+    selection: str = "causal"
+    """"causal" (an entry scores the p**l tokens ending at its first token, so no score that decides what
+    position j receives reads a token after j) or "paper" (the max over the entry's whole window: a trained
+    model learns to read the next tokens through it, so its stage-1 losses are optimistic; SPEC section 3).
+    The default is "causal": docs/causality.md measures the leak, docs/results.md the time to quality."""
+
     backend: str = "auto"
+    """Inner attention kernel on the gathered sub-sequence: auto (cuDNN on CUDA, math on CPU), cudnn, flash,
+    efficient, math, flash_attn."""
+
     implementation: str = "auto"
+    """Pipeline that runs the layer: auto (the fused Triton kernels on CUDA where they apply, else the
+    pure-PyTorch reference), fused, or reference (debugging)."""
 
     def __post_init__(self) -> None:
         self.check()

@@ -1,5 +1,6 @@
-"""The stages of the fused Lighthouse layer: the Triton kernels of `kernels/` composed into the pipeline of
-`reference.py` (`lighthouse.fused_node` runs them as the layer; context parallelism composes them itself).
+"""The stages of the fused Lighthouse layer: the Triton kernels of `kernels/` (through `fused_ops`, custom ops
+under torch.compile) composed into the pipeline of `reference.py` (`lighthouse.fused_node` runs them as the
+layer; context parallelism composes them per chunk).
 
 Same function as `lighthouse.reference_lighthouse_attention` (SPEC sections 1-5), same argument layout.
 Differences from the reference are float rounding only: per-token norms and pooled means are summed in
@@ -10,17 +11,23 @@ Importing this module imports Triton; `lighthouse.layer` imports the fused layer
 from __future__ import annotations
 
 from functools import partial
+from typing import Callable, NamedTuple
 
 import torch
 
-from kernels.gather import gather_pyramid
-from kernels.ordering import decode
-from kernels.pyramid import Pyramid, causal_score_levels, pool_and_score, stored_levels
-from kernels.scatter import scatter_back
-from kernels.selection import GatherOrder, select_order
-
 from .attention import causal_attention
 from .config import LighthouseConfig
+from .fused_ops import (
+    GatherOrder,
+    Pyramid,
+    causal_score_levels,
+    decode,
+    gather_pyramid,
+    pool_and_score,
+    scatter_back,
+    select_order,
+    stored_levels,
+)
 from .scoring import CausalAttention, pyramid_scores, token_scores
 from .selection import Selection
 
@@ -87,30 +94,65 @@ def pyramid_levels_to_store(seq_len: int, config: LighthouseConfig) -> int:
     return stored_levels(seq_len, config.pool, config.levels, config.pool * config.topk)
 
 
-def pool_and_score_pyramids(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig
-                            ) -> tuple[Pyramid, torch.Tensor, torch.Tensor]:
-    """Pooled levels and score pyramids sq, sk [B, G, sum_l N/p^l] of contiguous q, k, v: the norm scorer's
-    scores come out of the pooling pass, any other scorer's from `lighthouse.token_scores`."""
-    norm = scores_in_pooling_pass(config)
-    pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=norm,
-                             stored=pyramid_levels_to_store(q.shape[1], config))
-    if norm:
-        return (pyramid, *norm_score_pyramids(pyramid, q.shape[1], config))
-    return (pyramid, *(score_pyramid(s, config) for s in token_scores(q, k, v, config)))
+class Plan(NamedTuple):
+    """What `attend` needs besides q, k, v: their pooled levels (`Pyramid`) and the gather order with its
+    inverse map (`GatherOrder`)."""
+
+    pyramid: Pyramid
+    order: GatherOrder
 
 
-def attend_in_order(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, order: GatherOrder,
-                    config: LighthouseConfig, spill: bool = False,
-                    attention: CausalAttention | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """Gather, attention and scatter-back for the gather order `order` (`select_gather_order`), given
-    contiguous q, k, v and their pooled levels; levels >= 2.
+ScoreHistory = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+"""(sq, sk) level-0 scores of the rows, float32 [R, G, N] -> the level-0 scores of the p**(L-1) - 1 tokens
+before each row, [R, G, p**(L-1) - 1] each (-inf before token 0): a row that does not start the sequence
+(a context-parallel chunk) under selection="causal"."""
 
-    `attention` maps the gathered Q~ [B, S, H, D], K~, V~ [B, S, G, D] to O~ [B, S, H, D]; by default the
+
+@torch.no_grad()
+def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
+         prefixes: tuple[bool, ...] = (True,), scores: tuple[torch.Tensor, torch.Tensor] | None = None,
+         history: ScoreHistory | None = None) -> Plan:
+    """Pooling, scores and selection of contiguous rows q [R, N, H, D], k, v [R, N, G, D] for `config`
+    (levels >= 2, valid for N); no gradient. Every caller plans through here: the fused layer on one device
+    and context parallelism on a shard's chunks (`lighthouse.context_parallel.fused`).
+
+    The norm scorer's level-0 scores come out of the pooling pass; `scores` (sq, sk float32 [R, G, N]) are a
+    caller's own (context parallelism rings the dilated scorer's attention), else `lighthouse.token_scores`.
+    Rows are `len(prefixes)` interleaved groups: row r keeps the prefix guarantee iff
+    `prefixes[r % len(prefixes)]` (a chunk that does not hold token 0 has none). `history`: the scores
+    before each row for selection="causal" (None: every row starts the sequence).
+    """
+    n = q.shape[1]
+    in_pass = scores is None and scores_in_pooling_pass(config)
+    with_history = history is not None and config.selection == "causal"
+    pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=in_pass,
+                             stored=pyramid_levels_to_store(n, config))
+    if in_pass:
+        before = history(pyramid.sq[..., :n], pyramid.sk[..., :n]) if with_history else None
+        sq, sk = norm_score_pyramids(pyramid, n, config, before)
+    else:
+        level0 = scores if scores is not None else token_scores(q, k, v, config)
+        before = history(*level0) if with_history else (None, None)
+        sq, sk = (score_pyramid(s, config, h) for s, h in zip(level0, before))
+    groups = len(prefixes)
+    if groups == 1:
+        return Plan(pyramid, select_gather_order(sq, sk, n, config, prefixes[0]))
+    parts = [select_gather_order(sq[i::groups], sk[i::groups], n, config, prefix) for i, prefix in enumerate(prefixes)]
+    return Plan(pyramid, GatherOrder(*(torch.stack(group, dim=1).flatten(0, 1) for group in zip(*parts))))
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Plan, config: LighthouseConfig,
+           spill: bool = False, attention: CausalAttention | None = None,
+           out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Gather, attention and scatter-back of contiguous q, k, v for their `plan`; levels >= 2.
+
+    `attention` maps the gathered Q~ [R, S, H, D], K~, V~ [R, S, G, D] to O~ [R, S, H, D]; by default the
     causal SDPA of `config.backend` (context parallelism passes its ring attention). `spill` keeps the
     p**(L-1)-1 positions past the end (a context-parallel chunk's halo). The output is `out_dtype` (q's
     dtype if None), summed in float32.
     """
-    n, pool, levels = q.shape[1], config.pool, config.levels
-    attention = attention or partial(causal_attention, backend=config.backend)
-    q_t, k_t, v_t = gather_pyramid(q, k, v, pyramid, order.packed, order.slots, pool, levels)
+    n, pool, levels, order = q.shape[1], config.pool, config.levels, plan.order
+    if attention is None:  # not `attention or ...`: Dynamo cannot branch on a function's truth value
+        attention = partial(causal_attention, backend=config.backend)
+    q_t, k_t, v_t = gather_pyramid(q, k, v, plan.pyramid, order.packed, order.slots, pool, levels)
     return scatter_back(attention(q_t, k_t, v_t), order.slots, n, pool, levels, spill, out_dtype)

@@ -4,36 +4,40 @@ scatter-back forward; scatter-back, attention and gather-with-pooling backward.
 At short lengths the layer is bound by host time, not by the GPU (at N=8K one forward+backward through
 three autograd nodes, SDPA's dispatch and Triton's launch path took 1.66 ms of host time on an H100 host
 for 0.2 ms of GPU work). This node calls the attention kernel's own forward and backward ops
-(`lighthouse.attention.direct_attention`) and the kernels through `kernels.launch.launch`. Under
+(`lighthouse.attention.direct_attention`) and the kernels' functions without autograd (`lighthouse.fused_ops`). Under
 torch.compile the layer is the custom op `lighthouse::fused_forward`, whose registered backward is the
 custom op `lighthouse::fused_backward`: compiled code runs this same host path instead of launching the
 Triton kernels through Inductor, and activation checkpointing recomputes the op. Values equal the
-three-node path (`attend_in_order`) bit for bit.
+three-node path (`plan`, then `attend`) bit for bit.
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from functools import lru_cache
+from typing import get_type_hints
 
 import torch
 from torch import Tensor
 
-from kernels.gather import gather_rows, gather_rows_backward
-from kernels.pyramid import pyramid_entries
-from kernels.scatter import scatter_rows, scatter_rows_backward
-
 from .attention import DirectAttention, causal_attention, direct_attention, sdpa_inputs
 from .config import LighthouseConfig, gathered_length
-from .fused import attend_in_order, pool_and_score_pyramids, select_gather_order
+from .fused import attend, plan
+from .fused_ops import gather_rows, gather_rows_backward, pyramid_entries, scatter_rows, scatter_rows_backward
 
-# The settings the node depends on, in the order the custom ops take them.
-FIELDS = ("levels", "pool", "topk", "tile_budget", "scorer", "dilation", "selection", "backend")
+# The layer's settings (every field of `LighthouseConfig`), in the order the custom ops take them.
+FIELDS = tuple(f.name for f in fields(LighthouseConfig))
+_SCHEMA_TYPES = {int: "SymInt", str: "str"}
+SETTINGS_SCHEMA = ", ".join(f"{_SCHEMA_TYPES[get_type_hints(LighthouseConfig)[name]]} {name}" for name in FIELDS)
+
+
+def settings(config: LighthouseConfig) -> tuple:
+    """`config`'s fields as the custom ops take them (`FIELDS` order)."""
+    return tuple(getattr(config, name) for name in FIELDS)
 
 
 @lru_cache(maxsize=64)
-def _config(levels: int, pool: int, topk: int, tile_budget: int, scorer: str, dilation: int, selection: str,
-            backend: str) -> LighthouseConfig:
-    return LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=tile_budget, scorer=scorer,
-                            dilation=dilation, selection=selection, backend=backend)
+def _config(*values) -> LighthouseConfig:
+    return LighthouseConfig(**dict(zip(FIELDS, values)))
 
 
 def _attention(backend: str, q: Tensor) -> DirectAttention:
@@ -56,8 +60,7 @@ def fused_forward(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig, wit
     k, v [B, N, G, D]; no autograd."""
     n = q.shape[1]
     attention = _attention(config.backend, q)
-    pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
-    order = select_gather_order(sq, sk, n, config)
+    pyramid, order = plan(q, k, v, config)
     gathered = gather_rows(q, k, v, pyramid.q, pyramid.k, pyramid.v, pyramid.stored, order.packed, config.pool,
                            config.levels)
     qh, kh, vh = _heads_first(*gathered, attention)
@@ -78,18 +81,21 @@ def fused_backward(grad_o: Tensor, slots: Tensor, qh: Tensor, kh: Tensor, vh: Te
     return gather_rows_backward(dq, dk, dv, slots, n, pool, levels)
 
 
-@torch.library.custom_op("lighthouse::fused_forward", mutates_args=())
-def _fused_forward_op(q: Tensor, k: Tensor, v: Tensor, levels: int, pool: int, topk: int, tile_budget: int,
-                      scorer: str, dilation: int, selection: str, backend: str
-                      ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return fused_forward(q, k, v, _config(levels, pool, topk, tile_budget, scorer, dilation, selection, backend))
+def _fused_forward_op(q: Tensor, k: Tensor, v: Tensor, *values) -> tuple[Tensor, ...]:
+    return fused_forward(q, k, v, _config(*values))
 
 
-@_fused_forward_op.register_fake
-def _(q, k, v, levels, pool, topk, tile_budget, scorer, dilation, selection, backend):
+torch.library.custom_op("lighthouse::fused_forward", _fused_forward_op, mutates_args=(), schema=(
+    f"(Tensor q, Tensor k, Tensor v, {SETTINGS_SCHEMA}) -> (Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor)"))
+
+
+@torch.library.register_fake("lighthouse::fused_forward")
+def _(q, k, v, *values):
     # the settings may be symbolic here (torch.compile made them dynamic): no config, whose cache would hash them
+    named = dict(zip(FIELDS, values))
+    levels, pool, backend = named["levels"], named["pool"], named["backend"]
     (b, n, h, d), g = q.shape, k.shape[2]
-    s = gathered_length(n, levels, pool, topk)
+    s = gathered_length(n, levels, pool, named["topk"])
     attention = _attention(backend, q)
     qh, kh, vh = _heads_first(q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d),
                               attention)
@@ -111,17 +117,17 @@ def _(grad_o, slots, qh, kh, vh, oh, lse, kv_heads, pool, levels, backend):
             grad_o.new_empty(b, n, kv_heads, d, dtype=dtype))
 
 
-def _keep_for_backward(ctx, k: Tensor, fields: tuple, saved: tuple[Tensor, ...]) -> None:
+def _keep_for_backward(ctx, k: Tensor, pool: int, levels: int, backend: str, saved: tuple[Tensor, ...]) -> None:
     """Save what `fused_backward` takes besides the gradient: `fused_forward`'s tensors, then kv heads,
     pool, levels and backend in `ctx.meta`."""
     ctx.save_for_backward(*saved)
-    config = dict(zip(FIELDS, fields))
-    ctx.meta = (k.shape[2], config["pool"], config["levels"], config["backend"])
+    ctx.meta = (k.shape[2], pool, levels, backend)
 
 
 def _setup_context(ctx, inputs: tuple, output: tuple) -> None:
-    q, k, v, *fields = inputs
-    _keep_for_backward(ctx, k, tuple(fields), output[1:])
+    q, k, v, *values = inputs
+    named = dict(zip(FIELDS, values))
+    _keep_for_backward(ctx, k, named["pool"], named["levels"], named["backend"], output[1:])
     ctx.set_materialize_grads(False)  # only o's gradient is read: no zeros for the saved outputs' (eager: 7x the time)
 
 
@@ -138,19 +144,19 @@ torch.library.register_autograd("lighthouse::fused_forward", _op_backward, setup
 
 
 class FusedLighthouse(torch.autograd.Function):
-    """q, k, v -> o of the fused layer in one node, eager; the settings come as plain values (`FIELDS`).
+    """q, k, v, config -> o of the fused layer in one node, eager.
     (The custom op with its registered backward, called eagerly, took 242 against 155 us of host time per
     forward+backward on a CPU with the kernels and attention stubbed out.)"""
 
     @staticmethod
-    def forward(ctx, q, k, v, *fields):
-        o, *saved = fused_forward(q, k, v, _config(*fields))
-        _keep_for_backward(ctx, k, fields, tuple(saved))
+    def forward(ctx, q, k, v, config):
+        o, *saved = fused_forward(q, k, v, config)
+        _keep_for_backward(ctx, k, config.pool, config.levels, config.backend, tuple(saved))
         return o
 
     @staticmethod
     def backward(ctx, grad_o):
-        return (*fused_backward(grad_o, *ctx.saved_tensors, *ctx.meta), *(None for _ in FIELDS))
+        return (*fused_backward(grad_o, *ctx.saved_tensors, *ctx.meta), None)
 
 
 def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig) -> Tensor:
@@ -160,7 +166,7 @@ def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: Lighthou
     One autograd node (`FusedLighthouse`; without gradients, its forward alone; under torch.compile the
     custom op with its registered backward) where the attention kernel has direct ops here
     (`direct_attention`: cuDNN on CUDA, flash on CPU), else gather, attention and scatter-back as three
-    (`lighthouse.fused.attend_in_order`). Differentiable in q, k, v; no host synchronisation and static
+    (`lighthouse.fused.plan`, then `attend`). Differentiable in q, k, v; no host synchronisation and static
     shapes (CUDA-graph and torch.compile friendly). `lighthouse.layer.resolve_implementation` has checked
     that the kernels take the call.
     """
@@ -168,13 +174,9 @@ def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: Lighthou
         return causal_attention(q, k, v, config.backend)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     if direct_attention(config.backend, q.device, q.dtype) is not None:
-        fields = tuple(getattr(config, name) for name in FIELDS)
         if torch.compiler.is_compiling():
-            return torch.ops.lighthouse.fused_forward(q, k, v, *fields)[0]
+            return torch.ops.lighthouse.fused_forward(q, k, v, *settings(config))[0]
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-            return FusedLighthouse.apply(q, k, v, *fields)
+            return FusedLighthouse.apply(q, k, v, config)
         return fused_forward(q, k, v, config, with_lse=False)[0]
-    with torch.no_grad():
-        pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
-        order = select_gather_order(sq, sk, q.shape[1], config)
-    return attend_in_order(q, k, v, pyramid, order, config)
+    return attend(q, k, v, plan(q, k, v, config), config)

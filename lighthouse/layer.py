@@ -3,6 +3,7 @@ and the `nn.Module` a model holds."""
 from __future__ import annotations
 
 import os
+from dataclasses import fields
 
 import torch
 from torch import nn
@@ -60,6 +61,4 @@ class LighthouseAttention(nn.Module):
         return lighthouse_attention(q, k, v, self.config)
 
     def extra_repr(self) -> str:
-        c = self.config
-        return (f"levels={c.levels}, pool={c.pool}, topk={c.topk}, tile_budget={c.tile_budget}, "
-                f"scorer={c.scorer}, selection={c.selection}")
+        return ", ".join(f"{f.name}={getattr(self.config, f.name)}" for f in fields(self.config))

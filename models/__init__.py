@@ -1,4 +1,2 @@
-"""Model TrainSpecs registered with torchtitan on import."""
-import recipe  # noqa: F401  (must precede torchtitan: prepares it on machines without an accelerator)
-
-from . import llama3_lighthouse  # noqa: F401  (registers "llama3_lighthouse")
+"""The recipe's models: pure modules, their arguments and flavors, and how parallelism applies to them (the
+TrainSpec that wires them into torchtitan with the recipe's data, tokenizer and metrics is `recipe.train_spec`)."""

@@ -1,11 +1,5 @@
 """Trainer glue for Lighthouse on torchtitan: job config, tokenizer, data, metrics, dense-shadow validation,
-run records and logs, sweeps, corpus building, CPU compatibility.
+run records and logs, sweeps, corpus building, and the compatibility layer (`recipe.compat`).
 
-Importing this package applies the CPU compatibility layer (`cpu_compat`, a no-op with an accelerator). With
-Triton installed the import may come before or after torchtitan's (the layer repoints what torchtitan bound
-at import); without Triton it must come first, since torchtitan itself imports Triton unless the layer's
-stand-in for its MoE kernels is registered.
+Importing it patches nothing: an entry point calls `recipe.compat.install()` first (a no-op with an accelerator).
 """
-from .cpu_compat import install as _install_cpu_compat
-
-_install_cpu_compat()

@@ -1,7 +1,8 @@
 """Reading a job from its TOML file and the command line, with mistakes reported in one line.
 
-`RecipeConfigManager` is torchtitan's ConfigManager (TOML < command line < defaults, parsed by tyro),
-extended through subclassing: the `[lighthouse]` section is always known (so `train.py --help` lists it),
+`parse_job_config` reads a job through torchtitan's ConfigManager (TOML < command line < defaults, parsed by
+tyro), with its two hooks (`recipe.compat.torchtitan.HookedConfigManager`) set to `read_toml` and
+`with_lighthouse_section`: the `[lighthouse]` section is always known (so `train.py --help` lists it),
 and a missing or malformed TOML file, an unknown key (with the closest valid one) or a value of the wrong
 type raises `ConfigError` naming the file and key. `exit_on_config_error` turns a ConfigError into one line
 on stderr (from rank 0 under torchrun) and exit code 2 (a `RunStopped`: its exit code); with `LIGHTHOUSE_DEBUG=1`
@@ -20,10 +21,11 @@ import time
 import types
 import typing
 from dataclasses import fields, is_dataclass
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
-from torchtitan.config import ConfigManager, JobConfig
+from torchtitan.config import JobConfig
 
+from .compat.torchtitan import HookedConfigManager, merge_configs
 from .errors import ConfigError, RunStopped
 from .job_config import JobConfig as LighthouseJobConfig
 from .toml_config import get_key, tomllib
@@ -140,40 +142,38 @@ def check_toml(config_cls: type, values: dict[str, Any], section: tuple[str, ...
             raise ConfigError(f"{where}{key} = {json.dumps(value)} is not {_describe(kind)}")
 
 
-class RecipeConfigManager(ConfigManager):
-    """torchtitan's ConfigManager with the `[lighthouse]` section always present and readable errors."""
+def read_toml(args: list[str]) -> dict[str, Any] | None:
+    """The values of the TOML file `args` name (`--job.config_file`), None if they name none; ConfigError for a
+    file that cannot be read or is not TOML."""
+    path = config_file_arg(args)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path} is not valid TOML: {err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}), as TOML must be") from err
 
-    toml_values: dict[str, Any] | None = None
-    """The TOML file's values once parsed."""
 
-    def _maybe_load_toml(self, args: list[str]) -> dict[str, Any] | None:
-        path = config_file_arg(args)
-        if path is None:
-            return None
+def with_lighthouse_section(base: Callable[[], type], args: list[str], toml_values: dict[str, Any] | None) -> type:
+    """torchtitan's config class (`base()`) with the `[lighthouse]` section merged in where the job's
+    `custom_config_module` did not bring it; the TOML values checked against it (`check_toml`)."""
+    try:
+        config_cls = base()
+    except ImportError as err:
+        raise ConfigError(f"job.custom_config_module cannot be imported: {err}") from err
+    if not any(f.name == "lighthouse" for f in fields(config_cls)):
+        config_cls = merge_configs(config_cls, LighthouseJobConfig)
+    if toml_values:
         try:
-            with open(path, "rb") as f:
-                self.toml_values = tomllib.load(f)
-                return self.toml_values
-        except OSError as err:
-            raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"{path} is not valid TOML: {err}") from err
-        except UnicodeDecodeError as err:
-            raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}), as TOML must be") from err
-
-    def _maybe_add_custom_config(self, args: list[str], toml_values: dict[str, Any] | None) -> type:
-        try:
-            config_cls = super()._maybe_add_custom_config(args, toml_values)
-        except ImportError as err:
-            raise ConfigError(f"job.custom_config_module cannot be imported: {err}") from err
-        if not any(f.name == "lighthouse" for f in fields(config_cls)):
-            config_cls = self._merge_configs(config_cls, LighthouseJobConfig)
-        if toml_values:
-            try:
-                check_toml(config_cls, toml_values)
-            except ConfigError as err:
-                raise ConfigError(f"{config_file_arg(args)}: {err}") from None
-        return config_cls
+            check_toml(config_cls, toml_values)
+        except ConfigError as err:
+            raise ConfigError(f"{config_file_arg(args)}: {err}") from None
+    return config_cls
 
 
 def sets_key(args: Sequence[str], toml_values: dict[str, Any] | None, dotted: str) -> bool:
@@ -187,8 +187,7 @@ def parse_job_config(args: Sequence[str]) -> JobConfig:
 
     `validation.seq_len`, unless set, is `training.seq_len` (torchtitan's default, 2048, can exceed the RoPE
     table the model builds for `training.seq_len`)."""
-    manager = RecipeConfigManager()
-    config = manager.parse_args(list(args))
-    if not sets_key(args, manager.toml_values, "validation.seq_len"):
+    config = HookedConfigManager(read_toml, with_lighthouse_section).parse_args(list(args))
+    if not sets_key(args, read_toml(list(args)), "validation.seq_len"):
         config.validation.seq_len = config.training.seq_len
     return config

@@ -7,8 +7,11 @@ its own; the deprecated `[experimental] custom_args_module` does not).
 # No `from __future__ import annotations`: torchtitan merges these dataclasses into its own and tyro must
 # resolve the field types outside this module.
 import os
-from dataclasses import dataclass, field
-from typing import Literal
+import textwrap
+from dataclasses import dataclass, field, fields, make_dataclass
+from typing import Literal, get_type_hints
+
+import docstring_parser
 
 from torch.distributed.checkpoint import FileSystemReader
 from torchtitan.tools.logging import logger
@@ -19,45 +22,32 @@ from lighthouse.context_parallel import check_context_parallel
 from .validation import check_validation
 
 
+def _layer_fields() -> type:
+    """A mutable dataclass with `LighthouseConfig`'s fields, types, defaults and field docs (as an
+    "Attributes:" docstring, where tyro's `--help` finds them): the layer settings of the `[lighthouse]`
+    section, written once, in `lighthouse/config.py`."""
+    types, docs = get_type_hints(LighthouseConfig), {
+        p.arg_name: p.description for p in docstring_parser.parse_from_object(LighthouseConfig).params}
+    layer = make_dataclass("LighthouseLayer", [(f.name, types[f.name], field(default=f.default))
+                                               for f in fields(LighthouseConfig)])
+    attributes = "".join(f"    {name}: {textwrap.indent(docs[name], ' ' * 8).strip()}\n" for name in docs)
+    layer.__doc__ = f"The settings of each Lighthouse layer (`lighthouse.LighthouseConfig`).\n\nAttributes:\n{attributes}"
+    layer.__module__ = __name__
+    return layer
+
+
+LighthouseLayer = _layer_fields()
+
+
 @dataclass
-class Lighthouse:
+class Lighthouse(LighthouseLayer):
+    """The `[lighthouse]` section: the layer settings (`LighthouseLayer`) plus where and when they run."""
+
     enable: bool = True
     """Run Lighthouse attention in every layer except `dense_layers` (false: dense causal SDPA everywhere)."""
 
-    levels: int = 3
-    """Pyramid depth L (1 = dense)."""
-
-    pool: int = 2
-    """Pooling factor p between levels (power of two)."""
-
-    topk: int = 1536
-    """Selection budget k per level (a multiple of tile_budget)."""
-
-    tile_budget: int = 128
-    """Per-tile budget m; each row is cut into topk / tile_budget tiles that select independently."""
-
-    scorer: str = "norm"
-    """"norm" (L2 norms of q and k) or "dilated" (strided softmax attention)."""
-
-    dilation: int = 4
-    """Stride of the dilated scorer."""
-
-    selection: str = "causal"
-    """"causal" (default: an entry scores the p**l tokens ending at its first token, so no score that decides
-    what position j receives reads a token after j) or "paper" (the max over the entry's whole window: a
-    trained model learns to read the next tokens through it, so its stage-1 losses are optimistic).
-    docs/causality.md; the default follows docs/results.md (time to quality)."""
-
     dense_layers: list[int] = field(default_factory=list)
     """Layer indices that keep dense causal SDPA (the paper: 0, 1, 28, 29 of 30)."""
-
-    backend: str = "auto"
-    """Inner attention kernel on the gathered sub-sequence: auto (cuDNN on CUDA), cudnn, flash, efficient,
-    math, flash_attn."""
-
-    implementation: str = "auto"
-    """Pipeline that runs each layer: auto (the fused Triton kernels on CUDA where they apply, else the
-    pure-PyTorch reference), fused, or reference (debugging)."""
 
     switch_to_dense_at_step: int = 0
     """Run Lighthouse for steps 1..N, then dense SDPA in every layer from step N+1 (0 = never). One run
@@ -74,18 +64,8 @@ class Lighthouse:
     per Lighthouse layer on those steps. Under context parallelism the values are the whole sequence's."""
 
     def to_config(self) -> LighthouseConfig:
-        """The layer settings as the algorithm's frozen config."""
-        return LighthouseConfig(
-            levels=self.levels,
-            pool=self.pool,
-            topk=self.topk,
-            tile_budget=self.tile_budget,
-            scorer=self.scorer,
-            dilation=self.dilation,
-            selection=self.selection,
-            backend=self.backend,
-            implementation=self.implementation,
-        )
+        """The layer settings as the algorithm's frozen config (checked: ValueError names a bad value)."""
+        return LighthouseConfig(**{f.name: getattr(self, f.name) for f in fields(LighthouseConfig)})
 
 
 @dataclass

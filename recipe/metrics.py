@@ -7,11 +7,12 @@ import sys
 from typing import Any
 
 import torch.distributed as dist
-from torchtitan.components.metrics import BaseLogger, LoggerContainer, MetricsProcessor, _get_metrics_rank
+from torchtitan.components.metrics import BaseLogger, LoggerContainer, MetricsProcessor
 from torchtitan.distributed import ParallelDims
 from torchtitan.tools.logging import logger
 from torchtitan.tools.utils import NoColor
 
+from .compat.torchtitan import metrics_rank
 from .lighthouse_stats import SelectionStats
 
 METRICS_FILE = "metrics.jsonl"
@@ -55,7 +56,7 @@ class LighthouseMetricsProcessor(MetricsProcessor):
             self.color = NoColor()
         self.selection_stats = SelectionStats()
         self.jsonl: JsonlLogger | None = None  # set on the rank that logs metrics only
-        if not dist.is_initialized() or dist.get_rank() == _get_metrics_rank(parallel_dims, job_config):
+        if not dist.is_initialized() or dist.get_rank() == metrics_rank(parallel_dims, job_config):
             self.jsonl = JsonlLogger(os.path.join(job_config.job.dump_folder, METRICS_FILE))
             loggers = LoggerContainer()
             loggers.add_logger(self.logger)

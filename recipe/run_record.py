@@ -63,7 +63,7 @@ def library_versions() -> dict[str, str]:
 
 def card() -> str:
     """The name of the device this process trains on, as torchtitan's device module gives it (the CPU
-    without an accelerator, see recipe/cpu_compat.py)."""
+    without an accelerator, see recipe/compat/cpu.py)."""
     from torchtitan.tools import utils  # the module attribute, which the CPU compatibility layer may repoint
 
     return utils.device_module.get_device_name()

@@ -13,7 +13,6 @@ interpreter exits.
 """
 from __future__ import annotations
 
-import functools
 import gc
 import sys
 
@@ -22,20 +21,9 @@ from torchtitan.tools.logging import logger
 
 from lighthouse.host_threads import threads_named
 
+from .compat.dtensor import release_dtensor_caches
+
 GLOO_WORKER_THREAD = "pt_gloo_runloop"
-
-
-def release_dtensor_caches() -> None:
-    """Empty torch's DTensor caches, which keep device meshes (and through them process groups) alive: the
-    sharding propagation and redistribute-planner caches, and every lru_cache of `torch.distributed`."""
-    from torch.distributed.tensor import _redistribute
-    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
-
-    _clear_sharding_prop_cache()
-    _redistribute.clear_redistribute_planner_cache()
-    for cache in gc.get_objects():  # type(), not isinstance: a dead weak proxy raises on isinstance
-        if type(cache) is functools._lru_cache_wrapper and (cache.__module__ or "").startswith("torch.distributed."):
-            cache.cache_clear()
 
 
 def gloo_workers() -> int:

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from torchtitan.components.tokenizer import BaseTokenizer
 
-NUM_BYTES = 256
-BOS_ID = NUM_BYTES
-EOS_ID = NUM_BYTES + 1
-VOCAB_SIZE = NUM_BYTES + 2
+from models.llama3_lighthouse.args import BOS_ID, EOS_ID, NUM_BYTES, VOCAB_SIZE
+
+__all__ = ["BOS_ID", "EOS_ID", "NUM_BYTES", "VOCAB_SIZE", "ByteTokenizer", "build_byte_tokenizer"]
 
 
 class ByteTokenizer(BaseTokenizer):

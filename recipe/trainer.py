@@ -16,6 +16,7 @@ from torchtitan.train import Trainer
 
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
+from . import train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
 from .checkpoint_guard import load_newest_intact, save_or_stop
 from .checks import check_environment, check_settings
 from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config

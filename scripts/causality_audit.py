@@ -21,6 +21,10 @@ import json
 import sys
 from pathlib import Path
 
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
 from eval.causality import causality_audit, checkpoint_steps, combine_records, plot_audit, record_label
 from eval.checkpoint import parse_job_config
 from eval.cli import evaluation_parser, load_checkpoint

@@ -23,6 +23,10 @@ import argparse
 import json
 from pathlib import Path
 
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
 from eval.cp_throughput import ATTENTIONS, CpThroughputJob, measure, plot, report
 from eval.device import require_cuda
 from eval.throughput import DEFAULT_CONFIG, positive_int, too_few_steps

@@ -27,6 +27,10 @@ from pathlib import Path
 import torch
 from torchtitan.config import JobConfig
 
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
 from eval.checkpoint import build_model, load_weights
 from eval.checkpoint_run import run_record_of, step_of, trained_with_lighthouse, training_description
 from eval.hf_export import export

@@ -14,6 +14,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
 from recipe.debug_run import golden_record
 
 

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import sys
 
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
 from eval.checkpoint import parse_job_config
 from eval.cli import evaluation_parser, load_checkpoint
 from eval.heldout import heldout_windows, setting_losses

@@ -13,6 +13,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
 from eval.replicate import DOCS, tokens_per_step, write_report
 
 

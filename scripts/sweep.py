@@ -26,6 +26,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
 from recipe.run_logs import LOSS_TAG, TPS_TAG
 from recipe.sweep import LIGHTHOUSE_AXES, create_sweep
 from recipe.sweep_summary import FORMATS, print_summary

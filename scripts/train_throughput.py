@@ -30,8 +30,11 @@ import json
 import tempfile
 from pathlib import Path
 
-import recipe  # noqa: F401  (before torchtitan)
-import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
+import recipe.train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
 import torch
 from torchtitan.config import ConfigManager
 from torchtitan.protocols.train_spec import get_train_spec

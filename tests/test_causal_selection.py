@@ -74,7 +74,7 @@ def test_paper_selection_leaks_a_later_token_into_an_earlier_output():
     # L=2, p=2, one tile, m=2: token 0's entry takes the sQ slot, the sK slot goes to the highest key norm.
     # All key norms are 1 except one token after j: raising its norm makes the paper score of the entry
     # holding j the largest, which expands that entry and gathers token j itself, so o[j] changes.
-    config = LighthouseConfig(levels=2, pool=2, topk=2, tile_budget=2)
+    config = LighthouseConfig(levels=2, pool=2, topk=2, tile_budget=2, selection="paper")
     n, j = 32, 10  # entry 5 covers tokens 10 and 11
     # one random direction per head, repeated over the tokens: norms tie exactly (ties go to the lower position)
     q, k = (vectors_with_norms(torch.ones(1, 1, 2, dtype=torch.float64), 8).expand(1, n, 2, 8).clone() for _ in range(2))
@@ -93,12 +93,14 @@ def test_paper_selection_leaks_a_later_token_into_an_earlier_output():
             assert not j_gathered, "causal selection must not expand j's entry for a token after j"
 
 
-def test_modes_differ_only_in_scores_so_paper_selection_is_unchanged_by_the_field():
+def test_causal_selection_is_the_default_and_the_recipe_takes_it_from_the_layer():
+    from recipe.job_config import Lighthouse
+
     q, k, v = random_qkv(2, 256, 4, 2, 8)
     default = LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2)
-    paper = dataclasses.replace(default, selection="paper")
-    a, b = select(q, k, default), select(q, k, paper)
-    assert default.selection == "paper"
+    causal = dataclasses.replace(default, selection="causal")
+    a, b = select(q, k, default), select(q, k, causal)
+    assert default.selection == "causal" == Lighthouse().selection
     assert torch.equal(a.index, b.index) and torch.equal(a.level, b.level)
 
 

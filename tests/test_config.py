@@ -50,7 +50,7 @@ def test_every_length_rule_rejects_with_a_message_naming_the_values(kwargs, seq_
 def test_select_validates_before_touching_the_inputs():
     q, k, _ = random_qkv(1, 100, 2, 2, 4)
     with pytest.raises(ValueError, match="seq_len=100 is not divisible"):
-        select(q, k, LighthouseConfig(levels=3, pool=4, topk=4, tile_budget=2))
+        select(q, k, LighthouseConfig(levels=3, pool=4, topk=4, tile_budget=2, selection="paper"))
 
 
 GEOMETRIES = [
@@ -68,7 +68,7 @@ GEOMETRIES = [
 
 @pytest.mark.parametrize("n, p, levels, k, m", GEOMETRIES, ids=["N{}-p{}-L{}-k{}-m{}".format(*g) for g in GEOMETRIES])
 def test_gathered_length_matches_the_formula_and_the_selection(n, p, levels, k, m):
-    config = LighthouseConfig(levels=levels, pool=p, topk=k, tile_budget=m)
+    config = LighthouseConfig(levels=levels, pool=p, topk=k, tile_budget=m, selection="paper")
     expected = n if levels == 1 else n // p ** (levels - 1) + (levels - 1) * p * k
     assert config.gathered_len(n) == expected
     q, k_, _ = random_qkv(2, n, 2, 1, 4, dtype=torch.float32)

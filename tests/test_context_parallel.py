@@ -89,7 +89,7 @@ def _check_statistics(mesh, config, seq_len, seed):
 
 
 def _check_module_equals_function(mesh, seed):
-    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=2)
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=2, selection="paper")
     q, k, v = random_qkv(1, 128, 4, 2, 8, seed=seed)
     module = ContextParallelLighthouseAttention(config, mesh)
     assert list(module.parameters()) == []
@@ -99,12 +99,12 @@ def _check_module_equals_function(mesh, seed):
 def _check_rejects_odd_local_length(mesh):
     q, k, v = random_qkv(1, 65, 2, 2, 8)
     with pytest.raises(ValueError, match="local sequence of 65 tokens is not a head and a tail chunk"):
-        context_parallel_lighthouse_attention(q, k, v, LighthouseConfig(levels=1, pool=2, topk=4, tile_budget=2), mesh)
+        context_parallel_lighthouse_attention(q, k, v, LighthouseConfig(levels=1, pool=2, topk=4, tile_budget=2, selection="paper"), mesh)
 
 
 def _check_rejects_layout_without_head_tail(mesh):
     q, k, v = random_qkv(1, 64, 2, 2, 8)
-    config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=2)
+    config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=2, selection="paper")
     with ring_options(load_balance=False), pytest.raises(
             ValueError, match="context_parallel_load_balancer must be 'headtail'"):
         context_parallel_lighthouse_attention(q, k, v, config, mesh)
@@ -117,7 +117,7 @@ def _check_model_parity(mesh, seed):
     from models.llama3_lighthouse import FLAVORS, LighthouseLlama
     from models.llama3_lighthouse.parallelize import parallelize_lighthouse_attention
 
-    seq_len, config = 256, LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4)
+    seq_len, config = 256, LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")
     args = dataclasses.replace(FLAVORS["debug"], lighthouse=config, dense_layers=(0,), max_seq_len=seq_len)
     torch.manual_seed(seed)
     single = LighthouseLlama(args).double()

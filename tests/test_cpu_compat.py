@@ -7,22 +7,34 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import recipe  # noqa: F401  (applies the layer)
-from recipe import cpu_compat
+from recipe.compat import cpu as cpu_compat
 
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the layer is active only without an accelerator")
 
 
+def test_importing_the_recipe_patches_nothing_until_an_entry_point_installs_the_layer():
+    code = (
+        "import recipe.trainer, torchtitan.tools.utils as utils\n"
+        "print(utils.device_type)\n"
+        "import recipe.compat; recipe.compat.install()\n"
+        "print(utils.device_type)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["cuda", "cpu"]
+
+
 def test_1_torchtitan_imports_without_triton():
     # A fresh interpreter where `import triton` fails, as with CPU wheels of torch.
     code = (
         "import sys; sys.modules['triton'] = None\n"
-        "import recipe, models, torchtitan.train\n"
+        "import recipe.compat; recipe.compat.install()\n"
+        "import recipe.train_spec, torchtitan.train\n"
         "from torchtitan.models.moe.kernels import generate_permute_indices\n"
         "try:\n    generate_permute_indices()\nexcept RuntimeError as e:\n    print('RAISED', e)\n"
-        "print(recipe.cpu_compat.install())\n"
+        "print(recipe.compat.install())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

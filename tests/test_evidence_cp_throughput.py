@@ -13,13 +13,15 @@ import pytest
 from eval import cp_throughput
 from recipe.run_record import source_commit
 
+from .helpers import child_env
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run_script(*argv: str) -> subprocess.CompletedProcess:
     """`python scripts/cp_throughput.py <argv>` from the repository root."""
     return subprocess.run([sys.executable, "scripts/cp_throughput.py", *argv], cwd=REPO, capture_output=True,
-                          text=True, timeout=600)
+                          text=True, timeout=600, env=child_env())
 
 
 def test_share_kept_and_speedup_are_per_rank_ratios_and_a_failed_or_missing_run_leaves_gaps():

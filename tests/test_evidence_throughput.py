@@ -15,6 +15,8 @@ import pytest
 
 from eval import throughput
 
+from .helpers import child_env
+
 REPO = Path(__file__).resolve().parents[1]
 
 ISSUE_KEYS = {"device", "seq_len", "model", "activation_checkpointing", "lighthouse_tok_s", "dense_tok_s",
@@ -78,7 +80,7 @@ def test_only_the_steps_after_the_warm_up_are_timed_as_total_tokens_over_total_t
 def test_too_few_steps_to_time_is_refused_naming_the_value():
     assert throughput.too_few_steps(2) == "--steps=2: at least 3 (the first 2 steps are not timed)"
     assert throughput.too_few_steps(3) is None
-    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--steps", "2"], cwd=REPO,
+    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--steps", "2"], cwd=REPO, env=child_env(),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "--steps=2: at least 3" in out.stderr
 
@@ -118,7 +120,7 @@ def test_a_variant_job_ends_with_the_script_that_started_it():
 
 @pytest.mark.parametrize("flag", ["--compile", "--colocate-autograd"])
 def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag):
-    out = subprocess.run([sys.executable, "scripts/train_throughput.py", flag, "off,maybe"], cwd=REPO,
+    out = subprocess.run([sys.executable, "scripts/train_throughput.py", flag, "off,maybe"], cwd=REPO, env=child_env(),
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and f"{flag}='off,maybe': comma-separated values of off, on" in out.stderr
 
@@ -127,7 +129,7 @@ def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag):
 def test_cpu_run_of_the_debug_model_writes_one_record_per_checkpointing_mode(tmp_path):
     out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--config", "configs/debug.toml", "--seq-len",
                           "256", "--steps", "3", "--ac", "none", "--json", str(tmp_path / "tt.json"), "--allow-cpu"],
-                         cwd=REPO, capture_output=True, text=True, timeout=600)
+                         cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     (record,) = json.loads((tmp_path / "tt.json").read_text())
     assert ISSUE_KEYS <= set(record)

@@ -35,7 +35,7 @@ def test_missing_package_raises_naming_it(no_flash_attn):
 
 def test_layer_with_missing_package_raises(no_flash_attn):
     q, k, v = random_qkv(1, 64, 2, 2, 8)
-    config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, backend="flash_attn")
+    config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, backend="flash_attn", selection="paper")
     with pytest.raises(RuntimeError, match="flash-attn package"):
         lighthouse_attention(q, k, v, config)
 

@@ -17,9 +17,9 @@ from .helpers import DEVICE, KERNEL_DTYPES, random_qkv
 
 # (batch, seq_len, heads, kv_heads, dim, LighthouseConfig kwargs)
 CASES = [
-    (1, 256, 4, 2, 16, dict(levels=3, pool=2, topk=16, tile_budget=4)),
-    (2, 128, 2, 2, 32, dict(levels=2, pool=4, topk=8, tile_budget=8)),
-    (1, 128, 2, 1, 16, dict(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=2)),
+    (1, 256, 4, 2, 16, dict(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")),
+    (2, 128, 2, 2, 32, dict(levels=2, pool=4, topk=8, tile_budget=8, selection="paper")),
+    (1, 128, 2, 1, 16, dict(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=2, selection="paper")),
     (1, 64, 2, 2, 16, dict(levels=1, pool=2, topk=4, tile_budget=4)),
     (2, 256, 4, 2, 16, dict(levels=3, pool=4, topk=8, tile_budget=2, selection="causal")),
     (1, 128, 2, 1, 16, dict(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=2, selection="causal")),
@@ -49,7 +49,7 @@ def test_layer_output_and_gradients_equal_reference(b, n, h, g, d, kwargs, dtype
 
 
 def test_layer_is_bit_identical_across_runs():
-    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4)
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper")
     q, k, v = random_qkv(1, 128, 2, 1, 16, dtype=torch.float16, device=DEVICE, requires_grad=True)
     grad_o = torch.randn_like(q)
     first, second = (_run("fused", q, k, v, config, grad_o) for _ in range(2))
@@ -57,7 +57,7 @@ def test_layer_is_bit_identical_across_runs():
 
 
 def test_unsupported_inputs_are_rejected_with_their_values():
-    config = LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=4, implementation="fused")
+    config = LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=4, implementation="fused", selection="paper")
     q, k, v = random_qkv(1, 32, 2, 2, 8, dtype=torch.float64, device=DEVICE)
     with pytest.raises(ValueError, match="got dtype=torch.float64, head dim=8"):
         lighthouse_attention(q, k, v, config)

@@ -10,8 +10,8 @@ import torch
 pytest.importorskip("triton")
 
 from lighthouse import LighthouseConfig
-from lighthouse.fused import attend_in_order, pool_and_score_pyramids, select_gather_order
-from lighthouse.fused_node import FIELDS, fused_lighthouse_attention
+from lighthouse.fused import attend, plan
+from lighthouse.fused_node import fused_lighthouse_attention, settings
 
 from .helpers import DEVICE, random_qkv
 
@@ -19,19 +19,16 @@ BACKEND = "cudnn" if DEVICE.type == "cuda" else "flash"
 DTYPES = (torch.float16, torch.bfloat16) if DEVICE.type == "cuda" else (torch.float16, torch.float32)
 # (batch, seq_len, heads, kv_heads, dim, LighthouseConfig kwargs)
 CASES = [
-    (2, 256, 4, 2, 16, dict(levels=3, pool=2, topk=16, tile_budget=4)),
-    (1, 256, 2, 2, 32, dict(levels=2, pool=4, topk=8, tile_budget=8)),
+    (2, 256, 4, 2, 16, dict(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")),
+    (1, 256, 2, 2, 32, dict(levels=2, pool=4, topk=8, tile_budget=8, selection="paper")),
     (2, 256, 4, 1, 16, dict(levels=3, pool=4, topk=8, tile_budget=2, selection="causal")),
-    (1, 128, 2, 1, 16, dict(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=2)),
+    (1, 128, 2, 1, 16, dict(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=2, selection="paper")),
 ]
 CASE_IDS = ["B2-H4-G2-L3-p2", "B1-G=H-L2-p4", "B2-H4-G1-causal", "dilated"]
 
 
 def _three_nodes(q, k, v, config):
-    with torch.no_grad():
-        pyramid, sq, sk = pool_and_score_pyramids(q, k, v, config)
-        order = select_gather_order(sq, sk, q.shape[1], config)
-    return attend_in_order(q, k, v, pyramid, order, config)
+    return attend(q, k, v, plan(q, k, v, config), config)
 
 
 def _output_and_grads(layer, q, k, v, config, grad_o):
@@ -56,7 +53,7 @@ def test_one_node_equals_three_nodes_bit_for_bit(b, n, h, g, d, kwargs, dtype):
 
 
 def test_backends_without_direct_ops_take_three_nodes():
-    config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, backend="math")
+    config = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, backend="math", selection="paper")
     q, k, v = random_qkv(1, 64, 2, 2, 16, dtype=torch.float32, device=DEVICE, requires_grad=True)
     assert type(fused_lighthouse_attention(q, k, v, config).grad_fn).__name__ == "ScatterBackBackward"
 
@@ -72,10 +69,22 @@ def test_compiled_layer_equals_eager_bit_for_bit():
         assert torch.equal(a, b_), name
 
 
+def test_compiled_three_node_path_calls_the_stage_ops_and_equals_eager_bit_for_bit():
+    # a backend without direct ops: gather, attention and scatter-back, whose kernels are custom ops under compile
+    b, n, h, g, d, kwargs = CASES[0]  # the shapes the test above compiles with: no recompile with dynamic shapes
+    config = LighthouseConfig(**{**kwargs, "selection": "causal"}, backend="math")
+    q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float32, device=DEVICE, requires_grad=True)
+    grad_o = torch.randn_like(q)
+    compiled = torch.compile(fused_lighthouse_attention, backend="aot_eager", fullgraph=True)
+    eager = _output_and_grads(fused_lighthouse_attention, q, k, v, config, grad_o)
+    for name, a, b_ in zip(("o", "dq", "dk", "dv"), eager, _output_and_grads(compiled, q, k, v, config, grad_o)):
+        assert torch.equal(a, b_), name
+
+
 def test_the_forward_ops_registered_backward_equals_the_node_bit_for_bit():
     b, n, h, g, d, kwargs = CASES[0]
     config = LighthouseConfig(**kwargs, backend=BACKEND)
-    fields = tuple(getattr(config, name) for name in FIELDS)
+    fields = settings(config)
     q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float16, device=DEVICE, requires_grad=True)
     grad_o = torch.randn_like(q)
     node = _output_and_grads(fused_lighthouse_attention, q, k, v, config, grad_o)
@@ -111,7 +120,7 @@ def test_checkpointed_compiled_block_recomputes_the_layer_instead_of_keeping_its
 @pytest.mark.parametrize("b, n, h, g, d, kwargs", CASES[:2], ids=CASE_IDS[:2])
 def test_custom_ops_pass_opcheck(b, n, h, g, d, kwargs):
     config = LighthouseConfig(**kwargs, backend=BACKEND)
-    fields = tuple(getattr(config, name) for name in FIELDS)
+    fields = settings(config)
     q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float16, device=DEVICE, requires_grad=True)
     torch.library.opcheck(torch.ops.lighthouse.fused_forward.default, (q, k, v, *fields))
     q, k, v = (x.detach() for x in (q, k, v))

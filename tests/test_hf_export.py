@@ -29,6 +29,8 @@ from recipe.tokenizer import EOS_ID, NUM_BYTES, ByteTokenizer
 
 from .helpers import sharp_random_model
 
+from .helpers import child_env
+
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -62,9 +64,8 @@ def step_folder(checkpoints) -> Path:
 
 def export_hf(*argv: str) -> subprocess.CompletedProcess:
     """`python scripts/export_hf.py <argv>` from the repository root."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "scripts/export_hf.py", *argv], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run([sys.executable, "scripts/export_hf.py", *argv], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=child_env())
 
 
 def _script_module():

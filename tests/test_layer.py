@@ -8,10 +8,10 @@ from lighthouse import LighthouseAttention, LighthouseConfig, lighthouse_attenti
 from .helpers import random_qkv
 
 CONFIGS = {
-    "L3-p2-k8-m4": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4), 128),
-    "L2-p4-k8-m8": (LighthouseConfig(levels=2, pool=4, topk=8, tile_budget=8), 256),
-    "L4-p2-k4-m2": (LighthouseConfig(levels=4, pool=2, topk=4, tile_budget=2), 128),
-    "L3-p2-dilated": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=4), 128),
+    "L3-p2-k8-m4": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper"), 128),
+    "L2-p4-k8-m8": (LighthouseConfig(levels=2, pool=4, topk=8, tile_budget=8, selection="paper"), 256),
+    "L4-p2-k4-m2": (LighthouseConfig(levels=4, pool=2, topk=4, tile_budget=2, selection="paper"), 128),
+    "L3-p2-dilated": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=4, selection="paper"), 128),
     "L3-p4-k8-m2-causal": (LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal"), 256),
 }
 
@@ -37,7 +37,7 @@ def test_output_at_j_depends_only_on_positions_up_to_j(name):
 @pytest.mark.parametrize("heads, kv_heads", [(4, 4), (4, 2), (4, 1)])
 def test_one_level_is_dense_causal_sdpa(heads, kv_heads):
     q, k, v = random_qkv(2, 64, heads, kv_heads, 16)
-    out = lighthouse_attention(q, k, v, LighthouseConfig(levels=1, pool=2, topk=4, tile_budget=2))
+    out = lighthouse_attention(q, k, v, LighthouseConfig(levels=1, pool=2, topk=4, tile_budget=2, selection="paper"))
     rep = heads // kv_heads
     dense = F.scaled_dot_product_attention(
         q.transpose(1, 2), k.repeat_interleave(rep, 2).transpose(1, 2), v.repeat_interleave(rep, 2).transpose(1, 2),
@@ -66,9 +66,9 @@ def test_outputs_and_gradients_are_bit_identical_across_runs(name, dtype):
 
 
 SMALL_CONFIGS = {
-    "L3-p2-k4-m2": LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2),
-    "L2-p4-k4-m2": LighthouseConfig(levels=2, pool=4, topk=4, tile_budget=2),
-    "L3-p2-dilated": LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2, scorer="dilated", dilation=2),
+    "L3-p2-k4-m2": LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2, selection="paper"),
+    "L2-p4-k4-m2": LighthouseConfig(levels=2, pool=4, topk=4, tile_budget=2, selection="paper"),
+    "L3-p2-dilated": LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2, scorer="dilated", dilation=2, selection="paper"),
 }
 
 
@@ -121,7 +121,7 @@ def test_module_wraps_the_function():
 def test_mismatched_inputs_are_rejected_by_name(shapes, message):
     q, k, v = (torch.randn(*s) for s in shapes)
     with pytest.raises(ValueError, match=message):
-        lighthouse_attention(q, k, v, LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=2))
+        lighthouse_attention(q, k, v, LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=2, selection="paper"))
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,6 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-import models  # noqa: F401  (before torchtitan: prepares it on CPU-only machines)
 from torchtitan.config import ConfigManager
 import torch.distributed as dist
 
@@ -34,6 +33,21 @@ def test_toml_section_is_read_and_cli_overrides_it():
     assert (section.levels, section.pool, section.tile_budget, section.scorer) == (3, 2, 16, "norm")
     assert section.topk == 64 and section.dense_layers == [1, 3]
     assert section.to_config().gathered_len(config.training.seq_len) == 512 // 4 + 2 * 2 * 64
+
+
+def test_the_section_takes_every_layer_field_default_and_doc_from_the_layer_config():
+    from lighthouse import LighthouseConfig
+    from recipe.job_config import Lighthouse
+
+    layer = {f.name: f.default for f in dataclasses.fields(LighthouseConfig)}
+    section = {f.name: f.default for f in dataclasses.fields(Lighthouse)}
+    assert {name: section[name] for name in layer} == layer
+    assert set(section) - set(layer) == {"enable", "dense_layers", "switch_to_dense_at_step", "dense_every", "log_stats"}
+    help_text = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True,
+                               env={**os.environ, "COLUMNS": "80"}).stdout  # one column of option boxes
+    words = " ".join(help_text.replace("│", " ").split())
+    assert "--lighthouse.levels INT Pyramid depth L (1 = plain dense causal attention). (default: 3)" in words
+    assert '--lighthouse.selection STR "causal" (an entry scores the p**l tokens' in words
 
 
 @pytest.mark.parametrize("args, message", [
@@ -208,7 +222,7 @@ def build_on_8_fake_ranks(config_file: str, tmp_path: Path, *extra: str) -> tupl
     """Build the trainer for `config_file` on torchtitan's fake backend (8 ranks simulated in one process,
     model sharded on meta then materialised); (its RESULT line, the whole log)."""
     code = (
-        "import recipe, models\n"
+        "import recipe.compat; recipe.compat.install()\n"
         "from torchtitan.tools.logging import init_logger; init_logger()\n"
         "from torchtitan.config import ConfigManager\n"
         "from recipe.trainer import LighthouseTrainer\n"

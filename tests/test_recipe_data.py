@@ -16,7 +16,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-import recipe  # noqa: F401  (before torchtitan: prepares it on CPU-only machines)
 from torchtitan.config.job_config import DataLoader
 from recipe import data
 from recipe.data import (

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import recipe  # noqa: F401  (before torchtitan)
-from recipe import cpu_compat
+from recipe.compat import cpu as cpu_compat
 from recipe.cli import DEBUG_ENV, ConfigError, exit_on_config_error, parse_job_config
 from recipe.launch import single_process_env
 

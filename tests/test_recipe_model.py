@@ -4,14 +4,13 @@ import dataclasses
 import pytest
 import torch
 
-import models  # noqa: F401  (before torchtitan: prepares it on CPU-only machines)
 from torchtitan.models.llama3 import Transformer, TransformerModelArgs
 from torchtitan.models.utils import get_dense_model_nparams_and_flops
 from lighthouse import LighthouseConfig, lighthouse_attention
 from models.llama3_lighthouse import FLAVORS, PAPER_FFN_HIDDEN, LighthouseLlama, attention_flops_per_token
 
 SEQ = 256
-CONFIG = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8)
+CONFIG = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8, selection="paper")
 
 
 def tiny_args(lighthouse=CONFIG, dense_layers=(0,)):
@@ -61,7 +60,7 @@ def test_all_dense_model_computes_exactly_stock_llama3():
 
 def test_one_level_lighthouse_layers_match_dense_sdpa():
     # SPEC: L = 1 is plain causal attention, so this checks the [B, N, heads, D] wiring, GQA included.
-    one_level = LighthouseConfig(levels=1, pool=2, topk=16, tile_budget=8)
+    one_level = LighthouseConfig(levels=1, pool=2, topk=16, tile_budget=8, selection="paper")
     lighthouse, dense = LighthouseLlama(tiny_args(one_level, ())), LighthouseLlama(tiny_args(None, ()))
     dense.load_state_dict(lighthouse.state_dict())
     tokens = random_tokens()
@@ -96,7 +95,7 @@ def test_only_non_dense_layers_run_lighthouse_and_the_switch_turns_them_dense():
 
 @pytest.mark.parametrize("scorer", ["norm", "dilated"])
 def test_flops_count_lighthouse_layers_over_s_instead_of_n(scorer):
-    config = LighthouseConfig(levels=3, pool=2, topk=1536, scorer=scorer, dilation=4)
+    config = LighthouseConfig(levels=3, pool=2, topk=1536, scorer=scorer, dilation=4, selection="paper")
     args = dataclasses.replace(FLAVORS["paper"], lighthouse=config, dense_layers=(0, 1, 28, 29))
     with torch.device("meta"):
         model = LighthouseLlama(args)

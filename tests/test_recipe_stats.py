@@ -2,16 +2,15 @@
 import pytest
 import torch
 
-import recipe  # noqa: F401
 from lighthouse import LighthouseConfig, Selection, select
 from recipe.lighthouse_stats import SelectionStats, evenness_bins, selection_stats
 
 from .helpers import random_qkv
 
 CONFIGS = {
-    "L3-p2-k16-m8": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8), 256),
-    "L2-p4-k8-m4": (LighthouseConfig(levels=2, pool=4, topk=8, tile_budget=4), 128),
-    "L3-p2-dilated": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated"), 128),
+    "L3-p2-k16-m8": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8, selection="paper"), 256),
+    "L2-p4-k8-m4": (LighthouseConfig(levels=2, pool=4, topk=8, tile_budget=4, selection="paper"), 128),
+    "L3-p2-dilated": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", selection="paper"), 128),
 }
 
 
@@ -37,7 +36,7 @@ def one_level_selection(expanded_index: list[int], entries: int) -> Selection:
 
 
 def test_evenness_is_one_when_expansions_fill_every_bin_and_zero_when_they_share_one():
-    config, n = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4), 64  # 32 level-1 entries, 2 tiles
+    config, n = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, selection="paper"), 64  # 32 level-1 entries, 2 tiles
     bins = evenness_bins(config, n, 1)
     entries = n // 2
     assert bins == 16
@@ -52,7 +51,7 @@ def test_evenness_is_one_when_expansions_fill_every_bin_and_zero_when_they_share
 
 
 def test_summary_averages_calls_per_layer_then_layers_and_reports_the_worst_layer():
-    config, n = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4), 64
+    config, n = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, selection="paper"), 64
     stats = SelectionStats()
     layer_a, layer_b = stats.observer("layers.1.attention", config), stats.observer("layers.2.attention", config)
     q, k, v = random_qkv(1, n, 2, 2, 8, dtype=torch.float32)

@@ -64,7 +64,7 @@ def test_debug_run_loss_falls_and_logs_lighthouse_statistics_every_step(runs):
     assert [r["step"] for r in full] == list(range(1, STEPS + 1))
     first, last = losses(full, [1, STEPS])
     assert last < 0.75 * first
-    config = LighthouseConfig(levels=3, pool=2, topk=32, tile_budget=16)  # configs/debug.toml
+    config = LighthouseConfig(levels=3, pool=2, topk=32, tile_budget=16, selection="paper")  # configs/debug.toml
     for r in full:
         assert r["lighthouse/S"] == config.gathered_len(512)
         assert 0 < r["lighthouse/evenness_min/l1"] <= r["lighthouse/evenness/l1"] <= 1

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import recipe  # noqa: F401  (before torchtitan)
-from recipe import cpu_compat, run_logs
+from recipe import run_logs
+from recipe.compat import cpu as cpu_compat
 from recipe.cli import parse_job_config, tomllib
 from recipe.launch import single_process_env
 from recipe.metrics import METRICS_FILE, JsonlLogger, read_metrics

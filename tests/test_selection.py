@@ -22,7 +22,7 @@ def test_hand_worked_example_N32_p2_L3_k4_m2():
     sk = [1.0] * 32
     sk[13], sk[22], sk[25] = 7.0, 3.0, 6.0
     q, k = _one_row_inputs(sq, sk)
-    sel = select(q, k, LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2))
+    sel = select(q, k, LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2, selection="paper"))
     # Tile 0, level 2: entry 0 forced (prefix guarantee, the sQ slot), entry 3 by sK (token 13).
     #   level 1: children {0,1,6,7}; 0 forced, 6 by sK (tokens 12,13); level 0: children {0,1,12,13}.
     # Tile 1, level 2: entry 5 by sQ (token 21), then entry 6 by sK (token 25).
@@ -44,7 +44,7 @@ def test_equal_scores_select_the_lowest_positions(levels, pool, topk, budget, n)
     sign = torch.randint(0, 2, (2, n, 2)).to(torch.float64) * 2 - 1
     q = torch.nn.functional.one_hot(axis, 4).to(torch.float64) * sign.unsqueeze(-1)
     k = q.flip(1)
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
     sel = select(q, k, config)
     # With all ties, each level expands the `budget` lowest candidates of every tile, so the expanded
     # chain of a tile is the prefix of its coarsest range, refined level by level.
@@ -78,7 +78,7 @@ GEOMETRIES = [(64, 2, 2, 4, 2), (128, 2, 3, 8, 4), (256, 4, 3, 8, 4), (256, 2, 4
 
 @pytest.mark.parametrize("n, p, levels, k, m", GEOMETRIES, ids=["N{}-p{}-L{}-k{}-m{}".format(*g) for g in GEOMETRIES])
 def test_leaves_partition_the_sequence_and_every_position_gets_1_to_L_contributions(n, p, levels, k, m):
-    config = LighthouseConfig(levels=levels, pool=p, topk=k, tile_budget=m)
+    config = LighthouseConfig(levels=levels, pool=p, topk=k, tile_budget=m, selection="paper")
     q, k_, _ = random_qkv(2, n, 4, 2, 8)
     sel = select(q, k_, config)
     leaves, contributions = _coverage(sel, config, n)
@@ -91,7 +91,7 @@ def test_leaves_partition_the_sequence_and_every_position_gets_1_to_L_contributi
 
 @pytest.mark.parametrize("levels, pool, topk, budget, n", [(3, 2, 8, 4, 128), (3, 4, 16, 8, 512)])
 def test_each_tile_expands_budget_entries_per_level_and_gathers_their_children(levels, pool, topk, budget, n):
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
     q, k, _ = random_qkv(1, n, 2, 2, 8)
     sel = select(q, k, config)
     for row in range(2):
@@ -112,7 +112,7 @@ def test_each_tile_expands_budget_entries_per_level_and_gathers_their_children(l
 def test_gqa_query_score_is_the_max_over_the_group():
     # Two query heads per kv head: selecting with both equals selecting with their per-token max norm.
     q, k, _ = random_qkv(1, 128, 4, 2, 8)
-    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4)
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper")
     sel = select(q, k, config)
     norms = torch.linalg.vector_norm(q, dim=-1).view(1, 128, 2, 2)
     winner = norms.argmax(-1, keepdim=True)

@@ -76,11 +76,11 @@ def test_dilated_scorer_matches_a_naive_loop(dilation):
 
 def test_dilated_scorer_is_selectable_and_changes_the_selection():
     q, k, v = random_qkv(1, 128, 2, 2, 8)
-    norm = select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4))
-    dilated = select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated"), v=v)
+    norm = select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper"))
+    dilated = select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", selection="paper"), v=v)
     assert not torch.equal(norm.index, dilated.index)
     with pytest.raises(ValueError, match="scorer='dilated' needs v"):
-        select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated"))
+        select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", selection="paper"))
 
 
 def _naive_scatter(o_tilde, sel, n, pool, heads):
@@ -98,7 +98,7 @@ def _naive_scatter(o_tilde, sel, n, pool, heads):
 
 @pytest.mark.parametrize("levels, pool, topk, budget, n", [(3, 2, 8, 4, 64), (2, 4, 8, 4, 128), (4, 2, 4, 2, 64)])
 def test_scatter_back_sums_each_row_into_its_shifted_range(levels, pool, topk, budget, n):
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
     q, k, _ = random_qkv(2, n, 4, 2, 3)
     sel = select(q, k, config)
     flat = pyramid_index(sel, n, pool, levels)
@@ -113,7 +113,7 @@ def test_scatter_back_sums_each_row_into_its_shifted_range(levels, pool, topk, b
 
 
 def test_scatter_back_accumulates_in_float32_and_returns_the_input_dtype():
-    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4)
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper")
     q, k, _ = random_qkv(1, 64, 2, 2, 8)
     sel = select(q, k, config)
     flat = pyramid_index(sel, 64, 2, 3)
@@ -125,7 +125,7 @@ def test_scatter_back_accumulates_in_float32_and_returns_the_input_dtype():
 
 
 def test_gather_takes_each_selected_pyramid_row_for_every_head_of_its_group():
-    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4)
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper")
     q, k, _ = random_qkv(2, 64, 4, 2, 8)
     sel = select(q, k, config)
     pyramid = pool_pyramid(q, 2, 3)
@@ -138,7 +138,7 @@ def test_gather_takes_each_selected_pyramid_row_for_every_head_of_its_group():
 
 
 def test_scatter_back_can_keep_what_spills_past_the_end():
-    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4)
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper")
     q, k, _ = random_qkv(1, 64, 2, 2, 3)
     sel = select(q, k, config)
     flat = pyramid_index(sel, 64, 2, 3)
@@ -156,7 +156,7 @@ def test_without_the_prefix_guarantee_a_shard_selects_by_score_alone():
     sq = torch.arange(n, dtype=torch.float64) + 1.0
     q = sq.view(1, n, 1, 1).expand(1, n, 1, 2).contiguous()
     k = q.clone()
-    config = LighthouseConfig(levels=2, pool=2, topk=2, tile_budget=2)
+    config = LighthouseConfig(levels=2, pool=2, topk=2, tile_budget=2, selection="paper")
     with_prefix, without = select(q, k, config), select(q, k, config, prefix=False)
     first = lambda s: bool((s.expanded & (s.level == 1) & (s.index == 0)).any())  # noqa: E731
     assert first(with_prefix) and not first(without)

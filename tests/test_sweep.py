@@ -23,6 +23,8 @@ from recipe.sweep import LIGHTHOUSE_AXES, MANIFEST, create_sweep
 from recipe.sweep_summary import print_summary
 from recipe.toml_config import dump_toml
 
+from .helpers import child_env
+
 REPO = Path(__file__).resolve().parents[1]
 
 needs_recipe = pytest.mark.skipif(not (REPO / "recipe" / "job_config.py").exists(),
@@ -60,8 +62,8 @@ def _create(tmp_path: Path, base: Path, check: bool = False, sets: list[list[str
 
 
 def sweep_py(*argv: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """`python scripts/sweep.py <argv>` run in `cwd`."""
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "sweep.py"), *argv], cwd=cwd, env=env,
+    """`python scripts/sweep.py <argv>` run in `cwd`, this checkout importable (`child_env` unless `env`)."""
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "sweep.py"), *argv], cwd=cwd, env=env or child_env(),
                           capture_output=True, text=True, timeout=600)
 
 
@@ -111,7 +113,7 @@ def test_every_valid_point_is_written_and_every_invalid_one_reported(tmp_path, c
     expected_written, dump_folders = set(), set()
     for level, pool, topk in itertools.product(levels, pools, topks):
         label = f"L{level}-p{pool}-k{topk}"
-        lighthouse = LighthouseConfig(levels=level, pool=pool, topk=topk, tile_budget=16)
+        lighthouse = LighthouseConfig(levels=level, pool=pool, topk=topk, tile_budget=16, selection="paper")
         try:
             lighthouse.validate(seq_len)
         except ValueError as err:
@@ -244,7 +246,7 @@ def test_submit_chains_each_point(tmp_path):
     (bin_dir / "sbatch").chmod(0o755)
     (tmp_path / "log").mkdir()
     base = _base(tmp_path, random.Random(8))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(tmp_path / "log")}
+    env = {**child_env(), "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_LOG": str(tmp_path / "log")}
     result = sweep_py("create", str(base), "--name", "s", "--topk", "32", "64", "--stage2-steps", "3", "--sbatch",
                       "--nodes=2 --time=1:00:00", "--submit", "--no-torchtitan-check", cwd=work, env=env)
     assert result.returncode == 0, result.stderr
@@ -445,7 +447,7 @@ def test_the_command_line_names_a_missing_path_in_one_line_with_exit_code_2(tmp_
 @needs_recipe
 def test_a_local_sweep_trains_on_cpu_and_summary_reads_it(tmp_path):
     """Two points of the debug config, 2 steps each, trained here with the default launcher."""
-    env = {key: value for key, value in os.environ.items()
+    env = {key: value for key, value in child_env().items()
            if key not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
 
     created = sweep_py("create", "configs/debug.toml", "--name", "cpu", "--out", str(tmp_path / "sweep"),

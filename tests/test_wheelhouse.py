@@ -107,5 +107,5 @@ def test_wheelhouse_installs_into_a_fresh_venv_without_an_index(tmp_path):
     numpy_file, lighthouse_file, gathered = result.stdout.split()
     assert Path(numpy_file).is_relative_to(site_packages)  # numpy came from the wheelhouse
     assert Path(lighthouse_file).is_relative_to(REPO)  # the editable checkout, as on the node
-    assert int(gathered) == LighthouseConfig(levels=3, pool=2, topk=32, tile_budget=16).gathered_len(512)
+    assert int(gathered) == LighthouseConfig(levels=3, pool=2, topk=32, tile_budget=16, selection="paper").gathered_len(512)
     shutil.rmtree(venv)

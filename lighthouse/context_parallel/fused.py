@@ -7,19 +7,15 @@ run on that batch exactly as on 2B sequences of C tokens, with the per-chunk con
 prefix guarantee tells the chunks apart (it belongs to the chunk holding token 0), so selection runs once
 per half, and, with selection="causal", the trailing windows of a chunk's first entries, which reach
 p**(L-1) - 1 tokens into the previous chunk: the caller's `history` supplies those tokens' level-0 scores.
-Scatter-back keeps each chunk's spill for the caller's halo exchange.
+Scatter-back keeps each chunk's spill for the caller's halo exchange. Both steps are the single-device
+layer's own calls, `lighthouse.fused.plan` and `attend`, on the chunk rows.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
-from kernels.pyramid import Pyramid, pool_and_score
-from kernels.selection import GatherOrder
-
 from ..config import LighthouseConfig
-from ..fused import attend_in_order, norm_score_pyramids, pyramid_levels_to_store, score_pyramid, select_gather_order
+from ..fused import Plan, ScoreHistory, attend, plan
 from ..scoring import CausalAttention
 
 
@@ -35,45 +31,22 @@ def chunk_scores(s: torch.Tensor) -> torch.Tensor:
     return s.view(b, g, 2, n // 2).transpose(1, 2).reshape(2 * b, g, n // 2)
 
 
-ScoreHistory = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-"""(sq, sk) level-0 scores of the chunk rows, float32 [2B, G, C] -> the level-0 scores of the
-p**(L-1) - 1 tokens before each chunk row, [2B, G, p**(L-1) - 1] each (-inf before token 0)."""
-
-
-def _histories(sq0: torch.Tensor, sk0: torch.Tensor, config: LighthouseConfig,
-               history: ScoreHistory | None) -> tuple[torch.Tensor, torch.Tensor] | None:
-    if config.selection == "paper":
-        return None
-    if history is None:
-        raise ValueError('selection="causal" on a shard needs `history`: the scores of the tokens before each chunk')
-    return history(sq0, sk0)
-
-
-@torch.no_grad()
-def select_shard(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
-                 prefixes: tuple[bool, bool], token_scores: tuple[torch.Tensor, torch.Tensor] | None = None,
-                 history: ScoreHistory | None = None) -> tuple[Pyramid, GatherOrder]:
-    """Pooled levels of the chunk rows and their gather order (packed keys [2B, G, S_c] and inverse map).
+def shard_plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
+               prefixes: tuple[bool, bool], token_scores: tuple[torch.Tensor, torch.Tensor] | None = None,
+               history: ScoreHistory | None = None) -> Plan:
+    """`lighthouse.fused.plan` on the chunk rows of a shard: pooled levels of the rows and their gather order
+    (packed keys [2B, G, S_c] and inverse map).
 
     q [B, 2C, H, D], k/v [B, 2C, G, D] hold a head and a tail chunk; `config` is the per-chunk config
     (levels >= 2, valid for C tokens). `prefixes[half]` says whether that chunk keeps the prefix guarantee.
     Scores are the pooling pass's norms, or the shard's level-0 `token_scores` (sq, sk float32
     [B, G, 2C], the dilated scorer's), pooled per chunk as `config.selection` says (causal: with
-    `history`, needed then).
+    `history`, the scores before each chunk row, needed then).
     """
-    chunk_len, pool, levels = q.shape[1] // 2, config.pool, config.levels
-    pyramid = pool_and_score(*(chunk_rows(x) for x in (q, k, v)), pool, levels, scores=token_scores is None,
-                             stored=pyramid_levels_to_store(chunk_len, config))
-    if token_scores is None:
-        before = _histories(pyramid.sq[..., :chunk_len], pyramid.sk[..., :chunk_len], config, history)
-        sq, sk = norm_score_pyramids(pyramid, chunk_len, config, before)
-    else:
-        rows = tuple(chunk_scores(s) for s in token_scores)
-        before = _histories(*rows, config, history) or (None, None)
-        sq, sk = (score_pyramid(s, config, h) for s, h in zip(rows, before))
-    halves = [select_gather_order(sq[half::2], sk[half::2], chunk_len, config, prefix)
-              for half, prefix in enumerate(prefixes)]
-    return pyramid, GatherOrder(*(torch.stack(parts, dim=1).flatten(0, 1) for parts in zip(*halves)))
+    if config.selection == "causal" and history is None:
+        raise ValueError('selection="causal" on a shard needs `history`: the scores of the tokens before each chunk')
+    rows = None if token_scores is None else tuple(chunk_scores(s) for s in token_scores)
+    return plan(*(chunk_rows(x) for x in (q, k, v)), config, prefixes, rows, history)
 
 
 def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig,
@@ -85,14 +58,14 @@ def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: L
     Row [b, half] is that chunk's scatter-back with its spill past the chunk's end kept, in float32: the
     caller adds the received halos and casts once, as the single-device layer casts its sums once.
     `attention` maps the gathered sequence laid out [head part, tail part] (Q~ [B, 2S_c, H, D], K~, V~
-    [B, 2S_c, G, D]) to O~; context parallelism passes ring attention. Selection as `select_shard`
-    (`token_scores`, `history`); differentiable in q, k, v. The caller has checked that the fused path
-    applies (`lighthouse.layer.resolve_implementation`).
+    [B, 2S_c, G, D]) to O~; context parallelism passes ring attention. The plan as `shard_plan`
+    (`token_scores`, `history`); the same two calls as the single-device layer (`plan`, `attend`);
+    differentiable in q, k, v. The caller has checked that the fused path applies
+    (`lighthouse.layer.resolve_implementation`).
     """
     b = q.shape[0]
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    with torch.no_grad():
-        pyramid, order = select_shard(q, k, v, config, prefixes, token_scores, history)
+    chunks_plan = shard_plan(q, k, v, config, prefixes, token_scores, history)
 
     def shard_sequence_attention(q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor) -> torch.Tensor:
         # chunk rows [2B, S_c, ...] <-> the shard's gathered sequence [B, 2S_c, ...]
@@ -100,6 +73,6 @@ def shard_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: L
         return o_t.reshape(q_t.shape)
 
     qc, kc, vc = (chunk_rows(x) for x in (q, k, v))
-    spilled = attend_in_order(qc, kc, vc, pyramid, order, config, spill=True, attention=shard_sequence_attention,
-                              out_dtype=torch.float32)
+    spilled = attend(qc, kc, vc, chunks_plan, config, spill=True, attention=shard_sequence_attention,
+                     out_dtype=torch.float32)
     return spilled.unflatten(0, (b, 2))

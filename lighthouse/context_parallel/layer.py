@@ -81,7 +81,7 @@ def _chunk_histories(chunks: torch.Tensor, config: LighthouseConfig, mesh: Devic
 
 
 def _fused_history(config: LighthouseConfig, mesh: DeviceMesh):
-    """`fused.ScoreHistory` of this rank: chunk rows [2B, G, C] (row 2b + half) in, histories out."""
+    """`lighthouse.fused.ScoreHistory` of this rank: chunk rows [2B, G, C] (row 2b + half) in, histories out."""
 
     def history(sq: torch.Tensor, sk: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         rows, g, chunk_len = sq.shape
@@ -95,7 +95,7 @@ def _fused_history(config: LighthouseConfig, mesh: DeviceMesh):
 def _fused_token_scores(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """Level-0 scores for `fused.select_shard`: None where the pooling kernel computes them (norm scorer)."""
+    """Level-0 scores for `fused.shard_plan`: None where the pooling kernel computes them (norm scorer)."""
     from ..fused import scores_in_pooling_pass
 
     return None if scores_in_pooling_pass(config) else shard_token_scores(q, k, v, config, mesh)
@@ -105,13 +105,13 @@ def _fused_token_scores(
 def fused_shard_selections(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig, mesh: DeviceMesh
 ) -> list[Selection]:
-    """`shard_selections` computed by the fused kernels (`fused.select_shard`): what the fused CP layer gathers."""
+    """`shard_selections` computed by the fused kernels (`fused.shard_plan`): what the fused CP layer gathers."""
     from ..fused import selection_of
-    from .fused import select_shard
+    from .fused import shard_plan
 
     local = chunk_config(config, mesh.size())
-    _, order = select_shard(q, k, v, local, _prefixes(mesh), _fused_token_scores(q, k, v, config, mesh),
-                            _fused_history(config, mesh))
+    _, order = shard_plan(q, k, v, local, _prefixes(mesh), _fused_token_scores(q, k, v, config, mesh),
+                          _fused_history(config, mesh))
     return [selection_of(order.packed[half::2], local) for half in (HEAD, TAIL)]
 
 

@@ -1,126 +1,26 @@
-"""Ring attention through torch's context-parallel dispatcher: every private torch call of the project's
-context parallelism lives here.
-
-torch rings SDPA on DTensors sharded along the sequence (`ring_causal_attention`) once its CP dispatcher is
-on. It rings only the CUDA SDPA ops (flash, efficient, cuDNN). On CPU, SDPA runs
-`aten._scaled_dot_product_flash_attention_for_cpu`, for which it has neither a handler nor a sharding rule,
-so `register_cpu_ring_attention` adds the two missing handlers (forward and backward), built from torch's
-own ring templates exactly as torch builds its CUDA flash handlers: no new collective, the same head/tail
-load balancing and LSE merge. CPU rings serve tests and debugging on gloo.
-"""
+"""Ring attention over a sequence sharded head/tail: torch's context-parallel SDPA on DTensors, turned on and
+set up through `lighthouse.compat.context_parallel` (where its private calls are)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
-from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
-from torch.distributed.tensor._utils import compute_global_tensor_info
-from torch.distributed.tensor.experimental._attention import (
-    _cp_options,
-    _enable_context_parallel_dispatcher,
-    set_rotate_method,
-)
-from torch.distributed.tensor.experimental._context_parallel import _attention as torch_cp
 from torch.nn.attention import sdpa_kernel
 
 from ..attention import SDPA_BACKENDS, resolve_backend, sdpa_inputs
+from ..compat.context_parallel import (
+    SEQ_DIM,
+    enable_ring_dispatch,
+    load_balanced,
+    register_cpu_ring_attention,
+    set_ring_options,
+    set_rotate_method,
+)
 from ..scoring import CausalAttention
-
-aten = torch.ops.aten
-CPU_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
-CPU_FLASH_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
-_RING_OPS = {"cpu": CPU_FLASH, "cuda": aten._scaled_dot_product_flash_attention.default}
-SEQ_DIM = 2  # torch's ring attention shards [B, H, S, D] on S
-
-
-def _bind(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """Every argument of `op` by name, defaults filled in."""
-    bound = {}
-    for i, arg in enumerate(op._schema.arguments):
-        bound[arg.name] = args[i] if i < len(args) else kwargs.get(arg.name, arg.default_value)
-    return bound
-
-
-def _local_shards(bound: dict[str, Any], names: tuple[str, ...]) -> tuple[DeviceMesh, list[torch.Tensor]]:
-    """The mesh and local tensors of the named DTensor arguments; each must be sharded on the sequence dim."""
-    tensors = [bound[name] for name in names]
-    for name, t in zip(names, tensors):
-        if not isinstance(t, DTensor) or t.device_mesh.ndim != 1 or tuple(t.placements) != (Shard(SEQ_DIM),):
-            placement = tuple(t.placements) if isinstance(t, DTensor) else type(t).__name__
-            raise NotImplementedError(
-                f"CPU ring attention needs {name} as a DTensor on a 1-D mesh sharded Shard({SEQ_DIM}); got {placement}"
-            )
-    return tensors[0].device_mesh, [t._local_tensor for t in tensors]
-
-
-def _sharded(mesh: DeviceMesh, local: torch.Tensor) -> DTensor:
-    """Wrap a local result as a DTensor sharded on the sequence dim, as the CP sharding rules do on CUDA."""
-    shape, stride = compute_global_tensor_info(local, mesh, [Shard(SEQ_DIM)])
-    spec = DTensorSpec(mesh, (Shard(SEQ_DIM),), tensor_meta=TensorMeta(torch.Size(shape), tuple(stride), local.dtype))
-    return DTensor(local, spec, requires_grad=False)
-
-
-def _ring_flash_cpu(op_call: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[DTensor, DTensor]:
-    """Handler of the CPU flash forward: torch's ring template around the local CPU flash op."""
-    bound = _bind(op_call, args, kwargs)
-    if bound["attn_mask"] is not None:
-        raise NotImplementedError("CPU ring attention takes no attn_mask (causal attention only)")
-    mesh, (q, k, v) = _local_shards(bound, ("query", "key", "value"))
-    out, lse = torch_cp._templated_ring_attention(
-        mesh.get_group(), SEQ_DIM, CPU_FLASH, query=q, key=k, value=v,
-        is_causal=bound["is_causal"], dropout_p=bound["dropout_p"], scale=bound["scale"],
-    )
-    return _sharded(mesh, out), _sharded(mesh, lse)
-
-
-def _ring_flash_cpu_backward(op_call: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[DTensor, ...]:
-    """Handler of the CPU flash backward: torch's ring backward template around the local CPU op."""
-    bound = _bind(op_call, args, kwargs)
-    names = ("grad_out", "query", "key", "value", "out", "logsumexp")
-    mesh, (grad_out, q, k, v, out, lse) = _local_shards(bound, names)
-    grads = torch_cp._templated_ring_attention_backward(
-        mesh.get_group(), SEQ_DIM, CPU_FLASH_BACKWARD, grad_out=grad_out, grad_out_name="grad_out",
-        query=q, key=k, value=v, out=out, logsumexp=lse,
-        is_causal=bound["is_causal"], dropout_p=bound["dropout_p"], scale=bound["scale"],
-    )
-    return tuple(_sharded(mesh, g) for g in grads)
-
-
-CPU_RING_HANDLERS: dict[torch._ops.OpOverload, Callable] = {
-    CPU_FLASH: _ring_flash_cpu,
-    CPU_FLASH_BACKWARD: _ring_flash_cpu_backward,
-}
-
-
-def register_cpu_ring_attention() -> None:
-    """Let torch's context-parallel dispatcher ring the CPU flash op (idempotent).
-
-    The handlers join torch's CP handler table, so they are active exactly while the CP dispatcher is; if
-    it is already on, they are added to the live table too.
-    """
-    torch_cp.custom_ops.update(CPU_RING_HANDLERS)
-    live = DTensor._op_dispatcher._custom_op_handlers
-    if aten._scaled_dot_product_flash_attention.default in live:
-        live.update(CPU_RING_HANDLERS)
-
-
-def enable_ring_dispatch(device_type: str) -> None:
-    """Turn on torch's context-parallel SDPA dispatcher (idempotent); it must stay on through backward."""
-    op = _RING_OPS.get(device_type)
-    if op is None:
-        raise ValueError(
-            f"ring attention has no rule for device type {device_type!r}; expected one of {tuple(_RING_OPS)}"
-        )
-    _enable_context_parallel_dispatcher()
-    if op not in DTensor._op_dispatcher._custom_op_handlers:
-        raise RuntimeError(
-            f"torch's context-parallel dispatcher has no rule for {op}: call enable_context_parallel(mesh, ...) first"
-        )
 
 
 def enable_context_parallel(cp_mesh: DeviceMesh, rotate_method: str) -> None:
@@ -138,17 +38,15 @@ def ring_options(*, float32_merge: bool = True, load_balance: bool = True,
                  rotate_method: str = "allgather") -> Iterator[None]:
     """Run with torch's ring settings changed (tests: float64 merges, a layout without load balancing, the
     alltoall rotation); the defaults are restored on exit."""
-    _cp_options.convert_to_f32, _cp_options.enable_load_balance = float32_merge, load_balance
-    set_rotate_method(rotate_method)
+    set_ring_options(float32_merge, load_balance, rotate_method)
     try:
         yield
     finally:
-        _cp_options.convert_to_f32, _cp_options.enable_load_balance = True, True
-        set_rotate_method("allgather")
+        set_ring_options(True, True, "allgather")
 
 
 def _check_head_tail_layout() -> None:
-    if not _cp_options.enable_load_balance:
+    if not load_balanced():
         raise ValueError(
             "Lighthouse context parallelism needs the head/tail sequence layout, but torch's ring attention is set "
             "to no load balancing (torchtitan: parallelism.context_parallel_load_balancer must be 'headtail')"

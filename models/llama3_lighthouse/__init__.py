@@ -1,19 +1,8 @@
-"""TrainSpec `llama3_lighthouse`: Llama-3 whose attention runs Lighthouse except in `dense_layers`."""
+"""Llama-3 whose attention runs Lighthouse except in `dense_layers`: the model, its arguments and flavors, and
+its parallelize function (`recipe.train_spec` registers them with torchtitan as `llama3_lighthouse`)."""
 from __future__ import annotations
 
-from torchtitan.components.loss import build_cross_entropy_loss
-from torchtitan.components.lr_scheduler import build_lr_schedulers
-from torchtitan.components.optimizer import build_optimizers
-from torchtitan.distributed.pipeline_parallel import pipeline_llm
-from torchtitan.models.llama3 import Llama3StateDictAdapter
-from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
-
-from recipe.data import build_lighthouse_dataloader
-from recipe.metrics import build_lighthouse_metrics_processor
-from recipe.tokenizer import EOS_ID, VOCAB_SIZE, build_byte_tokenizer
-from recipe.validation import build_dense_shadow_validator
-
-from .args import LighthouseLlamaArgs, attention_flops_per_token
+from .args import BOS_ID, EOS_ID, NUM_BYTES, VOCAB_SIZE, LighthouseLlamaArgs, attention_flops_per_token
 from .model import LighthouseLlama, LighthouseLlamaAttention
 from .parallelize import parallelize_lighthouse_llama
 
@@ -46,34 +35,17 @@ FLAVORS = {
     ),
 }
 
-
-def get_train_spec() -> TrainSpec:
-    return TrainSpec(
-        model_cls=LighthouseLlama,
-        model_args=FLAVORS,
-        parallelize_fn=parallelize_lighthouse_llama,
-        pipelining_fn=pipeline_llm,
-        build_optimizers_fn=build_optimizers,
-        build_lr_schedulers_fn=build_lr_schedulers,
-        build_dataloader_fn=build_lighthouse_dataloader,
-        build_tokenizer_fn=build_byte_tokenizer,
-        build_loss_fn=build_cross_entropy_loss,
-        build_validator_fn=build_dense_shadow_validator,
-        build_metrics_processor_fn=build_lighthouse_metrics_processor,
-        state_dict_adapter=Llama3StateDictAdapter,
-    )
-
-
-register_train_spec(NAME, get_train_spec())
-
 __all__ = [
+    "BOS_ID",
+    "EOS_ID",
     "FLAVORS",
     "NAME",
+    "NUM_BYTES",
     "PAPER_FFN_HIDDEN",
+    "VOCAB_SIZE",
     "LighthouseLlama",
     "LighthouseLlamaArgs",
     "LighthouseLlamaAttention",
     "attention_flops_per_token",
-    "get_train_spec",
     "parallelize_lighthouse_llama",
 ]

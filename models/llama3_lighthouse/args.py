@@ -9,6 +9,13 @@ from torchtitan.models.utils import get_dense_model_nparams_and_flops
 
 from lighthouse import LighthouseConfig
 
+# The byte vocabulary the flavors' embeddings are sized for: the 256 byte values plus BOS and EOS, as in the
+# paper (`recipe.tokenizer.ByteTokenizer` encodes text into it).
+NUM_BYTES = 256
+BOS_ID = NUM_BYTES
+EOS_ID = NUM_BYTES + 1
+VOCAB_SIZE = NUM_BYTES + 2
+
 
 def attention_flops_per_token(n_heads: int, head_dim: int, seq_len: int, config: LighthouseConfig | None) -> int:
     """Training FLOPs per token of one attention layer's score and value matmuls (forward + backward).

@@ -8,9 +8,9 @@ pytest.importorskip("triton")
 import triton
 import triton.language as tl
 
-from tests.helpers import DEVICE
+from ..helpers import DEVICE
 
-from .launch import _COMPILED, _specialisation, cdiv, launch, next_power_of_2
+from kernels.launch import _COMPILED, _specialisation, cdiv, launch, next_power_of_2
 
 
 @triton.jit

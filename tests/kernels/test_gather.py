@@ -6,12 +6,12 @@ pytest.importorskip("triton")
 
 from lighthouse import LighthouseConfig, gather_subsequence, pool_pyramid
 from lighthouse.testing import assert_close
-from tests.helpers import DEVICE, KERNEL_DTYPES, random_qkv
-from tests.kernel_inputs import random_selection
+from ..helpers import DEVICE, KERNEL_DTYPES, random_qkv
+from ..kernel_inputs import random_selection
 
-from .gather import gather_pyramid
-from .ordering import decode, packed_dtype
-from .pyramid import pool_and_score
+from kernels.gather import gather_pyramid
+from kernels.ordering import decode, packed_dtype
+from kernels.pyramid import pool_and_score
 
 # (batch, seq_len, heads, kv_heads, dim, levels, pool, topk, tile_budget)
 CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 256, 2, 2, 24, 3, 4, 8, 4), (1, 64, 2, 1, 8, 2, 2, 8, 4)]
@@ -22,7 +22,7 @@ CASE_IDS = [f"B{c[0]}-N{c[1]}-H{c[2]}-G{c[3]}-D{c[4]}-L{c[5]}-p{c[6]}-k{c[7]}-m{
 @pytest.mark.parametrize("b, n, h, g, d, levels, pool, topk, budget", CASES, ids=CASE_IDS)
 def test_gather_of_stored_levels_copies_their_rows_and_its_gradient_equals_reference(
         b, n, h, g, d, levels, pool, topk, budget, dtype):
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
     q, k, v = random_qkv(b, n, h, g, d, dtype=dtype, device=DEVICE, requires_grad=True)
     packed, slots, flat = random_selection(b, g, n, config)
     with torch.no_grad():
@@ -49,7 +49,7 @@ RECOMPUTE_CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 512, 2, 2, 24, 4, 2, 16,
 @pytest.mark.parametrize("b, n, h, g, d, levels, pool, topk, budget", RECOMPUTE_CASES,
                          ids=[f"N{c[1]}-L{c[5]}-p{c[6]}" for c in RECOMPUTE_CASES])
 def test_gather_recomputes_unstored_levels_as_their_token_means(b, n, h, g, d, levels, pool, topk, budget, dtype):
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
     q, k, v = random_qkv(b, n, h, g, d, dtype=dtype, device=DEVICE, requires_grad=True)
     packed, slots, flat = random_selection(b, g, n, config)
     coarsest_only = 1 << (levels - 1)
@@ -72,7 +72,7 @@ def test_packed_keys_are_int32_where_they_fit_and_the_gather_and_decode_take_eit
     assert packed_dtype(2**20, 3) == torch.int32  # 2^20 * 4 * 3 < 2^31
     assert packed_dtype(2**28, 3) == torch.int64
     b, n, h, g, d, levels, pool = 1, 256, 2, 1, 8, 3, 4
-    config = LighthouseConfig(levels=levels, pool=pool, topk=8, tile_budget=4)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=8, tile_budget=4, selection="paper")
     q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float32, device=DEVICE)
     packed, slots, _ = random_selection(b, g, n, config)
     assert packed.dtype == torch.int32

@@ -7,10 +7,10 @@ pytest.importorskip("triton")
 from lighthouse import LighthouseConfig
 from lighthouse import scatter_back as reference_scatter_back
 from lighthouse.testing import assert_close
-from tests.helpers import DEVICE, KERNEL_DTYPES
-from tests.kernel_inputs import random_selection
+from ..helpers import DEVICE, KERNEL_DTYPES
+from ..kernel_inputs import random_selection
 
-from .scatter import scatter_back
+from kernels.scatter import scatter_back
 
 # (batch, seq_len, heads, kv_heads, dim, levels, pool, topk, tile_budget)
 CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 256, 2, 2, 24, 3, 4, 8, 4), (1, 64, 2, 1, 8, 4, 2, 4, 2)]
@@ -18,7 +18,7 @@ CASE_IDS = [f"B{c[0]}-N{c[1]}-H{c[2]}-G{c[3]}-D{c[4]}-L{c[5]}-p{c[6]}-k{c[7]}-m{
 
 
 def _inputs(b, n, h, g, d, levels, pool, topk, budget, dtype):
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
     packed, slots, flat = random_selection(b, g, n, config)
     o_tilde = torch.randn(b, packed.shape[-1], h, d, device=DEVICE, dtype=dtype, requires_grad=True)
     return o_tilde, packed, slots, flat

@@ -1,6 +1,7 @@
 """Make torchtitan 0.2.2 run on a machine without an accelerator (debugging and CI).
 
-Active only when torch sees no accelerator; on a GPU machine `install()` changes nothing. Each patch fixes
+Active only when torch sees no accelerator; on a GPU machine `install()` changes nothing. `recipe.compat.install`
+applies it: entry points call that first, before torchtitan is imported. Each patch fixes
 one fact about torchtitan 0.2.2 + torch 2.13 on CPU:
 
 1. `import torchtitan` imports triton (through `torchtitan.models.moe.kernels`); CPU wheels of torch do not
@@ -16,8 +17,8 @@ one fact about torchtitan 0.2.2 + torch 2.13 on CPU:
 5. FSDP2 reduces gradients with `ReduceOp.PREMUL_SUM`, which gloo rejects. `force_sum_reduction` is
    applied by the model's parallelize function on CPU (see `models/llama3_lighthouse/parallelize.py`).
 6. Ring attention (context parallel) has no sharding rule for the CPU flash op
-   `aten._scaled_dot_product_flash_attention_for_cpu`. `lighthouse.context_parallel.ring.register_cpu_ring_attention`
-   adds one built from torch's own ring templates; the model's parallelize function registers it when the CP
+   `aten._scaled_dot_product_flash_attention_for_cpu`. `lighthouse.compat.register_cpu_ring_attention`
+   adds one built from torch's own ring templates; `enable_context_parallel` registers it when the CP
    mesh is on CPU.
 
 Warnings that say nothing on CPU are silenced (`quiet_cpu_warnings`):

@@ -7,9 +7,9 @@ pytest.importorskip("triton")
 from lighthouse import LighthouseConfig, descend, pyramid_index, pyramid_scores, token_scores
 from lighthouse import select as reference_select
 from lighthouse.fused import score_pyramid, select_gather_order, selection_of
-from tests.helpers import DEVICE, random_qkv
+from ..helpers import DEVICE, random_qkv
 
-from .selection import select_order
+from kernels.selection import select_order
 
 # (levels, pool, topk, tile_budget, seq_len): several tiles, deep and shallow pyramids, m from 2 to 16,
 # coarsest tiles that are and are not a multiple of m
@@ -41,7 +41,7 @@ def _assert_same_selection(fast, ref):
 @pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
 @pytest.mark.parametrize("levels, pool, topk, budget, n", CONFIGS, ids=CONFIG_IDS)
 def test_kernel_descent_equals_reference(levels, pool, topk, budget, n, ties):
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
     sq, sk = _score_pyramids((1, 2), n, config, ties)
     order = select_gather_order(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
     _assert_same_selection(selection_of(order.packed, config), descend(sq, sk, config))
@@ -50,7 +50,7 @@ def test_kernel_descent_equals_reference(levels, pool, topk, budget, n, ties):
 @pytest.mark.parametrize("prefix", [True, False], ids=["prefix", "shard"])
 def test_prefix_guarantee_follows_the_flag(prefix):
     # Token 0 scores lowest everywhere: only the prefix guarantee can expand its chain.
-    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4)
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper")
     n = 128
     sq, sk = _score_pyramids((2, 1), n, config, ties=False)
     for s in sq + sk:
@@ -73,7 +73,7 @@ def test_kernel_descent_on_qkv_scores_with_gqa_equals_reference(scorer, selectio
 
 
 def test_float64_scores_are_rejected():
-    config = LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=4)
+    config = LighthouseConfig(levels=2, pool=2, topk=4, tile_budget=4, selection="paper")
     s = torch.rand(1, 1, 48, dtype=torch.float64, device=DEVICE)
     with pytest.raises(ValueError, match="float32 scores; got sq torch.float64"):
         select_order(s, s, 32, config.pool, config.levels, config.topk, config.tile_budget)
@@ -81,7 +81,7 @@ def test_float64_scores_are_rejected():
 
 @pytest.mark.parametrize("levels, pool, topk, budget, n", CONFIGS, ids=CONFIG_IDS)
 def test_inverse_map_holds_each_gathered_entry_slot_and_minus_one_elsewhere(levels, pool, topk, budget, n):
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget)
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
     sq, sk = _score_pyramids((2, 3), n, config, ties=False)
     order = select_gather_order(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
     flat = pyramid_index(selection_of(order.packed, config), n, pool, levels)
@@ -92,7 +92,7 @@ def test_inverse_map_holds_each_gathered_entry_slot_and_minus_one_elsewhere(leve
 
 
 def test_int64_keys_give_the_same_order_and_inverse_map():
-    config = LighthouseConfig(levels=3, pool=4, topk=32, tile_budget=8)
+    config = LighthouseConfig(levels=3, pool=4, topk=32, tile_budget=8, selection="paper")
     sq, sk = (torch.cat(s, -1) for s in _score_pyramids((1, 2), 512, config, ties=True))
     args = (sq, sk, 512, config.pool, config.levels, config.topk, config.tile_budget)
     narrow, wide = select_order(*args), select_order(*args, key_dtype=torch.int64)
@@ -104,7 +104,7 @@ def test_int64_keys_give_the_same_order_and_inverse_map():
 @pytest.mark.parametrize("coarse_block", [8, 32], ids=lambda b: f"block{b}")
 def test_coarsest_entries_ranked_in_several_blocks_or_one_padded_block_equal_reference(coarse_block):
     # 768 tokens, 2 tiles: 24 coarsest entries per tile, in 3 blocks of 8 or one block of 32 (8 padding)
-    config = LighthouseConfig(levels=3, pool=4, topk=16, tile_budget=8)
+    config = LighthouseConfig(levels=3, pool=4, topk=16, tile_budget=8, selection="paper")
     sq, sk = _score_pyramids((1, 2), 768, config, ties=False)
     order = select_order(torch.cat(sq, -1), torch.cat(sk, -1), 768, config.pool, config.levels, config.topk,
                          config.tile_budget, coarse_block=coarse_block)
@@ -113,7 +113,7 @@ def test_coarsest_entries_ranked_in_several_blocks_or_one_padded_block_equal_ref
 
 def test_inverse_map_does_not_depend_on_what_its_memory_held(monkeypatch):
     # the kernel writes every entry of the map: -5 left behind would read as an expanded entry's mark
-    config = LighthouseConfig(levels=3, pool=4, topk=32, tile_budget=8)
+    config = LighthouseConfig(levels=3, pool=4, topk=32, tile_budget=8, selection="paper")
     sq, sk = (torch.cat(s, -1) for s in _score_pyramids((2, 2), 512, config, ties=False))
     args = (sq, sk, 512, config.pool, config.levels, config.topk, config.tile_budget)
     clean = select_order(*args)

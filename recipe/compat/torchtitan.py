@@ -1,0 +1,38 @@
+"""The private parts of torchtitan 0.2.2 the recipe builds on: two ConfigManager hooks and the metrics rank."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from torchtitan.components.metrics import _get_metrics_rank
+from torchtitan.config import ConfigManager
+
+TomlReader = Callable[[list[str]], "dict[str, Any] | None"]
+ConfigExtender = Callable[[Callable[[], type], list[str], "dict[str, Any] | None"], type]
+
+
+class HookedConfigManager(ConfigManager):
+    """torchtitan's ConfigManager (TOML < command line < defaults, parsed by tyro) with its two private hooks
+    handed to public functions: `read_toml(args)` reads the TOML values; `extend(base, args, toml_values)`
+    returns the config class to parse into, `base()` being torchtitan's own (with `job.custom_config_module`
+    merged in)."""
+
+    def __init__(self, read_toml: TomlReader, extend: ConfigExtender) -> None:
+        super().__init__()
+        self.read_toml, self.extend = read_toml, extend
+
+    def _maybe_load_toml(self, args: list[str]) -> dict[str, Any] | None:
+        return self.read_toml(args)
+
+    def _maybe_add_custom_config(self, args: list[str], toml_values: dict[str, Any] | None) -> type:
+        base = super()._maybe_add_custom_config
+        return self.extend(lambda: base(args, toml_values), args, toml_values)
+
+
+def merge_configs(base: type, extension: type) -> type:
+    """torchtitan's merge of a config extension's dataclasses into its JobConfig."""
+    return ConfigManager._merge_configs(base, extension)
+
+
+def metrics_rank(parallel_dims: Any, job_config: Any) -> int:
+    """The global rank that logs metrics (torchtitan's choice: the last pipeline stage's first rank)."""
+    return _get_metrics_rank(parallel_dims, job_config)

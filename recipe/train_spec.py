@@ -1,0 +1,38 @@
+"""The TrainSpec `llama3_lighthouse`: the model package's Llama-3 with Lighthouse layers, wired into torchtitan
+with the recipe's data, byte tokenizer, metrics and dense-shadow validation. Registered on import, as torchtitan
+registers its own models; `recipe.trainer` imports it."""
+from __future__ import annotations
+
+from torchtitan.components.loss import build_cross_entropy_loss
+from torchtitan.components.lr_scheduler import build_lr_schedulers
+from torchtitan.components.optimizer import build_optimizers
+from torchtitan.distributed.pipeline_parallel import pipeline_llm
+from torchtitan.models.llama3 import Llama3StateDictAdapter
+from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
+
+from models.llama3_lighthouse import FLAVORS, NAME, LighthouseLlama, parallelize_lighthouse_llama
+
+from .data import build_lighthouse_dataloader
+from .metrics import build_lighthouse_metrics_processor
+from .tokenizer import build_byte_tokenizer
+from .validation import build_dense_shadow_validator
+
+
+def get_train_spec() -> TrainSpec:
+    return TrainSpec(
+        model_cls=LighthouseLlama,
+        model_args=FLAVORS,
+        parallelize_fn=parallelize_lighthouse_llama,
+        pipelining_fn=pipeline_llm,
+        build_optimizers_fn=build_optimizers,
+        build_lr_schedulers_fn=build_lr_schedulers,
+        build_dataloader_fn=build_lighthouse_dataloader,
+        build_tokenizer_fn=build_byte_tokenizer,
+        build_loss_fn=build_cross_entropy_loss,
+        build_validator_fn=build_dense_shadow_validator,
+        build_metrics_processor_fn=build_lighthouse_metrics_processor,
+        state_dict_adapter=Llama3StateDictAdapter,
+    )
+
+
+register_train_spec(NAME, get_train_spec())
