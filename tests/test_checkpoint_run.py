@@ -64,10 +64,9 @@ def test_a_checkpoint_without_records_has_none(tmp_path):
     (["--lighthouse.switch_to_dense_at_step", "10"], 10, True, "lighthouse L3"),
     (["--lighthouse.switch_to_dense_at_step", "10"], 11, False, "dense from step 11, after lighthouse L3"),
     (["--lighthouse.no-enable"], 20, False, "dense"),
-    (["--lighthouse.dense_layers", "0", "1", "2", "3"], 20, False, "dense"),
     (["--lighthouse.no-enable", "--checkpoint.initial_load_path", "stage1/step-8"], 20, False,
      "dense; started from stage1/step-8"),
-], ids=["stage1", "at-the-switch", "after-the-switch", "dense-run", "every-layer-dense", "stage2"])
+], ids=["stage1", "at-the-switch", "after-the-switch", "dense-run", "stage2"])
 def test_what_the_weights_trained_with(overrides, step, lighthouse, words):
     job_config = parse_job_config([*DEBUG, *overrides])
     assert trained_with_lighthouse(job_config, step) is lighthouse
