@@ -1,7 +1,7 @@
 """Reading a job from its TOML file and the command line, with mistakes reported in one line.
 
 `parse_job_config` reads a job through torchtitan's ConfigManager (TOML < command line < defaults, parsed by
-tyro), with its two hooks (`recipe.compat.torchtitan.HookedConfigManager`) set to `read_toml` and
+tyro), with its two hooks (`recipe.compat.torchtitan.HookedConfigManager`) set to the values `read_toml` read (once) and
 `with_lighthouse_section`: the `[lighthouse]` section is always known (so `train.py --help` lists it),
 and a missing or malformed TOML file, an unknown key (with the closest valid one) or a value of the wrong
 type raises `ConfigError` naming the file and key. `exit_on_config_error` turns a ConfigError into one line
@@ -187,7 +187,8 @@ def parse_job_config(args: Sequence[str]) -> JobConfig:
 
     `validation.seq_len`, unless set, is `training.seq_len` (torchtitan's default, 2048, can exceed the RoPE
     table the model builds for `training.seq_len`)."""
-    config = HookedConfigManager(read_toml, with_lighthouse_section).parse_args(list(args))
-    if not sets_key(args, read_toml(list(args)), "validation.seq_len"):
+    toml_values = read_toml(list(args))
+    config = HookedConfigManager(lambda _args: toml_values, with_lighthouse_section).parse_args(list(args))
+    if not sets_key(args, toml_values, "validation.seq_len"):
         config.validation.seq_len = config.training.seq_len
     return config
