@@ -1,14 +1,17 @@
-"""torch.compile of the context-parallel layer on 2 gloo ranks: the fused path (the kernels in Triton's
-interpreter) and the reference trace into one graph with no break (the kernels are custom ops under compile,
-so Dynamo never enters Triton's launcher, where it failed with "builtin isinstance() cannot determine type of
-argument TritonKernelVariable()"), and the compiled layer equals the eager one, forward and backward, bit for
-bit."""
+"""torch.compile of the context-parallel layer on 2 gloo ranks, under activation checkpointing as the trainer
+runs it: the fused path (the kernels in Triton's interpreter) and the reference trace into one graph with no
+break (the kernels are custom ops under compile, so Dynamo never enters Triton's launcher, where it failed
+with "builtin isinstance() cannot determine type of argument TritonKernelVariable()"), and the compiled layer
+equals the eager one, forward and backward, bit for bit. Ring attention only reads torch's dispatcher table
+once it is on: on GPUs a write there stopped compile inside the checkpoint HOP ("HOP: Unsafe side effect")."""
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
 import torch
+from torch.distributed.tensor import DTensor
+from torch.utils.checkpoint import checkpoint
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.skipif(
@@ -16,7 +19,7 @@ pytestmark = pytest.mark.skipif(
     reason="the gloo ranks hold CPU tensors, which compiled Triton does not take; on GPUs: scripts/cp_parity.py",
 )
 
-from lighthouse.context_parallel import context_parallel_lighthouse_attention
+from lighthouse.context_parallel import context_parallel_lighthouse_attention, ring_causal_attention
 
 from .cp_cases import NORM, NORM_CAUSAL
 from .helpers import fresh_seed
@@ -28,8 +31,8 @@ def _check_compiled_equals_eager(mesh, config, seed):
     k, v = (torch.randn(2, 256 // mesh.size(), 2, 8) for _ in range(2))
     grad_o = torch.randn_like(q)
 
-    def layer(q, k, v):
-        return context_parallel_lighthouse_attention(q, k, v, config, mesh)
+    def layer(q, k, v):  # full activation checkpointing, as torchtitan's checkpoint wrapper runs a block
+        return checkpoint(context_parallel_lighthouse_attention, q, k, v, config, mesh, use_reentrant=False)
 
     explanation = torch._dynamo.explain(layer)(q, k, v)
     assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
@@ -56,3 +59,14 @@ CASES = [
 def test_compiled_cp_layer_has_no_graph_break_and_equals_eager(ranks, implementation, config):
     config = dataclasses.replace(config, implementation=implementation)
     ranks.run(_check_compiled_equals_eager, 2, config, fresh_seed())
+
+
+def _check_ring_attention_leaves_dispatcher_table(mesh):
+    handlers = DTensor._op_dispatcher._custom_op_handlers
+    q, k, v = (torch.randn(1, 16, 2, 8) for _ in range(3))
+    ring_causal_attention(q, k, v, mesh)
+    assert DTensor._op_dispatcher._custom_op_handlers is handlers
+
+
+def test_ring_attention_writes_nothing_to_torch_dispatcher_once_it_is_on(ranks):
+    ranks.run(_check_ring_attention_leaves_dispatcher_table, 2)

@@ -103,13 +103,19 @@ def register_cpu_ring_attention() -> None:
 
 
 def enable_ring_dispatch(device_type: str) -> None:
-    """Turn on torch's context-parallel SDPA dispatcher (idempotent); it must stay on through backward."""
+    """Turn on torch's context-parallel SDPA dispatcher where it is off; it must stay on through backward.
+
+    Where it is on already this only reads: torch.compile refuses a write to the dispatcher inside the
+    activation-checkpoint HOP ("HOP: Unsafe side effect"), and a layer under full activation checkpointing
+    calls this on every forward.
+    """
     op = _RING_OPS.get(device_type)
     if op is None:
         raise ValueError(
             f"ring attention has no rule for device type {device_type!r}; expected one of {tuple(_RING_OPS)}"
         )
-    _enable_context_parallel_dispatcher()
+    if op not in DTensor._op_dispatcher._custom_op_handlers:
+        _enable_context_parallel_dispatcher()
     if op not in DTensor._op_dispatcher._custom_op_handlers:
         raise RuntimeError(
             f"torch's context-parallel dispatcher has no rule for {op}: call enable_context_parallel(mesh, ...) first"
