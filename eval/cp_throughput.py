@@ -2,7 +2,8 @@
 W = 1 at equal tokens per rank, Lighthouse against dense at the same geometry.
 
 Each (W, attention) variant trains on W processes with `parallelism.context_parallel_degree = W` and
-`seq_len = W * tokens_per_rank`, otherwise as `eval.throughput` runs a variant (no compile).
+`seq_len = W * tokens_per_rank`, otherwise as `eval.throughput` runs a variant (torch.compile of the model
+where the job says so).
 torchtitan's tok/s is per rank (tokens of the step / (time * CP degree)).
 """
 from __future__ import annotations
@@ -21,20 +22,21 @@ ATTENTIONS = ("lighthouse", "dense")
 
 @dataclass(frozen=True)
 class CpThroughputJob:
-    """What every variant shares: the config, tokens per rank, steps, checkpointing, a topk override and more
-    train.py arguments (last, so they win)."""
+    """What every variant shares: the config, tokens per rank, steps, checkpointing, a topk override, compile
+    and more train.py arguments (last, so they win)."""
 
     config: str
     tokens_per_rank: int
     steps: int
     ac: str
     topk: int | None = None
+    compile: bool = False
     train_args: list[str] = field(default_factory=list)
 
 
 def variant_args(job: CpThroughputJob, cp: int, attention: str, folder: Path) -> list[str]:
     """train.py arguments of one (CP degree, attention) variant."""
-    argv = job_args(job.config, cp * job.tokens_per_rank, job.steps, attention == "lighthouse", job.ac, False, folder)
+    argv = job_args(job.config, cp * job.tokens_per_rank, job.steps, attention == "lighthouse", job.ac, job.compile, folder)
     argv += ["--parallelism.context_parallel_degree", str(cp), "--parallelism.data_parallel_shard_degree", "1"]
     argv += ["--lighthouse.topk", str(job.topk)] if job.topk else []
     return argv + job.train_args
@@ -60,19 +62,22 @@ def summarize(runs: dict[tuple[int, str], dict], degrees: list[int]) -> list[dic
 
 
 def measure(job: CpThroughputJob, degrees: list[int], attentions: list[str]) -> list[dict]:
-    """Train every (degree, attention) variant, printing each run as it ends; the records of `summarize` with
-    the sequence length and what the variants shared."""
+    """Train every (degree, attention) variant, printing each run as it ends (a failed one as its error); the
+    records of `summarize` with the sequence length and what the variants shared."""
     runs: dict[tuple[int, str], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for cp in degrees:
             for attention in attentions:
                 folder = Path(tmp) / f"{attention}_cp{cp}"
-                runs[cp, attention] = run_variant(variant_args(job, cp, attention, folder), folder, job.steps, cp)
+                try:
+                    runs[cp, attention] = run_variant(variant_args(job, cp, attention, folder), folder, job.steps, cp)
+                except RuntimeError as err:  # one failed variant is a gap in the records, not a lost sweep
+                    runs[cp, attention] = {"error": str(err)}
                 print(f"cp={cp} {attention:10s} {runs[cp, attention]}", flush=True)
     config_path = Path(job.config).resolve()
     shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
     common = {"config": str(shown), "tokens_per_rank": job.tokens_per_rank, "activation_checkpointing": job.ac,
-              "topk_override": job.topk, "train_args": job.train_args,
+              "compile": job.compile, "topk_override": job.topk, "train_args": job.train_args,
               "steps": job.steps, "environment": environment(pick_device("auto"))}
     return [{**r, "seq_len": r["cp_degree"] * job.tokens_per_rank, **common} for r in summarize(runs, degrees)]
 
@@ -102,7 +107,8 @@ def report(records: list[dict]) -> str:
     """What the variants shared, the environment line and the table."""
     first = records[0]
     return (f"\n{describe(first)}, {first['tokens_per_rank']:,} tokens per rank, batch 1, "
-            f"activation checkpointing {first['activation_checkpointing']}, {first['steps']} steps (first {WARMUP_STEPS} not timed)\n"
+            f"activation checkpointing {first['activation_checkpointing']}, "
+            f"compile {'on' if first.get('compile') else 'off'}, {first['steps']} steps (first {WARMUP_STEPS} not timed)\n"
             + " | ".join(f"{k} {v}" for k, v in first["environment"].items()) + "\n" + table(records))
 
 
@@ -124,7 +130,8 @@ def plot(records: list[dict], path: Path) -> None:
     ax.set_xticks(range(len(records)), [f"CP={r['cp_degree']}\nN={r['seq_len']:,}" for r in records])
     ax.set_ylabel("tok/s per rank")
     env = records[0]["environment"]
-    ax.set_title(f"{env['device']}, {records[0]['tokens_per_rank']:,} tokens per rank\n{describe(records[0])}\n"
+    compiled = "compiled" if records[0].get("compile") else "eager"
+    ax.set_title(f"{env['device']}, {records[0]['tokens_per_rank']:,} tokens per rank, {compiled}\n{describe(records[0])}\n"
                  "(bar labels: share of the CP=1 tok/s kept)", fontsize=8)
     ax.legend()
     fig.tight_layout()

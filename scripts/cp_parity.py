@@ -27,6 +27,7 @@ install()  # the CPU compatibility layer, before torchtitan is imported
 from eval.cp_parity import DTYPES, CpParityJob, run_cp_parity
 from eval.device import require_cuda
 from lighthouse import LighthouseConfig
+from lighthouse.config import SELECTIONS
 from lighthouse.context_parallel import check_context_parallel
 from recipe.cli import as_config_error, exit_on_config_error
 
@@ -44,6 +45,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--topk", type=int, default=2048)
     p.add_argument("--tile-budget", type=int, default=128)
     p.add_argument("--scorer", default="norm", choices=("norm", "dilated"))
+    p.add_argument("--selection", default=LighthouseConfig.selection, choices=SELECTIONS,
+                   help="how entries are scored for selection (default: the layer's)")
     p.add_argument("--backend", default="auto")
     p.add_argument("--dtype", default="bfloat16", choices=tuple(DTYPES))
     p.add_argument("--rotate-method", default="allgather", choices=("allgather", "alltoall"))
@@ -64,7 +67,7 @@ def main() -> None:
     with exit_on_config_error(), as_config_error():  # one line on each rank, exit 2, before any group starts
         config = LighthouseConfig(
             levels=args.levels, pool=args.pool, topk=args.topk, tile_budget=args.tile_budget, scorer=args.scorer,
-            backend=args.backend,
+            selection=args.selection, backend=args.backend,
         )
         check_context_parallel(config, args.seq_len, int(os.environ.get("WORLD_SIZE", "1")))
     run_cp_parity(CpParityJob(

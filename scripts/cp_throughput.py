@@ -12,7 +12,7 @@ For every degree W in `--cp` and each attention, trains the config (default: the
 stage 1, full activation checkpointing; its 12 tiles split over 2W chunks for W = 1, 2, 3, 6) on W
 processes with `parallelism.context_parallel_degree = W` and `seq_len = W * --tokens-per-rank`, so every
 rank holds the same number of tokens. Everything else as `train_throughput.py` (local batch 1, synthetic
-data, no checkpoints, no compile, each variant its own job), without selection statistics (an extra
+data, no checkpoints, each variant its own job; `--compile` compiles the model), without selection statistics (an extra
 selection pass on the timed last step). torchtitan's tok/s is per rank (tokens of the step / (time * CP degree)).
 Reports, per W: tok/s per rank, the share of the W = 1 throughput kept, and the Lighthouse speedup over
 dense.
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--ac", default="full", choices=("none", "selective", "full"))
     parser.add_argument("--topk", type=positive_int,
                         help="override lighthouse.topk (topk/tile_budget must split over 2W chunks)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model in every variant")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--plot", type=Path, help="write a PNG bar chart here")
     parser.add_argument("--records", type=Path, help="read records from this JSON instead of training")
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             parser.error(f"--attentions={args.attentions}: choose from {ATTENTIONS}")
         if not args.allow_cpu:
             require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
-        job = CpThroughputJob(args.config, args.tokens_per_rank, args.steps, args.ac, args.topk, args.train_args)
+        job = CpThroughputJob(args.config, args.tokens_per_rank, args.steps, args.ac, args.topk, args.compile,
+                              args.train_args)
         records = measure(job, degrees, attentions)
 
     print(report(records))

@@ -53,6 +53,15 @@ def test_every_degree_runs_on_as_many_processes_with_w_times_the_tokens(tmp_path
     assert "--lighthouse.enable" in argv and "--lighthouse.no-log-stats" in argv
     assert argv[-1] == "--lighthouse.dense_layers"  # extra train.py arguments come last, so they win
     assert "--lighthouse.no-enable" in cp_throughput.variant_args(job, 1, "dense", tmp_path)
+    assert "--compile.no-enable" in argv
+
+
+def test_a_compiled_job_compiles_the_model_in_every_variant(tmp_path):
+    job = cp_throughput.CpThroughputJob("configs/debug.toml", tokens_per_rank=512, steps=3, ac="full", compile=True)
+    for cp, attention in ((1, "dense"), (2, "lighthouse")):
+        argv = cp_throughput.variant_args(job, cp, attention, tmp_path)
+        assert argv[argv.index("--compile.enable") + 1:][:2] == ["--compile.components", "model"]
+        assert "--compile.no-enable" not in argv
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -99,3 +108,18 @@ def test_records_name_the_commit_and_flag_a_tree_that_differs_from_it(tmp_path):
     assert source_commit(tmp_path) == head
     (tmp_path / "a.py").write_text("x = 2\n")
     assert source_commit(tmp_path) == f"{head}-dirty"
+
+
+def test_a_failed_variant_is_recorded_with_its_error_and_the_sweep_goes_on(monkeypatch):
+    def run_variant(argv, folder, steps, nproc):
+        if nproc == 2 and "--lighthouse.enable" in argv:
+            raise RuntimeError("training failed (exit 1):\nHOP: Unsafe side effect")
+        return {"tok_s": 100.0 * nproc, "peak_gib": 1.0}
+
+    monkeypatch.setattr(cp_throughput, "run_variant", run_variant)
+    monkeypatch.setattr(cp_throughput, "environment", lambda device: {"device": "test"})
+    job = cp_throughput.CpThroughputJob("configs/debug.toml", tokens_per_rank=512, steps=3, ac="none", compile=True)
+    cp1, cp2 = cp_throughput.measure(job, [1, 2], list(cp_throughput.ATTENTIONS))
+    assert cp2["runs"]["lighthouse"] == {"error": "training failed (exit 1):\nHOP: Unsafe side effect"}
+    assert cp2["lighthouse_tok_s_per_rank"] is None and cp2["dense_tok_s_per_rank"] == 200.0
+    assert cp1["compile"] is cp2["compile"] is True
