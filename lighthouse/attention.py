@@ -30,12 +30,13 @@ RING_BACKENDS = ("cudnn", "flash", "efficient")
 
 def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, ring: bool = False) -> str:
     """The SDPA kernel `backend` means here. 'auto' is cuDNN on CUDA (the efficient kernel for float32,
-    which cuDNN lacks); on CPU the math kernel, or for ring attention (`ring`) the CPU flash kernel, the
-    only one torch's ring rules take. Under `ring`, a backend without ring rules raises ValueError."""
+    which cuDNN lacks) and the flash kernel on CPU: it takes every float dtype, torch's ring rules take it,
+    and it skips masked keys (the math kernel adds -inf to every score, so one NaN key turned the rows
+    before it NaN too). Under `ring`, a backend without ring rules raises ValueError."""
     if backend == "auto":
         if device.type == "cuda":
             return "cudnn" if dtype in (torch.bfloat16, torch.float16) else "efficient"
-        return "flash" if ring else "math"
+        return "flash"
     if ring and backend not in RING_BACKENDS:
         raise ValueError(
             f"backend={backend!r} has no ring attention under context parallelism; use 'auto' or one of {RING_BACKENDS}"

@@ -126,10 +126,10 @@ def test_mismatched_inputs_are_rejected_by_name(shapes, message):
 
 @pytest.mark.parametrize(
     "device, dtype, expected",
-    [("cpu", torch.float32, "math"), ("cuda", torch.bfloat16, "cudnn"), ("cuda", torch.float16, "cudnn"),
+    [("cpu", torch.float32, "flash"), ("cpu", torch.float64, "flash"), ("cuda", torch.bfloat16, "cudnn"), ("cuda", torch.float16, "cudnn"),
      ("cuda", torch.float32, "efficient")],
 )
-def test_auto_backend_is_cudnn_on_cuda_where_cudnn_has_kernels(device, dtype, expected):
+def test_auto_backend_is_cudnn_on_cuda_where_cudnn_has_kernels_and_flash_on_cpu(device, dtype, expected):
     from lighthouse.attention import resolve_backend
 
     assert resolve_backend("auto", torch.device(device), dtype) == expected

@@ -54,3 +54,14 @@ def test_select_checks_its_config_and_inputs_before_scoring():
     with pytest.raises(TypeError, match="^config must be a LighthouseConfig, not NoneType$"):
         LighthouseAttention(None)
     assert select(q, k, LighthouseConfig(**VALID)).index.shape[:2] == (1, 2)
+
+
+@pytest.mark.parametrize("scorer", ["norm", "dilated"])
+@pytest.mark.parametrize("selection", ["paper", "causal"])
+def test_a_nan_in_one_key_leaves_the_rows_before_it_finite_as_dense_sdpa_does(scorer, selection):
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer=scorer, dilation=2, selection=selection)
+    q, k, v = random_qkv(1, 128, 4, 2, 8)
+    k[0, 77, 1, 3] = float("nan")
+    o = lighthouse_attention(q, k, v, config)
+    assert torch.isfinite(o[:, :77]).all()
+    assert torch.isnan(o[:, 77:]).any()  # the coarsest entry holding the key is in every later row's view
