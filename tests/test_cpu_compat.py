@@ -101,7 +101,7 @@ def test_5_fsdp_modules_reduce_with_plain_sum(one_rank_gloo_group):
 @pytest.mark.slow
 def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     """A CP=2 run on two gloo processes, from the same seed checkpoint, gives the losses and selection
-    statistics of a 1-process run."""
+    statistics of a 1-process run, and so does a compiled CP=2 run with full activation checkpointing."""
     from recipe.launch import free_port
     from .helpers import child_env
     from recipe.metrics import METRICS_FILE, read_metrics
@@ -117,6 +117,10 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
         "cp1": (1, [*common, *load, "--job.dump_folder", str(tmp_path / "cp1")]),
         "cp2": (2, [*common, *load, "--job.dump_folder", str(tmp_path / "cp2"),
                     "--parallelism.context_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"]),
+        "cp2-compiled": (2, [*common, *load, "--job.dump_folder", str(tmp_path / "cp2-compiled"),
+                             "--parallelism.context_parallel_degree", "2", "--parallelism.data_parallel_shard_degree",
+                             "1", "--compile.enable", "--compile.backend", "aot_eager",
+                             "--activation_checkpoint.mode", "full"]),
     }
     for name, (procs, argv) in runs.items():
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={procs}",
@@ -125,14 +129,17 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
         assert out.returncode == 0, f"{name}: " + out.stderr[-4000:]
         if name == "cp2":
             assert "Applied context parallel to 3 Lighthouse layers (degree 2)" in out.stdout + out.stderr
-    cp1, cp2 = (read_metrics(str(tmp_path / name / METRICS_FILE)) for name in ("cp1", "cp2"))
+    cp1, cp2, compiled = (read_metrics(str(tmp_path / name / METRICS_FILE)) for name in ("cp1", "cp2", "cp2-compiled"))
     shadow = lambda records: [r[k] for r in records if "validation/dense_loss" in r  # noqa: E731
                               for k in ("validation/lighthouse_loss", "validation/dense_loss")]
     assert shadow(cp2) == pytest.approx(shadow(cp1), rel=1e-5) and len(shadow(cp1)) == 4  # steps 1 and 3
-    cp1, cp2 = ([r for r in records if "loss_metrics/global_avg_loss" in r] for records in (cp1, cp2))
+    cp1, cp2, compiled = ([r for r in records if "loss_metrics/global_avg_loss" in r]
+                          for records in (cp1, cp2, compiled))
     loss = lambda records: [r["loss_metrics/global_avg_loss"] for r in records]  # noqa: E731
-    assert [r["step"] for r in cp2] == [1, 2, 3]
+    assert [r["step"] for r in cp2] == [r["step"] for r in compiled] == [1, 2, 3]
     assert loss(cp2) == pytest.approx(loss(cp1), rel=1e-5)
+    # torch.compile with full activation checkpointing under CP, as the GPU recipe trains: the same losses.
+    assert loss(compiled) == pytest.approx(loss(cp1), rel=1e-5)
     # Selection statistics under CP are those of the whole sequence, as in the 1-process run.
     for name in ("lighthouse/S", "lighthouse/expanded_share/l1", "lighthouse/evenness/l1", "lighthouse/evenness/l2"):
         assert [r[name] for r in cp2] == pytest.approx([r[name] for r in cp1], rel=1e-3), name
