@@ -57,8 +57,12 @@ def resolve_implementation(q: torch.Tensor, config: LighthouseConfig) -> str:
 
 
 def pipeline_for(q: torch.Tensor, config: LighthouseConfig) -> Pipeline:
-    """The implementation `resolve_implementation` names for this call, as a module with `plan` and `attend`."""
-    if resolve_implementation(q, config) == "fused":
+    """The implementation `resolve_implementation` names for this call, as a module with `plan` and `attend`.
+
+    One level is dense attention, which the fused plan does not take (levels >= 2): the reference's `plan`
+    (every token, in order) and `attend` compose it.
+    """
+    if config.levels > 1 and resolve_implementation(q, config) == "fused":
         from . import fused
 
         return fused

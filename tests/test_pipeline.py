@@ -4,6 +4,7 @@ take the same arguments and select the same entries, index for index, also for i
 and without the prefix guarantee and with the scores before each row (as context parallelism calls them);
 the reference is `attend` of `plan`, and picking it imports no Triton.
 """
+import dataclasses
 import subprocess
 import sys
 
@@ -94,6 +95,7 @@ def test_pipeline_for_picks_the_implementation_resolve_implementation_names(monk
     fused = pytest.importorskip("lighthouse.fused")
     forced = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper", implementation="fused")
     assert pipeline_for(q, forced) is fused
+    assert pipeline_for(q, dataclasses.replace(forced, levels=1)) is reference  # dense: the fused plan needs L >= 2
     monkeypatch.setenv(FORCE_REFERENCE_ENV, "1")
     assert pipeline_for(q, forced) is reference
 
