@@ -23,13 +23,12 @@ from lighthouse.context_parallel import (
     check_context_parallel,
     context_parallel_lighthouse_attention,
     enable_context_parallel,
-    fused_shard_selections,
     offset_selection,
     owned_chunks,
     ring_causal_attention,
     shard_selections,
 )
-from lighthouse.layer import resolve_implementation
+from lighthouse.pipeline import resolve_implementation
 from lighthouse.testing import error_ratio
 from recipe.teardown import end_process_groups
 
@@ -127,14 +126,13 @@ def forward_backward(fn: Callable[..., torch.Tensor], inputs: Sequence[torch.Ten
 
 
 def selection_mismatches(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, local: Sequence[torch.Tensor],
-                         config: LighthouseConfig, mesh: DeviceMesh, fused: bool) -> int:
-    """Selection entries (index or level) of every rank's chunks, by the per-chunk pipeline the CP layer
-    runs (`fused` or the reference), that differ from the single-device reference selection; summed over
-    ranks."""
+                         config: LighthouseConfig, mesh: DeviceMesh) -> int:
+    """Selection entries (index or level) of every rank's chunks, by the implementation the CP layer runs
+    (`shard_selections`), that differ from the single-device reference selection; summed over ranks."""
     rank, world, n = dist.get_rank(), dist.get_world_size(), q.shape[1]
     chunk = n // (2 * world)
     full_sel = select(q, k, config, v=v)
-    chunk_selections = (fused_shard_selections if fused else shard_selections)(*local, config, mesh)
+    chunk_selections = shard_selections(*local, config, mesh)
     per_chunk = config.gathered_len(n) // (2 * world)
     mismatched = torch.zeros((), dtype=torch.int64, device=q.device)
     for sel, c in zip(chunk_selections, owned_chunks(rank, world)):
@@ -205,7 +203,7 @@ def run_cp_parity(job: CpParityJob) -> None:
     )
 
     fused = resolve_implementation(q, config) == "fused"
-    mismatched = selection_mismatches(q, k, v, local, config, mesh, fused)
+    mismatched = selection_mismatches(q, k, v, local, config, mesh)
 
     rows = [("output", out_cp, out_ref[:, pos], out_truth[:, pos])]
     rows += [(f"grad {name}", g_cp, g_ref[:, pos], g_truth[:, pos])

@@ -1,11 +1,14 @@
 """Parity of the fused GPU path with the pure-PyTorch reference, on the same GPU, at large sizes
-(scripts/gpu_parity.py).
+(scripts/gpu_parity.py), through the public entries: the layer (`lighthouse_attention`,
+`reference_lighthouse_attention`) and the two implementations' `plan`/`attend` (`lighthouse.fused`,
+`lighthouse.reference`).
 
 Per case:
-  select   the tile kernel on the reference's scores equals `lighthouse.descend`, index for index;
+  select   the fused plan on the reference's level-0 scores selects what the reference plan selects, index
+           for index;
   scores   the fused pooling pass's score pyramids against the reference's (error ratio), and how many
            (batch, kv-head) rows get a different selection from them (float rounding near ties);
-  layer    the fused pipeline on the reference's scores against the reference layer: o, dq, dk, dv
+  layer    the fused `attend` on the reference-scored plan against the reference layer: o, dq, dk, dv
            error ratios (RMSE(ref - fast) / RMS(ref)) under the tolerance of `lighthouse/testing.py`;
   e2e      the whole fused layer (its own scores) against the reference layer;
   determ.  two runs give bit-identical o, and bit-identical gradients from the fused backward kernels
@@ -14,24 +17,23 @@ Per case:
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable, Sequence
 
 import torch
 import triton
 
-from kernels.gather import gather_pyramid
-from kernels.pyramid import Pyramid, pool_and_score
-from kernels.scatter import scatter_back
 from lighthouse import (
     LighthouseConfig,
-    descend,
+    fused,
+    fused_ops,
+    lighthouse_attention,
     pyramid_scores,
+    reference,
     reference_lighthouse_attention,
     token_scores,
 )
-from lighthouse.fused import Plan, attend, pyramid_levels_to_store, select_gather_order, selection_of
-from lighthouse.fused_node import fused_lighthouse_attention
 from lighthouse.testing import ERROR_RATIO, error_ratio
 
 # (B, N, H, G, D, dtype, LighthouseConfig kwargs); the paper's selection, whose scores the pooling pass computes
@@ -63,14 +65,15 @@ def ratios(ref: Sequence[torch.Tensor], fast: Sequence[torch.Tensor]) -> list[fl
     return [error_ratio(r, f)[0] for r, f in zip(ref, fast)]
 
 
-def backward_kernels_repeat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pyramid: Pyramid, sq: torch.Tensor,
-                            sk: torch.Tensor, config: LighthouseConfig) -> bool:
-    """The scatter-back and gather+pooling backward kernels give bit-identical gradients twice."""
-    n, pool, levels = q.shape[1], config.pool, config.levels
-    packed, slots = select_gather_order(sq, sk, n, config)
-    gathered = gather_pyramid(q, k, v, pyramid, packed, slots, pool, levels)
+def backward_kernels_repeat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: fused.Plan,
+                            config: LighthouseConfig) -> bool:
+    """The scatter-back and gather+pooling backward kernels give bit-identical gradients twice for the same
+    upstream gradients. They are called one by one (`lighthouse.fused_ops`): through `attend` the gradients
+    would also pass the inner SDPA backward, which need not repeat."""
+    n, pool, levels, order = q.shape[1], config.pool, config.levels, plan.order
+    gathered = fused_ops.gather_pyramid(q, k, v, plan.pyramid, order.packed, order.slots, pool, levels)
     o_t = torch.randn_like(gathered[0], requires_grad=True)
-    o = scatter_back(o_t, slots, n, pool, levels)
+    o = fused_ops.scatter_back(o_t, order.slots, n, pool, levels)
     grad_o = torch.randn_like(o)
     grads_t = [torch.randn_like(x) for x in gathered]
     runs = [(*torch.autograd.grad(o, o_t, grad_o, retain_graph=True),
@@ -78,46 +81,43 @@ def backward_kernels_repeat(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, p
     return all(torch.equal(a, b) for a, b in zip(*runs))
 
 
-def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs: dict[str, Any]) -> bool:
-    """Run every check of one case (B, N, H, G, D, dtype, config), print one line; whether all passed."""
+def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs: dict[str, Any],
+             device: str = "cuda") -> bool:
+    """Run every check of one case (B, N, H, G, D, dtype, config) on `device` (CPU: Triton's interpreter, small
+    sizes), print one line; whether all passed."""
     config = LighthouseConfig(**kwargs)
     name = (f"B{b} N{n} H{h} G{g} D{d} {str(dtype)[6:]} L{config.levels} p{config.pool} k{config.topk} "
             f"m{config.tile_budget} {config.scorer}")
-    q, k, v = (torch.randn(b, n, heads, d, device="cuda", dtype=dtype, requires_grad=True) for heads in (h, g, g))
+    q, k, v = (torch.randn(b, n, heads, d, device=device, dtype=dtype, requires_grad=True) for heads in (h, g, g))
     grad_o = torch.randn_like(q)
     tol = ERROR_RATIO[dtype]
     ok = True
     start = time.perf_counter()
 
-    with torch.no_grad():
-        ref_levels = [pyramid_scores(s, config.pool, config.levels, config.selection)
-                      for s in token_scores(q, k, v, config)]
-        ref_sq, ref_sk = (torch.cat(s, dim=-1) for s in ref_levels)
-        ref_sel = descend(*ref_levels, config)
-        fast_sel = selection_of(select_gather_order(ref_sq, ref_sk, n, config).packed, config)
-        same = all(torch.equal(getattr(fast_sel, f), getattr(ref_sel, f)) for f in ("level", "index", "expanded"))
-        ok &= same
-        pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=config.scorer == "norm",
-                                 stored=pyramid_levels_to_store(n, config))
-        line = f"select={'exact' if same else 'MISMATCH'}"
-        if config.scorer == "norm":
-            score_err = max(error_ratio(ref_sq, pyramid.sq)[0], error_ratio(ref_sk, pyramid.sk)[0])
-            own = selection_of(select_gather_order(pyramid.sq, pyramid.sk, n, config).packed, config)
-            rows_differ = (own.index != ref_sel.index).any(-1).sum().item()
-            line += f" scores={score_err:.1e} rows-differing-by-score-rounding={rows_differ}/{b * g}"
-            ok &= score_err < 1e-6
+    level0 = token_scores(q, k, v, config)
+    ref_sel = reference.plan(q, k, v, config, scores=level0).selection(config)
+    ref_scored = fused.plan(q, k, v, config, scores=level0)
+    fast_sel = ref_scored.selection(config)
+    same = all(torch.equal(getattr(fast_sel, f), getattr(ref_sel, f)) for f in ("level", "index", "expanded"))
+    ok &= same
+    line = f"select={'exact' if same else 'MISMATCH'}"
+    if config.scorer == "norm":
+        own = fused.plan(q, k, v, config)
+        ref_sq, ref_sk = (torch.cat(pyramid_scores(s, config.pool, config.levels, config.selection), dim=-1)
+                          for s in level0)
+        score_err = max(error_ratio(ref_sq, own.pyramid.sq)[0], error_ratio(ref_sk, own.pyramid.sk)[0])
+        rows_differ = (own.selection(config).index != ref_sel.index).any(-1).sum().item()
+        line += f" scores={score_err:.1e} rows-differing-by-score-rounding={rows_differ}/{b * g}"
+        ok &= score_err < 1e-6
 
     ref = fwd_bwd(lambda *x: reference_lighthouse_attention(*x, config), q, k, v, grad_o)
-    ref_order = select_gather_order(ref_sq, ref_sk, n, config)
-    ref_scored = fwd_bwd(lambda q_, k_, v_: attend(q_, k_, v_, Plan(pyramid, ref_order), config), q, k, v, grad_o)
-    layer = ratios(ref, ref_scored)
+    layer = ratios(ref, fwd_bwd(lambda *x: fused.attend(*x, ref_scored, config), q, k, v, grad_o))
     ok &= max(layer) <= tol
-    fused = fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v, grad_o)
-    again = fwd_bwd(lambda *x: fused_lighthouse_attention(*x, config), q, k, v, grad_o)
-    e2e = ratios(ref, fused)
-    kernels_repeat = backward_kernels_repeat(q, k, v, pyramid, ref_sq, ref_sk, config)
-    determ = torch.equal(fused[0], again[0]) and kernels_repeat
-    layer_grads_repeat = all(torch.equal(a, c) for a, c in zip(fused[1:], again[1:]))
+    fused_config = dataclasses.replace(config, implementation="fused")
+    fast, again = (fwd_bwd(lambda *x: lighthouse_attention(*x, fused_config), q, k, v, grad_o) for _ in range(2))
+    e2e = ratios(ref, fast)
+    determ = torch.equal(fast[0], again[0]) and backward_kernels_repeat(q, k, v, ref_scored, config)
+    layer_grads_repeat = all(torch.equal(a, c) for a, c in zip(fast[1:], again[1:]))
     ok &= determ
     fmt = lambda r: "/".join(f"{x:.1e}" for x in r)  # noqa: E731
     line += (f" layer(o/dq/dk/dv)={fmt(layer)} e2e={fmt(e2e)} bit-identical(o, kernel grads)={determ}"

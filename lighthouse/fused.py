@@ -2,16 +2,17 @@
 under torch.compile) composed into the pipeline of `reference.py` (`lighthouse.fused_node` runs them as the
 layer; context parallelism composes them per chunk).
 
-Same function as `lighthouse.reference_lighthouse_attention` (SPEC sections 1-5), same argument layout.
-Differences from the reference are float rounding only: per-token norms and pooled means are summed in
-another order, and gradients of a token are summed in float32 then cast once (the reference adds its
-bf16 parts). The selection itself matches the reference index for index on the same scores.
-Importing this module imports Triton; `lighthouse.layer` imports the fused layer only where it runs.
+`plan` and `attend` are the reference's (`lighthouse.reference.plan`, `attend`: same signatures, same
+function, SPEC sections 1-5), so callers pick either through `lighthouse.pipeline.pipeline_for`. Differences
+from the reference are float rounding only: per-token norms and pooled means are summed in another order, and
+gradients of a token are summed in float32 then cast once (the reference adds its bf16 parts). The selection
+itself matches the reference index for index on the same scores. Importing this module imports Triton;
+`lighthouse.pipeline` and `lighthouse.layer` import it only where it runs.
 """
 from __future__ import annotations
 
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -28,7 +29,7 @@ from .fused_ops import (
     select_order,
     stored_levels,
 )
-from .scoring import CausalAttention, pyramid_scores, token_scores
+from .scoring import CausalAttention, ScoreHistory, pyramid_scores, token_scores
 from .selection import Selection
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -101,11 +102,9 @@ class Plan(NamedTuple):
     pyramid: Pyramid
     order: GatherOrder
 
-
-ScoreHistory = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-"""(sq, sk) level-0 scores of the rows, float32 [R, G, N] -> the level-0 scores of the p**(L-1) - 1 tokens
-before each row, [R, G, p**(L-1) - 1] each (-inf before token 0): a row that does not start the sequence
-(a context-parallel chunk) under selection="causal"."""
+    def selection(self, config: LighthouseConfig) -> Selection:
+        """The gathered set as the reference's `Selection` (`selection_of` the packed keys)."""
+        return selection_of(self.order.packed, config)
 
 
 @torch.no_grad()
@@ -114,7 +113,7 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseCo
          history: ScoreHistory | None = None) -> Plan:
     """Pooling, scores and selection of contiguous rows q [R, N, H, D], k, v [R, N, G, D] for `config`
     (levels >= 2, valid for N); no gradient. Every caller plans through here: the fused layer on one device
-    and context parallelism on a shard's chunks (`lighthouse.context_parallel.fused`).
+    and context parallelism on a shard's chunks (`lighthouse.context_parallel.shard`).
 
     The norm scorer's level-0 scores come out of the pooling pass; `scores` (sq, sk float32 [R, G, N]) are a
     caller's own (context parallelism rings the dilated scorer's attention), else `lighthouse.token_scores`.

@@ -1,8 +1,8 @@
-"""The kernels' stages as the fused compositions call them (`lighthouse.fused`, the CP twin
-`lighthouse.context_parallel.fused`): under torch.compile each stage is a custom op (`lighthouse::*`, gather
-and scatter-back with registered backwards that are custom ops too), so Dynamo never traces into Triton's
-launcher, single device and per CP chunk alike; eagerly the kernels' own functions and autograd nodes run,
-without the custom-op dispatch's host time. Both give the same values bit for bit.
+"""The kernels' stages as the fused compositions call them (`lighthouse.fused`, which context parallelism
+runs per chunk through `lighthouse.context_parallel.shard`): under torch.compile each stage is a custom op
+(`lighthouse::*`, gather and scatter-back with registered backwards that are custom ops too), so Dynamo never
+traces into Triton's launcher, single device and per CP chunk alike; eagerly the kernels' own functions and
+autograd nodes run, without the custom-op dispatch's host time. Both give the same values bit for bit.
 
 Selection (`pool_and_score`, `causal_score_levels`, `select_order`) carries no gradient; `gather_pyramid` and
 `scatter_back` are differentiable in q, k, v and O~. This is the one module of `lighthouse/` that imports

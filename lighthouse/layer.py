@@ -1,8 +1,7 @@
-"""The public Lighthouse layer: input checks, the one choice between the fused and the reference pipeline,
-and the `nn.Module` a model holds."""
+"""The public Lighthouse layer: input checks, the implementation `lighthouse.pipeline.resolve_implementation`
+picks (the fused one as one autograd node, `lighthouse.fused_node`), and the `nn.Module` a model holds."""
 from __future__ import annotations
 
-import os
 from dataclasses import fields
 
 import torch
@@ -10,28 +9,8 @@ from torch import nn
 
 from .config import LighthouseConfig
 from .inputs import check_config, check_inputs
+from .pipeline import resolve_implementation
 from .reference import reference_lighthouse_attention
-
-FORCE_REFERENCE_ENV = "LIGHTHOUSE_FORCE_REFERENCE"
-
-
-def resolve_implementation(q: torch.Tensor, config: LighthouseConfig) -> str:
-    """'fused' or 'reference': the pipeline that runs this call (single device and context parallel alike).
-
-    `implementation="auto"` takes the fused Triton kernels for CUDA inputs they support, else the reference;
-    "fused" raises ValueError where the kernels do not apply (on CPU it needs TRITON_INTERPRET=1);
-    LIGHTHOUSE_FORCE_REFERENCE=1 in the environment forces the reference whatever the config says.
-    """
-    if config.implementation == "reference" or os.environ.get(FORCE_REFERENCE_ENV) == "1":
-        return "reference"
-    if config.implementation == "auto" and not q.is_cuda:
-        return "reference"
-    from .fused import check_supported, supports  # imports Triton: only where the kernels may run
-
-    if config.implementation == "fused":
-        check_supported(q, config)
-        return "fused"
-    return "fused" if supports(q, config) else "reference"
 
 
 def lighthouse_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseConfig) -> torch.Tensor:

@@ -9,7 +9,7 @@ Every rank builds the same full-sequence q, k, v (one seed), runs the single-dev
 on the whole sequence, runs `context_parallel_lighthouse_attention` on its head/tail shards and compares its
 rows, forward and backward (errors are the maximum over ranks). Both are also compared with a float32
 single-device run, so the CP error can be read against the layer's own rounding error. Both layers take
-the fused kernels where `lighthouse.layer.resolve_implementation` says so (the output names the path), and
+the fused kernels where `lighthouse.pipeline.resolve_implementation` says so (the output names the path), and
 the per-chunk selection of that path is compared with the single-device reference selection (fused scores
 differ by float32 summation order, so a near-tie may count there). Timings are per rank, the slowest
 rank's median over `--iters` runs.

@@ -2,8 +2,8 @@
 
 On a machine without CUDA the kernels run in Triton's interpreter (conftest.py; the worker processes
 inherit the setting); without Triton the module is skipped. The dispatch rule takes the fused path by
-itself on CUDA only, so the checks call the fused CP path directly, or ask for it with
-implementation="fused": per-chunk selection index for index, then the layer's output and input gradients.
+itself on CUDA only, so the checks ask for each implementation with `implementation="fused"` / "reference":
+per-chunk selection index for index, then the layer's output and input gradients.
 q and k get a random permutation of well separated norms, so the pooling kernel's float32 norms and the
 reference's (summed in another order) rank tokens alike and both paths select the same entries.
 """
@@ -20,13 +20,9 @@ pytestmark = pytest.mark.skipif(
     reason="the gloo ranks hold CPU tensors, which compiled Triton does not take; on GPUs: scripts/cp_parity.py",
 )
 
-from lighthouse.context_parallel import (
-    context_parallel_lighthouse_attention,
-    fused_shard_attention,
-    fused_shard_selections,
-    reference_shard_attention,
-    shard_selections,
-)
+from lighthouse import fused, reference
+from lighthouse.context_parallel import context_parallel_lighthouse_attention, shard_selections
+from lighthouse.pipeline import pipeline_for
 from lighthouse.testing import assert_close
 
 from .cp_cases import DILATED, DILATED_CAUSAL, NORM, NORM_CAUSAL, PARITY, rising_norm_inputs, shard_positions
@@ -57,10 +53,14 @@ def _local_inputs(mesh, inputs: str, seq_len: int, heads: int, kv_heads: int, se
     return tuple(x[:, pos].to(DTYPE) for x in rising_norm_inputs(seq_len, heads, kv_heads, seed))
 
 
+def _on(config, implementation: str):
+    return dataclasses.replace(config, implementation=implementation)
+
+
 def _check_selection(mesh, config, seq_len, inputs, seed):
     q, k, v = _local_inputs(mesh, inputs, seq_len, 4, 2, seed)
-    fused, ref = fused_shard_selections(q, k, v, config, mesh), shard_selections(q, k, v, config, mesh)
-    for half, (got, want) in enumerate(zip(fused, ref)):
+    fast, ref = (shard_selections(q, k, v, _on(config, name), mesh) for name in ("fused", "reference"))
+    for half, (got, want) in enumerate(zip(fast, ref)):
         for field in ("level", "index", "expanded"):
             assert torch.equal(getattr(got, field), getattr(want, field)), f"{field} of chunk half {half} (seed {seed})"
 
@@ -69,9 +69,9 @@ def _check_layer(mesh, config, seq_len, heads, kv_heads, seed):
     inputs = _local_inputs(mesh, "distinct-norms", seq_len, heads, kv_heads, seed)
     grad_out = torch.randn(inputs[0].shape, generator=torch.Generator().manual_seed(seed + 7), dtype=DTYPE)
     results = {}
-    for name, path in (("fused", fused_shard_attention), ("reference", reference_shard_attention)):
+    for name in ("fused", "reference"):
         leaves = [x.clone().requires_grad_(True) for x in inputs]
-        out = path(*leaves, config, mesh)
+        out = context_parallel_lighthouse_attention(*leaves, _on(config, name), mesh)
         out.backward(grad_out)
         results[name] = (out.detach(), *(x.grad for x in leaves))
     assert results["fused"][0].dtype == DTYPE
@@ -82,10 +82,9 @@ def _check_layer(mesh, config, seq_len, heads, kv_heads, seed):
 def _check_dispatch(mesh, seed):
     q, k, v = _local_inputs(mesh, "distinct-norms", 256, 4, 2, seed)
     # on CPU the rule says reference; where it says fused, the fused path runs
+    assert pipeline_for(q, NORM) is reference and pipeline_for(q, _on(NORM, "fused")) is fused
     assert torch.equal(context_parallel_lighthouse_attention(q, k, v, NORM, mesh),
-                       reference_shard_attention(q, k, v, NORM, mesh))
-    dispatched = context_parallel_lighthouse_attention(q, k, v, dataclasses.replace(NORM, implementation="fused"), mesh)
-    assert torch.equal(dispatched, fused_shard_attention(q, k, v, NORM, mesh))
+                       context_parallel_lighthouse_attention(q, k, v, _on(NORM, "reference"), mesh))
 
 
 @pytest.mark.parametrize(

@@ -3,17 +3,15 @@
 - `geometry`: which chunks a rank holds, the per-chunk config, the halo owner map, the start-up check;
 - `ring`: ring attention through torch's CP dispatcher (every private torch call lives there);
 - `halos`: the causal scores before each chunk and the scatter-back spills, exchanged between ranks;
-- `fused`: the fused kernels run on a shard's head and tail chunks as a batch of chunks;
-- `layer`: the CP layer (reference or fused per chunk) and its module.
+- `shard`: the layer's op (either implementation, `lighthouse.pipeline`) on a shard's head and tail chunks as a
+  batch of chunks;
+- `layer`: the CP layer and its module.
 """
 from .geometry import check_context_parallel, chunk_config, halo_destinations, halo_sources, offset_selection, owned_chunks
 from .halos import all_gather_stacked
 from .layer import (
     ContextParallelLighthouseAttention,
     context_parallel_lighthouse_attention,
-    fused_shard_attention,
-    fused_shard_selections,
-    reference_shard_attention,
     shard_selections,
 )
 from .ring import enable_context_parallel, ring_causal_attention, ring_options
@@ -25,13 +23,10 @@ __all__ = [
     "chunk_config",
     "context_parallel_lighthouse_attention",
     "enable_context_parallel",
-    "fused_shard_attention",
-    "fused_shard_selections",
     "halo_destinations",
     "halo_sources",
     "offset_selection",
     "owned_chunks",
-    "reference_shard_attention",
     "ring_causal_attention",
     "ring_options",
     "shard_selections",
