@@ -8,4 +8,6 @@ python3 -m pip install -q -e ".[dev]"
 # The kernels' CPU tests run in Triton's interpreter, pinned to the version the GPU stack ships with (torch 2.11).
 python3 -c "import triton" 2>/dev/null || python3 -m pip install -q "triton==3.6.0"
 export TRITON_INTERPRET=1
-python3 -m pytest -q "$@"
+# Two workers, each taking whole test files (module fixtures such as a shared debug run are built once):
+# most tests wait on training subprocesses, so two overlap well even on two cores. `-n 0` runs serially.
+python3 -m pytest -q -n 2 --dist loadfile "$@"
