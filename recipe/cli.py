@@ -52,29 +52,43 @@ def as_config_error() -> Iterator[None]:
         raise ConfigError(str(err)) from err
 
 
+OTHER_RANKS_WAIT_S = 5.0  # how long a rank other than 0 leaves rank 0 to end the job first (same mistake)
+
+
 @contextlib.contextmanager
 def exit_on_config_error() -> Iterator[None]:
     """Print a ConfigError (or RunStopped) raised inside as `error: <message>` on stderr and exit with code 2
     (or its `exit_code`).
 
-    Under torchrun every rank meets the same mistake: rank 0 alone prints the line, and each rank writes it to
-    torchrun's error file (`TORCHELASTIC_ERROR_FILE`), so torchrun's failure summary shows it in place of
-    "To enable traceback see ...". torchrun itself then exits 1, as it does for any failed worker."""
+    Under torchrun (`TORCHELASTIC_ERROR_FILE` set) rank 0 speaks for the job: it prints the line, writes it
+    to torchrun's error file, so torchrun's failure summary names it as the root cause in place of "To enable
+    traceback see ...", and ends at once (`os._exit` with streams flushed; the trainer has closed in its own
+    `finally`). torchrun then stops every other rank and exits 1, as it does for any failed worker. Every
+    other rank first waits `OTHER_RANKS_WAIT_S`: when it meets the same mistake as rank 0 it is stopped
+    there, with no error file, so the summary never heads with a stopped rank; when the mistake is its own
+    it then writes its file and ends the same way."""
     try:
         yield
     except (ConfigError, RunStopped) as err:
         if debug_enabled():
             raise
         line = f"error: {err}"
-        if os.environ.get("RANK", "0") == "0":
+        code = 2 if isinstance(err, ConfigError) else err.exit_code
+        rank_0 = os.environ.get("RANK", "0") == "0"
+        if rank_0:
             print(line, file=sys.stderr, flush=True)
         error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-        if error_file:
-            # torchrun's own record format; its summary shows py_callstack, here the one line
-            record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}
-            with open(error_file, "w", encoding="utf-8") as f:
-                json.dump({"message": record}, f)
-        raise SystemExit(2 if isinstance(err, ConfigError) else err.exit_code) from None
+        if not error_file:
+            raise SystemExit(code) from None
+        if not rank_0:
+            time.sleep(OTHER_RANKS_WAIT_S)
+        # torchrun's own record format; its summary shows py_callstack, here the one line
+        record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}
+        with open(error_file, "w", encoding="utf-8") as f:
+            json.dump({"message": record}, f)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def config_file_arg(args: Sequence[str]) -> str | None:

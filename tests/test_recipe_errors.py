@@ -8,6 +8,7 @@ import re
 import runpy
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import torch
 
 from recipe.compat import cpu as cpu_compat
-from recipe.cli import DEBUG_ENV, ConfigError, exit_on_config_error, parse_job_config
+from recipe.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error, parse_job_config
 from recipe.launch import single_process_env
 
 from .helpers import child_env
@@ -84,18 +85,30 @@ def test_exit_on_config_error_prints_one_line_or_with_the_debug_switch_keeps_the
         raise RuntimeError("a bug")
 
 
-def test_under_torchrun_rank_0_prints_the_line_and_every_rank_gives_it_to_torchrun(capsys, monkeypatch, tmp_path):
+class EndedAtOnce(Exception):
+    """Stands in for `os._exit`, which would end pytest too."""
+
+
+def end_at_once(code: int) -> None:
+    raise EndedAtOnce(code)
+
+
+def test_under_torchrun_rank_0_speaks_for_the_job_and_other_ranks_leave_it_time_to(capsys, monkeypatch, tmp_path):
     monkeypatch.delenv(DEBUG_ENV, raising=False)
+    monkeypatch.setattr(os, "_exit", end_at_once)
     message = f"[lighthouse] topk={random.randrange(17, 31)} must be a positive multiple of tile_budget=16"
     for rank in ("0", "1"):
         error_file = tmp_path / f"error-{rank}.json"
+        waits = []  # (seconds, whether the error file existed yet)
+        monkeypatch.setattr(time, "sleep", lambda seconds: waits.append((seconds, error_file.exists())))
         monkeypatch.setenv("RANK", rank)
         monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
-        with pytest.raises(SystemExit) as exit_info, exit_on_config_error():
+        with pytest.raises(EndedAtOnce) as exit_info, exit_on_config_error():
             raise ConfigError(message)
-        assert exit_info.value.code == 2
+        assert exit_info.value.args == (2,)
         assert capsys.readouterr() == ("", f"error: {message}\n" if rank == "0" else "")
         assert json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"] == f"error: {message}"
+        assert waits == ([] if rank == "0" else [(OTHER_RANKS_WAIT_S, False)])
 
 
 @pytest.mark.slow
@@ -107,8 +120,8 @@ def test_torchrun_shows_a_config_mistake_once_and_names_it_in_its_summary(tmp_pa
     line = "error: [lighthouse] topk=40 must be a positive multiple of tile_budget=16"
     assert run.returncode == 1  # torchrun's own code for any failed worker
     assert run.stderr.splitlines().count(line) == 1, run.stderr
-    root_cause = run.stderr.split("Root Cause")[1]  # the first rank to fail; torchrun may stop the other first
-    assert "exitcode  : 2" in root_cause and f"traceback : {line}" in root_cause
+    root_cause = run.stderr.split("Root Cause")[1]  # rank 0, which ended the job; torchrun stopped rank 1
+    assert "rank      : 0" in root_cause and "exitcode  : 2" in root_cause and f"traceback : {line}" in root_cause
 
 
 def test_help_lists_the_lighthouse_options_without_a_config_file(capsys):
