@@ -23,11 +23,10 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None
             raise TypeError(f"{name} must be a torch.Tensor, not {type(x).__name__}")
         if not x.dtype.is_floating_point:
             raise TypeError(f"{name} has dtype {x.dtype}; Lighthouse takes float16, bfloat16, float32 or float64")
-    shapes = ", ".join(f"{name}{tuple(x.shape)}" for name, x in given.items())
     if any(x.dim() != 4 for x in given.values()):
-        raise ValueError(f"q, k, v must be 4-D [B, N, heads, D]; got {shapes}")
+        raise ValueError(f"q, k, v must be 4-D [B, N, heads, D]; got {_shapes(given)}")
     if any(0 in x.shape for x in given.values()):
-        raise ValueError(f"q, k, v must have no empty dimension (B, N, heads, D >= 1); got {shapes}")
+        raise ValueError(f"q, k, v must have no empty dimension (B, N, heads, D >= 1); got {_shapes(given)}")
     if v is not None and k.shape != v.shape:
         raise ValueError(f"k{tuple(k.shape)} and v{tuple(v.shape)} must have the same shape")
     (b, n, h, d), (bk, nk, g, dk) = q.shape, k.shape
@@ -39,3 +38,9 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None
         raise ValueError("q, k, v dtypes differ: " + ", ".join(str(x.dtype) for x in given.values()))
     if any(x.device != q.device for x in given.values()):
         raise ValueError("q, k, v devices differ: " + ", ".join(str(x.device) for x in given.values()))
+
+
+def _shapes(given: dict[str, torch.Tensor]) -> str:
+    """`q(2, 8, 4, 16), k(...)`, built only for a message: Dynamo cannot trace `str.join` over symbolic sizes,
+    which a recompile with dynamic shapes (a validation batch of another size) gives it."""
+    return ", ".join(f"{name}{tuple(x.shape)}" for name, x in given.items())

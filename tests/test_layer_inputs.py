@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lighthouse import LighthouseAttention, LighthouseConfig, lighthouse_attention, select
+from lighthouse.inputs import check_inputs
 from tests.helpers import random_qkv
 
 VALID = dict(levels=2, pool=2, topk=4, tile_budget=2)
@@ -65,3 +66,13 @@ def test_a_nan_in_one_key_leaves_the_rows_before_it_finite_as_dense_sdpa_does(sc
     o = lighthouse_attention(q, k, v, config)
     assert torch.isfinite(o[:, :77]).all()
     assert torch.isnan(o[:, 77:]).any()  # the coarsest entry holding the key is in every later row's view
+
+
+def test_the_input_checks_trace_without_a_break_when_sizes_are_symbolic():
+    """A compiled layer recompiles with dynamic sizes when a validation batch differs from the training one;
+    the checks must then build no message (Dynamo cannot join strings of symbolic sizes)."""
+    q = torch.randn(2, 64, 4, 16)
+    k, v = torch.randn(2, 64, 2, 16), torch.randn(2, 64, 2, 16)
+    checked = torch.compile(lambda q, k, v: check_inputs(q, k, v) or q + 1, backend="eager", fullgraph=True,
+                            dynamic=True)
+    assert torch.equal(checked(q, k, v), q + 1)
