@@ -119,9 +119,11 @@ def test_checkpointed_compiled_block_recomputes_the_layer_instead_of_keeping_its
 
 @pytest.mark.parametrize("b, n, h, g, d, kwargs", CASES[:2], ids=CASE_IDS[:2])
 def test_custom_ops_pass_opcheck(b, n, h, g, d, kwargs):
+    """opcheck runs each op many times over (schema, fake tensors, autograd registration, AOT dispatch): half
+    the sequence keeps it quick in Triton's interpreter; the op's registration does not depend on N."""
     config = LighthouseConfig(**kwargs, backend=BACKEND)
     fields = settings(config)
-    q, k, v = random_qkv(b, n, h, g, d, dtype=torch.float16, device=DEVICE, requires_grad=True)
+    q, k, v = random_qkv(b, n // 2, h, g, d, dtype=torch.float16, device=DEVICE, requires_grad=True)
     torch.library.opcheck(torch.ops.lighthouse.fused_forward.default, (q, k, v, *fields))
     q, k, v = (x.detach() for x in (q, k, v))
     o, *saved = torch.ops.lighthouse.fused_forward(q, k, v, *fields)
