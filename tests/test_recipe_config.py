@@ -1,5 +1,6 @@
 """The [lighthouse] section, start-up validation, and the paper's and the long-context configuration files."""
 import dataclasses
+import logging
 import os
 import re
 import subprocess
@@ -216,6 +217,16 @@ def test_paper_model_builds_on_meta_device_from_its_config():
     on = [i for i, block in model.layers.items() if block.attention.use_lighthouse]
     assert on == [str(i) for i in range(2, 28)]
     assert model.layers["5"].attention.lighthouse == config.lighthouse.to_config()
+
+
+def test_a_long_context_job_sets_the_rope_table_to_its_length_without_a_warning(caplog):
+    config = parse(config_file=str(paper_configs.LONG_CONTEXT_DIR / f"{paper_configs.LONG_CONTEXT_RUNS[0].name}.toml"))
+    args = dataclasses.replace(FLAVORS["paper"])
+    assert config.training.seq_len > args.max_seq_len
+    with caplog.at_level(logging.WARNING):
+        args.update_from_config(config)
+    assert args.max_seq_len == config.training.seq_len
+    assert not [r for r in caplog.records if "exceeds" in r.getMessage()]
 
 
 def build_on_8_fake_ranks(config_file: str, tmp_path: Path, *extra: str) -> tuple[str, str]:

@@ -54,7 +54,12 @@ class LighthouseLlamaArgs(TransformerModelArgs):
         return [i for i in range(self.n_layers) if i not in self.dense_layers]
 
     def update_from_config(self, job_config, **kwargs) -> None:
-        """Take `seq_len` (torchtitan) and the `[lighthouse]` section of the job."""
+        """Take `seq_len` (torchtitan) and the `[lighthouse]` section of the job.
+
+        `max_seq_len`, the RoPE table's length, is the job's `training.seq_len`, as torchtitan sets it; set
+        first, so a long-context job is not warned that it "exceeds original maximum": these models are
+        trained at that length from scratch, with no original context to exceed."""
+        self.max_seq_len = job_config.training.seq_len
         super().update_from_config(job_config, **kwargs)
         section = job_config.lighthouse
         self.lighthouse = section.to_config() if section.enable else None
