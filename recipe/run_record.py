@@ -31,6 +31,7 @@ RUN_FILE = "run.json"
 RUN_START = "run_start"
 # Distributions whose versions decide what a run computes, in the order run.json lists them.
 LIBRARIES = ("torch", "torchtitan", "torchdata", "triton", "flash-attn", "datasets", "tyro")
+NOT_INSTALLED = "not installed"
 
 
 def source_commit(repo: Path = REPO) -> str:
@@ -49,13 +50,14 @@ def source_commit(repo: Path = REPO) -> str:
 
 
 def library_versions() -> dict[str, str]:
-    """Python, the installed LIBRARIES, and the CUDA and cuDNN builds torch uses ("none" without CUDA)."""
+    """Python, every one of LIBRARIES ("not installed" for an absent one, so a record says what it ran without),
+    and the CUDA and cuDNN builds torch uses ("none" without CUDA)."""
     versions = {"python": platform.python_version()}
     for name in LIBRARIES:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            continue
+            versions[name] = NOT_INSTALLED
     versions["cuda"] = torch.version.cuda or "none"
     versions["cudnn"] = str(torch.backends.cudnn.version()) if torch.cuda.is_available() else "none"
     return versions

@@ -60,6 +60,20 @@ def _not_hf_index_warning(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("model.safetensors.index.json not found")
 
 
+class _BuildingLineSpace(logging.Filter):
+    """Log filter: torchtitan logs `Building <name> <flavor>with {...}`; the space before `with` is put back."""
+
+    def __init__(self, job_config: JobConfig) -> None:
+        super().__init__()
+        self.joined = f"Building {job_config.model.name} {job_config.model.flavor}with "
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(self.joined):
+            record.msg, record.args = message.replace("with ", " with ", 1), ()
+        return True
+
+
 class Interrupted(RunStopped):
     """Ctrl-C (SIGINT) during a job."""
 
@@ -82,10 +96,13 @@ class LighthouseTrainer(Trainer):
         logger.info(f"Output folder: {os.path.abspath(job_config.job.dump_folder)}")
         if not job_config.checkpoint.last_save_in_hf:
             logger.addFilter(_not_hf_index_warning)
+        building_line = _BuildingLineSpace(job_config)
+        logger.addFilter(building_line)
         try:
             super().__init__(job_config)
         finally:
             logger.removeFilter(_not_hf_index_warning)
+            logger.removeFilter(building_line)
         load, save = self.checkpointer.load, self.checkpointer.save
         folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)  # where the checkpointer writes
         self.checkpointer.load = lambda step=-1: load_newest_intact(load, folder, step)
@@ -115,8 +132,17 @@ class LighthouseTrainer(Trainer):
         self.lighthouse_on = False
         logger.info(f"[lighthouse] switch_to_dense_at_step={self.switch_step}: dense SDPA from step {self.step}")
 
+    def _trains_a_step(self, record: logging.LogRecord) -> bool:
+        """Log filter: torchtitan says `Training starts at step N` after loading the checkpoint even when N is past
+        training.steps; then the only line is `Nothing left to train`."""
+        return self.step < self.job_config.training.steps or not record.getMessage().startswith("Training starts at")
+
     def train(self) -> None:
-        super().train()
+        logger.addFilter(self._trains_a_step)
+        try:
+            super().train()
+        finally:
+            logger.removeFilter(self._trains_a_step)
         if not self.trained:
             logger.info(f"Nothing left to train: the job resumed at step {self.step} of training.steps="
                         f"{self.job_config.training.steps}; raise --training.steps to train on, or pass another "

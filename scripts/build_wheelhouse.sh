@@ -44,7 +44,7 @@ while (($#)); do
         shift 2
         ;;
     -h | --help)
-        sed -n '2,17p' "${BASH_SOURCE[0]}"
+        awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"  # the header comment
         exit 0
         ;;
     *) die "unknown argument: $1 (see --help)" ;;

@@ -24,12 +24,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import torch
-from torchtitan.config import JobConfig
-
 from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
+
+import torch
+from torchtitan.config import JobConfig
 
 from eval.checkpoint import build_model, load_weights
 from eval.checkpoint_run import run_record_of, step_of, trained_with_lighthouse, training_description

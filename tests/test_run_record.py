@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipe import run_logs
+from recipe import run_logs, run_record
 from recipe.compat import cpu as cpu_compat
 from recipe.cli import parse_job_config, tomllib
 from recipe.launch import single_process_env
 from recipe.metrics import METRICS_FILE, JsonlLogger, read_metrics
-from recipe.run_record import (CONFIG_FILE, RUN_FILE, RUN_START, RUNS_FOLDER, run_start_record, source_commit,
-                               to_toml, write_run_record)
+from recipe.run_record import (CONFIG_FILE, LIBRARIES, NOT_INSTALLED, RUN_FILE, RUN_START, RUNS_FOLDER,
+                               library_versions, run_start_record, source_commit, to_toml, write_run_record)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,6 +64,21 @@ def test_each_start_gets_its_own_record_folder_with_command_commit_card_and_vers
     assert (first / CONFIG_FILE).is_file()
     assert run_start_record(11, first) == {"event": RUN_START, "step": 11, "time": record["start"],
                                            "commit": record["commit"], "record": f"{RUNS_FOLDER}/{first.name}"}
+
+
+def test_the_versions_name_every_library_and_say_which_are_not_installed(monkeypatch):
+    installed = run_record.importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name == "triton":
+            raise run_record.importlib.metadata.PackageNotFoundError(name)
+        return installed(name) if name != "flash-attn" else "2.8.3"
+
+    monkeypatch.setattr(run_record.importlib.metadata, "version", version)
+    versions = library_versions()
+    assert set(LIBRARIES) <= set(versions)
+    assert versions["triton"] == NOT_INSTALLED and versions["flash-attn"] == "2.8.3"
+    assert versions["torch"] == installed("torch")
 
 
 def write_metrics(path: Path, records: list[dict]) -> None:
@@ -131,12 +146,15 @@ def test_a_resumed_run_leaves_a_record_per_start_that_trains_and_marks_where_eac
     assert len(nothing_left) == 1 and nothing_left[0].endswith(
         "Nothing left to train: the job resumed at step 3 of training.steps=3; raise --training.steps to train on, "
         "or pass another --job.dump_folder to start over")
+    assert [line.split("Training starts at ")[1] for line in log.splitlines() if "Training starts at" in line] == \
+        ["step 1", "step 3"]  # not step 4 for the start with nothing left to train
 
 
 @pytest.mark.slow
 def test_the_log_is_free_of_colour_codes_and_of_gpu_warnings_on_cpu(started_twice):
     log = started_twice[2]
     assert "\x1b[" not in log and "size: 853,632 total parameters" in log
+    assert "Building llama3_lighthouse debug with {" in log and "debugwith" not in log
     if cpu_compat.on_cpu_only():
         for noise in ("lspci", "fallback to A100", "model.safetensors.index.json", "CPU autocast"):
             assert noise not in log

@@ -25,6 +25,14 @@ from lighthouse import LighthouseConfig
 REPO = Path(__file__).resolve().parents[1]
 
 
+def test_help_prints_the_header_comment_and_no_code():
+    out = subprocess.run(["bash", str(REPO / "scripts" / "build_wheelhouse.sh"), "--help"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("Build a wheelhouse of everything the recipe needs")
+    assert "set -euo" not in out.stdout and "#" not in out.stdout
+    assert out.stdout.rstrip().endswith("build on Linux with the target's Python version when the set must match exactly.")
+
+
 def _pypi_reachable() -> bool:
     try:
         socket.create_connection(("pypi.org", 443), timeout=3).close()
