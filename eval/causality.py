@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from .heldout import LogitsFn, token_losses
-from .progress import progress_bar
+from recipe.progress import progress_bar
 
 # The keys of a combined row (`combine_records`), besides the provenance it keeps.
 ROW_KEYS = ("selection", "steps", "lookahead", "honest_loss", "seen_loss", "delta", "stderr", "samples")
@@ -64,7 +64,7 @@ def causality_audit(logits_fn: LogitsFn, windows: torch.Tensor, lookaheads: list
     """Audit `logits_fn` on token windows [W, T + 1] (inputs are the first T, labels the last T).
 
     The replacement tokens of window w are window (w + 1) % W's, at the same positions. A progress bar over
-    the forward passes when `progress` says so (eval.progress).
+    the forward passes when `progress` says so (recipe.progress).
     """
     if not lookaheads or min(lookaheads) < 1:
         raise ValueError(f"lookaheads={lookaheads} must be positive integers")

@@ -17,8 +17,10 @@ from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.checkpoint import lighthouse_setting
+from recipe.cli import CONFIG_FILE_FLAGS, ConfigError, as_config_error, config_file_arg, parse_job_config
 from recipe.metrics import METRICS_FILE, read_metrics
 from recipe.run_record import CONFIG_FILE, RUN_START, RUNS_FOLDER
+from recipe.trainer import check_job
 
 _STEP_FOLDER = re.compile(r"step-(\d+)")
 
@@ -85,3 +87,68 @@ def training_description(job_config: JobConfig, step: int | None) -> str:
         text = "dense"
     load_path = job_config.checkpoint.initial_load_path
     return f"{text}; started from {load_path}" if job_config.checkpoint.enable and load_path else text
+
+
+# Job settings that make the model (dimensions, RoPE table): a config file named on the command line must agree
+# with the run's record on them.
+MODEL_KEYS = (("model", "name"), ("model", "flavor"), ("training", "seq_len"))
+
+
+def without_config_file(job_argv: list[str]) -> list[str]:
+    """`job_argv` less its `--job.config_file` flag and value (either spelling, `--flag value` or `--flag=value`)."""
+    kept, skip = [], False
+    for arg in job_argv:
+        flag, eq, _ = arg.partition("=")
+        if skip:
+            skip = False
+        elif flag in CONFIG_FILE_FLAGS:
+            skip = not eq
+        else:
+            kept.append(arg)
+    return kept
+
+
+def checked_job_config(argv: list[str]) -> JobConfig:
+    """The job config of `argv`, checked as train.py checks it; ConfigError names a mistake."""
+    job_config = parse_job_config(argv)
+    with as_config_error():
+        check_job(job_config)
+    return job_config
+
+
+def model_value(job_config: JobConfig, key: tuple[str, str]) -> object:
+    return getattr(getattr(job_config, key[0]), key[1])
+
+
+def job_config_of(step_folder: Path, job_argv: list[str]) -> tuple[JobConfig, Path | None]:
+    """The job config that trained `step_folder` (its run record under the overrides in `job_argv`) and the
+    record folder; without records, the config `job_argv` names. ConfigError says what is missing or disagrees."""
+    named = config_file_arg(job_argv)
+    try:
+        record = run_record_of(step_folder)
+    except ValueError as err:
+        if named is None:
+            raise ConfigError(str(err)) from err
+        record = None
+    if record is None:
+        if named is None:
+            raise ConfigError(f"{step_folder} has no run record (no runs/<start time>/{CONFIG_FILE} in a folder "
+                              "above it): pass --job.config_file of the run that trained it")
+        return checked_job_config(job_argv), None
+    job_config = checked_job_config(["--job.config_file", str(record / CONFIG_FILE), *without_config_file(job_argv)])
+    if named is not None:
+        given = checked_job_config(job_argv)
+        differ = [f"{'.'.join(key)}={model_value(given, key)!r} (record: {model_value(job_config, key)!r})"
+                  for key in MODEL_KEYS if model_value(given, key) != model_value(job_config, key)]
+        if differ:
+            raise ConfigError(f"--job.config_file {named} differs from the run's record {record / CONFIG_FILE} in "
+                              f"{', '.join(differ)}: drop --job.config_file (the record gives the model)")
+    return job_config, record
+
+
+def trained_seq_len(job_config: JobConfig, record: Path | None) -> int:
+    """The `training.seq_len` the weights trained at: the run record's (`job_config_of`), whatever length the
+    command line overrides it with; without a record, the job's own (its arguments describe the run)."""
+    if record is None:
+        return job_config.training.seq_len
+    return parse_job_config(["--job.config_file", str(record / CONFIG_FILE)]).training.seq_len

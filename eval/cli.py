@@ -27,7 +27,7 @@ def evaluation_parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     p.add_argument("--out", required=True, type=Path, help="output path prefix (.json, and .png where drawn)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
-                   help="no progress bar (default: one on stderr when it is a terminal)")
+                   help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)")
     return p
 
 

@@ -3,6 +3,10 @@
 Windows are cut exactly as in training (`recipe.data.PackedDocuments`: BOS + bytes + EOS per document,
 concatenated, `seq_len + 1` tokens per window), from one pass over the files in sorted order, so the same
 files give the same windows whatever the model or attention setting.
+
+Per document (`document_loss`), each document's bytes are scored whole, as lm-eval's `loglikelihood_rolling`
+scores them on the exported model: BOS before the first byte, then disjoint windows of at most `seq_len`
+predicted bytes, each window seeing the `seq_len` tokens before its last byte (`rolling_windows`).
 """
 from __future__ import annotations
 
@@ -12,9 +16,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from eval.progress import progress_bar
-from recipe.data import PackedDocuments, match_local_files, read_documents
-from recipe.tokenizer import ByteTokenizer
+from recipe.progress import progress_bar
+from recipe.data import BadDocument, PackedDocuments, match_local_files, read_documents
+from recipe.tokenizer import BOS_ID, ByteTokenizer
 
 
 class _OnePass:
@@ -41,6 +45,41 @@ def heldout_windows(pattern: str, seq_len: int, count: int, option: str = "--dat
             return torch.stack(windows)
     raise ValueError(f"{option}={pattern!r} ({len(files)} files) holds {len(windows)} windows of {seq_len + 1} "
                      f"tokens, fewer than count={count}")
+
+
+def heldout_documents(pattern: str, count: int, option: str = "--data") -> list[str]:
+    """The first `count` non-empty documents of the files matching `pattern`; ValueError naming `option` when they
+    hold fewer, or naming a document that cannot be read."""
+    if count < 1:
+        raise ValueError(f"count={count} must be >= 1")
+    files = match_local_files(pattern, option)
+    documents = []
+    for document in _OnePass(files):
+        if isinstance(document, BadDocument):
+            raise ValueError(f"{option}={pattern!r}: {document.where}: {document.reason}")
+        if document:
+            documents.append(document)
+            if len(documents) == count:
+                return documents
+    raise ValueError(f"{option}={pattern!r} ({len(files)} files) holds {len(documents)} non-empty documents, fewer "
+                     f"than count={count}")
+
+
+def rolling_windows(tokens: list[int], prefix: int, seq_len: int) -> list[tuple[list[int], int]]:
+    """lm-eval's rolling windows of a document's `tokens` (`get_rolling_token_windows` with context length 1, made
+    disjoint): (ids, scored) pairs, ids the window's inputs and its last label, scored how many labels at its end
+    are predicted in it; every token is predicted exactly once, the first after `prefix`."""
+    if not tokens:
+        return []
+    first = min(seq_len, len(tokens))
+    windows = [([prefix, *tokens[:first]], first)]
+    predicted = first
+    while predicted < len(tokens):
+        scored = min(len(tokens) - predicted, seq_len)
+        end = predicted + scored
+        windows.append((tokens[end - seq_len - 1:end], scored))
+        predicted = end
+    return windows
 
 
 LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids [B, T] -> logits [B, T, V]
@@ -74,6 +113,25 @@ def mean_loss(logits_fn: LogitsFn, windows: torch.Tensor, batch_size: int = 1,
     return position_losses(logits_fn, windows, batch_size, device).mean().item()
 
 
+def document_loss(logits_fn: LogitsFn, documents: list[str], seq_len: int, device: torch.device | str = "cpu",
+                  progress: bool | None = False) -> tuple[float, int]:
+    """(mean cross-entropy in nats per byte, bytes scored) of the documents scored whole (`rolling_windows`),
+    lm-eval's rolling log-likelihood of them over their bytes; a progress bar over the documents when
+    `progress` says so."""
+    total, count = 0.0, 0
+    bar = progress_bar(len(documents), "held-out loss (documents)", progress)
+    for document in documents:
+        tokens = ByteTokenizer().encode(document, add_bos=False, add_eos=False)
+        for ids, scored in rolling_windows(tokens, BOS_ID, seq_len):
+            window = torch.tensor([ids], device=device)
+            losses = token_losses(logits_fn, window[:, :-1], window[:, 1:])
+            total += losses[0, -scored:].double().sum().item()
+        count += len(tokens)
+        bar.update()
+    bar.close()
+    return total / count, count
+
+
 def position_edges(seq_len: int, first: int = 64, factor: int = 4) -> list[int]:
     """Bucket edges 0, first, first*factor, ... up to seq_len: positions in a window, log-spaced."""
     edges = [0]
@@ -94,7 +152,7 @@ def setting_losses(model: torch.nn.Module, logits_fn: LogitsFn, windows: torch.T
     """Held-out loss of the model as it is set, and when it runs Lighthouse (`lighthouse`), then with dense
     attention in every layer on the same weights (how much the weights depend on the sparsity; the model is left
     dense): ({"lighthouse": ..., "dense": ...}, with `by_position` {"edges": [...], <setting>: bucket means}).
-    A progress bar per setting when `progress` says so (eval.progress)."""
+    A progress bar per setting when `progress` says so (recipe.progress)."""
     loss: dict[str, float] = {}
     buckets: dict[str, list] = {"edges": position_edges(windows.shape[1] - 1)}
 

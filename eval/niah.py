@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from .progress import progress_bar
+from recipe.progress import progress_bar
 
 DEPTHS = (0, 15, 30, 50, 70, 85, 100)
 NEEDLE = "The passkey is {digit}. Remember it. "
@@ -65,7 +65,7 @@ def run_niah(
     progress: bool | None = None,
 ) -> NiahResult:
     """Score `logits_fn` (token ids [1, T] -> logits [1, T, V]) on every (length, depth) cell; a progress bar
-    over the forward passes when `progress` says so (eval.progress)."""
+    over the forward passes when `progress` says so (recipe.progress)."""
     digit_ids = torch.tensor([encode(str(d))[0] for d in range(10)], device=device)
     rng = random.Random(seed)
     accuracy = []

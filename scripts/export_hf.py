@@ -29,72 +29,12 @@ from recipe.compat import install
 install()  # the CPU compatibility layer, before torchtitan is imported
 
 import torch
-from torchtitan.config import JobConfig
 
 from eval.checkpoint import build_model, load_weights
-from eval.checkpoint_run import run_record_of, step_of, trained_with_lighthouse, training_description
+from eval.checkpoint_run import job_config_of, step_of, trained_seq_len, trained_with_lighthouse, training_description
 from eval.hf_export import export
 from eval.records import provenance
-from recipe.cli import CONFIG_FILE_FLAGS, ConfigError, as_config_error, config_file_arg, parse_job_config
-from recipe.run_record import CONFIG_FILE
-from recipe.trainer import check_job
-
-# Job settings that change the exported files (dimensions, RoPE table): a config file named on the command line
-# must agree with the run's record on them.
-MODEL_KEYS = (("model", "name"), ("model", "flavor"), ("training", "seq_len"))
-
-
-def without_config_file(job_argv: list[str]) -> list[str]:
-    """`job_argv` less its `--job.config_file` flag and value (either spelling, `--flag value` or `--flag=value`)."""
-    kept, skip = [], False
-    for arg in job_argv:
-        flag, eq, _ = arg.partition("=")
-        if skip:
-            skip = False
-        elif flag in CONFIG_FILE_FLAGS:
-            skip = not eq
-        else:
-            kept.append(arg)
-    return kept
-
-
-def checked_job_config(argv: list[str]) -> JobConfig:
-    """The job config of `argv`, checked as train.py checks it; ConfigError names a mistake."""
-    job_config = parse_job_config(argv)
-    with as_config_error():
-        check_job(job_config)
-    return job_config
-
-
-def model_value(job_config: JobConfig, key: tuple[str, str]) -> object:
-    return getattr(getattr(job_config, key[0]), key[1])
-
-
-def job_config_of(step_folder: Path, job_argv: list[str]) -> tuple[JobConfig, Path | None]:
-    """The job config that trained `step_folder` (its run record under the overrides in `job_argv`) and the
-    record folder; without records, the config `job_argv` names. ConfigError says what is missing or disagrees."""
-    named = config_file_arg(job_argv)
-    try:
-        record = run_record_of(step_folder)
-    except ValueError as err:
-        if named is None:
-            raise ConfigError(str(err)) from err
-        record = None
-    if record is None:
-        if named is None:
-            raise ConfigError(f"{step_folder} has no run record (no runs/<start time>/{CONFIG_FILE} in a folder "
-                              "above it): pass --job.config_file of the run that trained it")
-        return checked_job_config(job_argv), None
-    job_config = checked_job_config(["--job.config_file", str(record / CONFIG_FILE), *without_config_file(job_argv)])
-    if named is not None:
-        given = checked_job_config(job_argv)
-        differ = [f"{'.'.join(key)}={model_value(given, key)!r} (record: {model_value(job_config, key)!r})"
-                  for key in MODEL_KEYS if model_value(given, key) != model_value(job_config, key)]
-        if differ:
-            raise ConfigError(f"--job.config_file {named} differs from the run's record {record / CONFIG_FILE} in "
-                              f"{', '.join(differ)}: drop --job.config_file (the export reads the record)")
-    return job_config, record
-
+from recipe.cli import ConfigError
 
 def main(argv: list[str] | None = None) -> Path:
     """Export STEP_DIR into OUT; exit code 2 with one line on stderr when OUT, STEP_DIR or the job will not do."""
@@ -143,6 +83,9 @@ def main(argv: list[str] | None = None) -> Path:
         "step": step,
         "trained": trained,
         "stage1": stage1,
+        # the RoPE table's length (max_position_embeddings) and the one the weights trained at, which a
+        # --training.seq_len override makes differ
+        "seq_len": {"exported": job_config.training.seq_len, "trained": trained_seq_len(job_config, record)},
         "run_record": None if record is None else str(record),
         "job_config": dataclasses.asdict(job_config),
     }

@@ -5,43 +5,65 @@ also with dense attention in every layer on the same weights (how much the weigh
         --data 'outputs/replicate/corpus/heldout/*.jsonl' --windows 32 --out outputs/replicate/eval/stage1 \\
         --job.config_file configs/replicate/small.toml
 
+The model and `training.seq_len` come from the record of the run that wrote the checkpoint, as for
+scripts/export_hf.py (eval/checkpoint_run.py); job arguments override it (`--lighthouse.no-enable`), and a
+checkpoint without run records needs `--job.config_file` of its run.
+
 Windows of `training.seq_len + 1` tokens cut from the held-out files as in training (`eval.heldout`).
 Writes `<out>.json`: {"loss": {"lighthouse": ..., "dense": ...}, "windows": ..., provenance}; with
 `--by-position`, also "by_position": {"edges": [0, 64, 256, ...], "lighthouse": [...], "dense": [...]}, the
 mean loss of the positions between successive edges (does the model use far context?).
+
+With `--documents N` it scores the first N documents whole instead, with dense attention, as lm-eval's rolling
+log-likelihood scores them on the exported model (`lighthouse_docs`, `wikitext`): {"loss": {"dense": nats per
+byte}, "bits_per_byte": ..., "documents": N, "bytes": ...}.
 """
 from __future__ import annotations
 
+import math
 import sys
+from pathlib import Path
 
 from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval.checkpoint import parse_job_config
+from eval.checkpoint_run import job_config_of
 from eval.cli import evaluation_parser, load_checkpoint
-from eval.heldout import heldout_windows, setting_losses
+from eval.heldout import document_loss, heldout_documents, heldout_windows, setting_losses
 from eval.records import provenance, write_record
 from recipe.cli import as_config_error, exit_on_config_error
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Score the checkpoint on the held-out windows; write and print the losses."""
+    """Score the checkpoint on the held-out windows (or whole documents); write and print the losses."""
     p = evaluation_parser(__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="glob of held-out files (.txt/.jsonl/.json/.parquet)")
     p.add_argument("--windows", type=int, default=32, help="number of windows to score")
+    p.add_argument("--documents", type=int, help="score this many documents whole, as lm-eval's rolling "
+                   "log-likelihood does (dense attention), instead of windows")
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--by-position", action="store_true", help="also the loss per log-spaced position bucket")
     args, job_argv = p.parse_known_args(argv)
-    job_config = parse_job_config(job_argv)
+    job_config, _ = job_config_of(Path(args.checkpoint), job_argv)
+    seq_len = job_config.training.seq_len
     with as_config_error():
-        windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
+        if args.documents is None:
+            windows = heldout_windows(args.data, seq_len, args.windows)
+        else:
+            documents = heldout_documents(args.data, args.documents)
     model, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
-    loss, by_position = setting_losses(model, logits, windows, job_config.lighthouse.enable, args.batch_size, device,
-                                       args.by_position, args.progress)
-    record = {"loss": loss, "data": args.data, "windows": args.windows, "seq_len": job_config.training.seq_len,
-              **({"by_position": by_position} if by_position else {}),
-              **provenance(args.checkpoint, job_config, device)}
+    record: dict = {"data": args.data, "seq_len": seq_len}
+    if args.documents is None:
+        loss, by_position = setting_losses(model, logits, windows, job_config.lighthouse.enable, args.batch_size,
+                                           device, args.by_position, args.progress)
+        record |= {"loss": loss, "windows": args.windows, **({"by_position": by_position} if by_position else {})}
+    else:
+        model.set_lighthouse_enabled(False)
+        nats, count = document_loss(logits, documents, seq_len, device, args.progress)
+        loss = {"dense": nats}
+        record |= {"loss": loss, "bits_per_byte": nats / math.log(2), "documents": args.documents, "bytes": count}
+    record |= provenance(args.checkpoint, job_config, device)
     path = write_record(args.out, record)
     print("held-out loss " + "  ".join(f"{k}: {v:.4f}" for k, v in loss.items()) + f" -> {path}")
     return record

@@ -8,6 +8,12 @@ python3 -m pip install -q -e ".[dev]"
 # The kernels' CPU tests run in Triton's interpreter, pinned to the version the GPU stack ships with (torch 2.11).
 python3 -c "import triton" 2>/dev/null || python3 -m pip install -q "triton==3.6.0"
 export TRITON_INTERPRET=1
+# The Quickstart's install as a user makes it (tests/minimal_env.py), where tests/test_documented_commands.py runs
+# the documented CPU commands: built in the background while the suite runs (reused while pyproject.toml is the
+# same); the tests wait for it, and a build no test needed is stopped at the end.
+setsid python3 -m tests.minimal_env >/dev/null 2>&1 &
+minimal_install=$!  # its own process group, pip included
+trap 'kill -- "-$minimal_install" 2>/dev/null || true' EXIT
 # Two workers, each taking whole test files (module fixtures such as a shared debug run are built once):
 # most tests wait on training subprocesses, so two overlap well even on two cores. `-n 0` runs serially.
 python3 -m pytest -q -n 2 --dist loadfile "$@"

@@ -9,9 +9,16 @@ commands):
   row's CPU-sized overrides appended;
 - `check`: a `train.py` command is parsed and put through the trainer's start-up checks (`check_job`), which
   is what catches a wrong key or value before any device work; `--help` is asked for its text;
+- `walk`: the evaluation walk-through of docs/recipe.md, run in document order in one working folder (each
+  command reads what the ones before it wrote), with the row's CPU-sized overrides appended;
 - `help`: a script command is run (in this process) with `--help` appended, which fails on a value its
   options reject;
 - `skip`: not on this machine, for the reason given (GPUs, SLURM, the network, placeholders).
+
+`run` and `walk` commands run in the Quickstart's install as a user makes it (tests/minimal_env.py: a venv with
+only `torch==2.13.0` and `pip install -e ".[train]"`, no dev extra, no triton), and so do the README's Python
+snippets and `--help` of every documented script that no such command runs; `check` and `help` commands are
+checked in this process as well.
 
 A command that matches no row fails the test, and so does a row that matches no command.
 """
@@ -23,6 +30,7 @@ import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -30,10 +38,12 @@ import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec that che
 from recipe.cli import parse_job_config
 from recipe.trainer import check_job
 
-from .helpers import REPO, child_env
+from .helpers import REPO
+from .minimal_env import minimal_env, minimal_python
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 BLOCK = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
+PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
 OPTIONAL = re.compile(r"\s\[--[^\]]*\]")  # `[--submit]`, `[--section.key value ...]`: optional parts
 
 
@@ -42,7 +52,7 @@ class Row:
     """How the commands matching `pattern` (a regex, from the start of the command) are tested, and why."""
 
     pattern: str
-    how: str  # run, check, help or skip
+    how: str  # run, walk, check, help or skip
     reason: str
     overrides: tuple[str, ...] = ()  # appended to a `run` command
     slow: bool = False
@@ -53,7 +63,8 @@ ROWS = [
     # ------------------------------------------------------------------ run on CPU, CPU-sized
     Row(r"python train\.py --job\.config_file configs/debug\.toml$", "run",
         "the quickstart: the debug model on the synthetic corpus", ("--training.steps", "3"), slow=True),
-    Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 train\.py --job\.config_file configs/debug\.toml$", "run",
+    Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 train\.py --job\.config_file configs/debug\.toml "
+        r"--job\.dump_folder outputs/debug-fsdp$", "run",
         "FSDP over two gloo ranks", ("--training.steps", "2"), slow=True),
     Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 scripts/cp_parity\.py --seq-len", "run",
         "CP=2 parity over two gloo ranks, CPU-sized",
@@ -83,17 +94,20 @@ ROWS = [
         f"CP=4 at 262,144 tokens over NCCL: {GPU}"),
     Row(r"python scripts/time_to_quality\.py --run outputs/time_to_quality ", "help",
         "reports a finished time-to-quality study (GPU hours)"),
+    # ------------------------------------------------------------------ the evaluation walk-through, in order
     Row(r"python train\.py --job\.config_file configs/debug\.toml --job\.dump_folder outputs/debug_eval "
-        r"--lighthouse\.switch_to_dense_at_step 10$", "check",
-        "the evaluation walk-through's run; tests/test_recipe_train.py trains the in-run switch"),
-    Row(r"python scripts/make_corpus\.py --out outputs/corpus$", "help",
-        "builds a corpus from this Python's standard library (tests/test_evidence_replicate.py builds small ones)"),
-    Row(r"python scripts/(heldout_loss|niah|causality_audit)\.py --checkpoint outputs/debug_eval/", "help",
-        "evaluates the walk-through's checkpoint (tests/test_evidence_eval.py runs these scripts on a trained one)"),
-    Row(r"python scripts/export_hf\.py outputs/debug_eval/checkpoint/step-20 outputs/debug_eval/hf$", "help",
-        "exports the walk-through's checkpoint (tests/test_hf_export.py exports trained ones)"),
+        r"--lighthouse\.switch_to_dense_at_step 10$", "walk", "trains the walk-through's checkpoints, as written",
+        slow=True),
+    Row(r"python scripts/make_corpus\.py --out outputs/corpus$", "walk",
+        "builds the held-out corpus from this Python's standard library", slow=True),
+    Row(r"python scripts/heldout_loss\.py --checkpoint outputs/debug_eval/", "walk", "as written", slow=True),
+    Row(r"python scripts/niah\.py --checkpoint outputs/debug_eval/", "walk", "one needle depth instead of eleven",
+        ("--depths", "50"), slow=True),
+    Row(r"python scripts/causality_audit\.py --checkpoint outputs/debug_eval/", "walk", "as written", slow=True),
+    Row(r"python scripts/export_hf\.py outputs/debug_eval/checkpoint/step-20 outputs/debug_eval/hf$", "walk",
+        "as written", slow=True),
     Row(r"lm_eval --model hf --model_args pretrained=outputs/debug_eval/hf ", "skip",
-        "needs the walk-through's export; tests/test_lm_eval_export.py runs this command on an export"),
+        "needs the hf extra (lm-eval); tests/test_lm_eval_export.py runs this command on an export"),
     # ------------------------------------------------------------------ cannot run here
     Row(r"pip install -e \.\[train\]$", "skip", "installs into the environment from the network"),
     Row(r"python -m pip install --no-index --find-links wheelhouse ", "skip",
@@ -161,16 +175,16 @@ def test_every_documented_command_is_run_checked_or_listed_with_its_reason():
 def test_every_row_still_matches_a_documented_command_and_says_how_and_why():
     stale = [row.pattern for row in ROWS if not any(re.match(row.pattern, c.text) for c in COMMANDS)]
     assert not stale, f"rows that match no documented command (remove or update them): {stale}"
-    assert all(row.how in ("run", "check", "help", "skip") and row.reason for row in ROWS)
+    assert all(row.how in ("run", "walk", "check", "help", "skip") and row.reason for row in ROWS)
 
 
-def python_argv(words: list[str]) -> list[str]:
-    """The command's argv with `python` and `torchrun` run by this interpreter."""
+def python_argv(words: list[str], python: str) -> list[str]:
+    """The command's argv with `python` and `torchrun` run by `python`."""
     head, *rest = words
     if head in ("python", "python3"):
-        return [sys.executable, *rest]
+        return [python, *rest]
     if head == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", *rest]
+        return [python, "-m", "torch.distributed.run", *rest]
     return words
 
 
@@ -179,12 +193,86 @@ def cases(how: str) -> list:
             for c in COMMANDS if row_of(c) is not None and row_of(c).how == how]
 
 
+# A test that uses the install may wait for its build first (minutes; tests/minimal_env.py).
+INSTALL_TIMEOUT = pytest.mark.timeout(1500)
+
+
+@pytest.fixture(scope="module")
+def installed() -> str:
+    """The Python of the Quickstart's install (built on first use, tests/minimal_env.py)."""
+    return str(minimal_python())
+
+
+def run_installed(command: Command, python: str) -> subprocess.CompletedProcess:
+    """Run the command with its row's overrides in the Quickstart's install; fail naming it unless it succeeds
+    without a traceback."""
+    argv = python_argv(list(command.argv), python) + list(row_of(command).overrides)
+    run = subprocess.run(argv, env=minimal_env(), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"{command.where}: {shlex.join(argv)} exited {run.returncode}:\n{run.stderr[-3000:]}"
+    assert "Traceback" not in run.stderr, f"{command.where}: {shlex.join(argv)}:\n{run.stderr[-3000:]}"
+    return run
+
+
+@pytest.mark.slow
+@INSTALL_TIMEOUT
+def test_the_minimal_install_is_the_train_extra_without_dev_tools_or_triton(installed):
+    missing = subprocess.run([installed, "-c", "import importlib.util as u; print([m for m in ('triton', "
+                              "'transformers', 'lm_eval', 'pytest', 'flash_attn') if u.find_spec(m)])"],
+                             env=minimal_env(), capture_output=True, text=True, timeout=120)
+    assert missing.stdout.strip() == "[]", missing.stdout + missing.stderr
+
+
+@INSTALL_TIMEOUT
 @pytest.mark.parametrize("command", cases("run"))
-def test_a_runnable_command_runs_as_written_on_cpu_sized_overrides(command):
-    argv = python_argv(list(command.argv)) + list(row_of(command).overrides)
-    run = subprocess.run(argv, env={**child_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
-                         timeout=600)
-    assert run.returncode == 0, f"{shlex.join(argv)} exited {run.returncode}:\n{run.stderr[-3000:]}"
+def test_a_runnable_command_runs_as_written_in_the_quickstart_install_on_cpu_sized_overrides(command, installed):
+    run_installed(command, installed)
+
+
+@pytest.mark.slow
+@INSTALL_TIMEOUT
+def test_the_evaluation_walk_through_runs_in_order_in_the_quickstart_install(installed):
+    """docs/recipe.md's walk-through in one folder, each command on what the ones before it wrote, and the
+    files it promises: the held-out, NIAH and audit records, the plots, the export."""
+    walk = [c for c in COMMANDS if row_of(c) and row_of(c).how == "walk"]
+    assert len(walk) == 6
+    for command in walk:
+        run_installed(command, installed)
+    evaluated = Path("outputs/debug_eval/eval")
+    for name in ("heldout.json", "niah.json", "niah.png", "causality.json", "causality.png"):
+        assert (evaluated / name).stat().st_size > 0, name
+    assert {"config.json", "model.safetensors", "tokenizer.json", "lighthouse_export.json"} <= {
+        p.name for p in Path("outputs/debug_eval/hf").iterdir()}
+
+
+def readme_snippets() -> list[str]:
+    return [block.group(1) for block in PYTHON_BLOCK.finditer((REPO / "README.md").read_text())]
+
+
+@pytest.mark.slow
+@INSTALL_TIMEOUT
+@pytest.mark.parametrize("snippet", readme_snippets())
+def test_a_readme_python_snippet_runs_as_written_in_the_quickstart_install(snippet, installed):
+    run = subprocess.run([installed, "-c", snippet], env=minimal_env(), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+def scripts_not_run_in_the_install() -> list[str]:
+    """The documented scripts that no `run` or `walk` command runs in the install, each once."""
+    def script(command: Command) -> str | None:
+        return next((w for w in command.argv if w.endswith(".py")), None)
+
+    ran = {script(c) for c in COMMANDS if row_of(c) and row_of(c).how in ("run", "walk")}
+    asked = {script(c) for c in COMMANDS if row_of(c) and row_of(c).how in ("check", "help")}
+    return sorted(asked - ran - {None})
+
+
+@pytest.mark.slow
+@INSTALL_TIMEOUT
+@pytest.mark.parametrize("script", scripts_not_run_in_the_install())
+def test_a_documented_script_answers_help_in_the_quickstart_install(script, installed):
+    run = subprocess.run([installed, script, "--help"], env=minimal_env(), capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and "usage:" in run.stdout, run.stderr[-3000:]
 
 
 def check_train_command(command: Command) -> bool:

@@ -6,6 +6,7 @@ The run: train.py (on CPU the Lighthouse call is the reference), the debug flavo
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -18,7 +19,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from eval.causality import ROW_KEYS
 from eval.checkpoint import build_model, load_weights, parse_job_config
-from eval.heldout import heldout_windows
+from eval.heldout import document_loss, heldout_documents, heldout_windows
 from recipe.corpus import make_corpus
 from recipe.data import LocalFiles, PackedDocuments, match_local_files
 from recipe.tokenizer import ByteTokenizer
@@ -121,6 +122,22 @@ def test_heldout_loss_scores_the_same_weights_with_lighthouse_and_dense(trained,
     assert both["loss"]["dense"] == pytest.approx(dense["loss"]["dense"], rel=1e-6)
     assert both["loss"]["lighthouse"] != both["loss"]["dense"]  # the sparse layers compute something else
     assert 0 < dense["loss"]["dense"] < 2 * torch.log(torch.tensor(258.0)).item()
+
+
+def test_heldout_loss_follows_the_run_record_and_scores_whole_documents(trained, tmp_path):
+    """No --job.config_file: the model and length come from the run's record; --documents scores each document
+    whole with dense attention (eval.heldout.document_loss, lm-eval's rolling score)."""
+    corpus, step = trained
+    data = str(corpus / "heldout" / "*.jsonl")
+    losses = record("heldout_loss", tmp_path / "docs", "--checkpoint", str(step), "--data", data, "--documents", "3",
+                    "--device", "cpu")
+    model = build_model(parse_job_config([*JOB, "--lighthouse.no-enable"]), torch.device("cpu"))
+    load_weights(model, step)
+    documents = heldout_documents(data, 3)
+    nats, count = document_loss(lambda ids: model(ids), documents, SEQ_LEN)
+    assert losses["seq_len"] == SEQ_LEN and losses["documents"] == 3 and losses["bytes"] == count > 3 * SEQ_LEN
+    assert losses["loss"] == {"dense": pytest.approx(nats, rel=1e-6)}
+    assert losses["bits_per_byte"] == pytest.approx(nats / math.log(2), rel=1e-9)
 
 
 def test_loss_by_position_buckets_average_to_the_held_out_loss(trained, tmp_path):

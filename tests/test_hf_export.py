@@ -143,6 +143,14 @@ def test_the_export_records_its_source_and_how_it_was_trained(step_folder, expor
     assert record["trained"].startswith("dense from step 2, after lighthouse L3")
     assert record["job_config"]["model"]["flavor"] == "debug"
     assert record["job_config"]["training"]["seq_len"] == SEQ_LEN
+    assert record["seq_len"] == {"exported": SEQ_LEN, "trained": SEQ_LEN}
+
+
+def test_a_length_override_is_recorded_beside_the_trained_length(step_folder, tmp_path):
+    export_main([str(step_folder), str(tmp_path), "--training.seq_len", str(4 * SEQ_LEN)])
+    assert json.loads((tmp_path / "config.json").read_text())["max_position_embeddings"] == 4 * SEQ_LEN
+    assert json.loads((tmp_path / RECORD_FILE).read_text())["seq_len"] == {"exported": 4 * SEQ_LEN,
+                                                                           "trained": SEQ_LEN}
 
 
 def test_a_stage1_checkpoint_is_refused_unless_allowed(checkpoints, tmp_path, capsys):

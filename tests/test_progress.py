@@ -1,5 +1,5 @@
-"""Progress bars of the evaluations (eval.progress): on stderr when asked or on a terminal, silent otherwise, and
-the results the same either way."""
+"""Progress of the evaluations (recipe.progress): a bar on stderr when asked or on a terminal, lines every few
+seconds off a terminal, nothing with --no-progress, and the results the same either way."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from eval.causality import causality_audit
+from recipe import progress
 from eval.heldout import setting_losses
 from eval.niah import run_niah
 from recipe.tokenizer import ByteTokenizer
@@ -53,8 +54,44 @@ EVALUATIONS: dict[str, Callable[[int, bool | None], Any]] = {
 def test_a_bar_is_drawn_on_stderr_when_asked_and_never_off_a_terminal_unless_asked(name, capsys):
     seed = torch.randint(0, 2**31, ()).item()
     results = []
-    for progress in (True, None, False):  # capsys's stderr is no terminal: None draws nothing
+    for progress in (True, None, False):  # capsys's stderr is no terminal: None prints lines, none for short work
         results.append(EVALUATIONS[name](seed, progress))
         out, err = capsys.readouterr()
         assert out == "" and ((f"{name}: 100%" in err) if progress else err == ""), err
     assert results[0] == results[1] == results[2]
+
+
+@pytest.mark.parametrize("name", EVALUATIONS)
+def test_off_a_terminal_long_work_prints_a_line_every_few_seconds(name, capsys, monkeypatch):
+    ticks = iter(range(0, 10**6, 2))  # every clock reading 2 s later than the one before
+
+    class SlowLines(progress.ProgressLines):
+        def __init__(self, total: int, desc: str) -> None:
+            super().__init__(total, desc, every=5.0, clock=lambda: float(next(ticks)))
+
+    monkeypatch.setattr(progress, "ProgressLines", SlowLines)
+    EVALUATIONS[name](torch.randint(0, 2**31, ()).item(), None)
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert out == "" and len(lines) >= 2 and "\r" not in err
+    assert all(line.startswith(name.split(" (")[0]) and line.endswith(" s") for line in lines)
+    total = lines[-1].split(": ")[1].split("/")[1].split(" ")[0]
+    assert lines[-1].startswith(f"{name}: {total}/{total} (100%), ")
+
+
+def test_progress_lines_wait_for_the_interval_and_say_the_end_only_after_a_line():
+    now = [0.0]
+    lines = progress.ProgressLines(10, "work", every=5.0, clock=lambda: now[0])
+    printed = []
+    lines.line = lambda at: printed.append((lines.n, at)) or setattr(lines, "shown", lines.n) or \
+        setattr(lines, "last", at)
+    for step in range(10):
+        now[0] = 2.0 * (step + 1)
+        lines.update()
+    lines.close()
+    assert printed == [(3, 6.0), (6, 12.0), (9, 18.0), (10, 20.0)]
+    quiet = progress.ProgressLines(3, "short", every=5.0, clock=lambda: 1.0)
+    quiet.line = lambda at: pytest.fail("short work printed a line")
+    for _ in range(3):
+        quiet.update()
+    quiet.close()
