@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
+from .progress import progress_bar
 from .run_record import REPO
 from .toml_config import dump_toml, get_key, load_toml, parse_value, set_key, toml_value
 
@@ -271,10 +272,15 @@ def create_sweep(base_path: Path, lighthouse: dict[str, list[Any] | None], sets:
         except ImportError:
             print("note: torchtitan is not importable; points are checked by LighthouseConfig only", file=sys.stderr)
             check = False
+    combos = list(itertools.product(*axes.values()))
+    progress = progress_bar(len(combos), f"sweep {name}: points checked")
+    built = []
     with tempfile.TemporaryDirectory(prefix="sweep-check-") as scratch:
-        built = [make_point(base, dict(zip(axes, combo)), base_path, name, out, dump_root, stage2_steps,
-                            Path(scratch) if check else None)
-                 for combo in itertools.product(*axes.values())]
+        for combo in combos:
+            built.append(make_point(base, dict(zip(axes, combo)), base_path, name, out, dump_root, stage2_steps,
+                                    Path(scratch) if check else None))
+            progress.update()
+    progress.close()
     points = [point for point, _ in built]
     runs = [point.run for point in points]
     if len(set(runs)) != len(runs):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import run_logs
+from .progress import progress_bar
 from .sweep import MANIFEST
 
 FORMATS = ("md", "csv", "json")
@@ -49,13 +50,15 @@ def summary_rows(path: Path, loss_tag: str, tps_tag: str) -> list[dict[str, Any]
         return [summarize_run(path.name, [path], None, loss_tag, tps_tag)]
     manifest = json.loads(manifest_path.read_text())
     rows = []
-    for point in manifest["points"]:
-        if point["error"] is not None:
-            continue
+    written = [point for point in manifest["points"] if point["error"] is None]
+    progress = progress_bar(len(written), f"sweep summary {path}: runs read")
+    for point in written:
         folders = [Path(folder) for folder in point["dump_folders"]]
         row = summarize_run(point["run"], folders, point["stage_steps"][-1], loss_tag, tps_tag)
         swept = {key.rpartition(".")[2]: value for key, value in point["values"].items()}
         rows.append({"run": row.pop("run"), **swept, "S": point["gathered_len"], **row})
+        progress.update()
+    progress.close()
     return rows
 
 

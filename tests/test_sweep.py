@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from lighthouse import LighthouseConfig
-from recipe import run_logs
+from recipe import progress, run_logs
 from recipe.sweep import LIGHTHOUSE_AXES, MANIFEST, create_sweep
 from recipe.sweep_summary import print_summary
 from recipe.toml_config import dump_toml
@@ -460,3 +460,21 @@ def test_a_local_sweep_trains_on_cpu_and_summary_reads_it(tmp_path):
     assert [(row["run"], row["step"], row["status"]) for row in rows] == [("cpu-k16-steps2", 2, "done"),
                                                                           ("cpu-k32-steps2", 2, "done")]
     assert all(0 < row["final_loss"] < 10 for row in rows)
+
+
+def test_create_and_summary_say_how_far_they_are_every_few_seconds_off_a_terminal(tmp_path, capsys, monkeypatch):
+    ticks = iter(range(0, 10**6, 3))  # every clock reading 3 s after the one before: a slow machine
+
+    class SlowLines(progress.ProgressLines):
+        def __init__(self, total: int, desc: str) -> None:
+            super().__init__(total, desc, every=5.0, clock=lambda: float(next(ticks)))
+
+    monkeypatch.setattr(progress, "ProgressLines", SlowLines)
+    base = _base(tmp_path, random.Random(3))
+    code, out, manifest = _create(tmp_path, base, topk=[32, 64, 128], pool=[2, 4])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 0 and err and err[-1] == f"sweep s: points checked: 6/6 (100%), {3 * 6} s"
+    print_summary([out])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(f"sweep summary {out}: ")]
+    written = sum(point["error"] is None for point in manifest["points"])
+    assert lines and lines[-1].startswith(f"sweep summary {out}: runs read: {written}/{written} (100%), ")
