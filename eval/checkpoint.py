@@ -7,6 +7,7 @@ Lighthouse on or off and with any L, p, k.
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 
 import torch
@@ -71,7 +72,9 @@ def load_weights(model: nn.Module, step_folder: str | Path) -> None:
         raise ValueError(f"{step_folder} is not a DCP checkpoint folder (no .metadata); expected "
                          f"<dump_folder>/<checkpoint.folder>/step-<N>")
     state = model.state_dict()
-    dcp.load(state, checkpoint_id=str(step_folder))
+    with warnings.catch_warnings():  # DCP warns that it loads in one process, which is what this does
+        warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
+        dcp.load(state, checkpoint_id=str(step_folder))
     model.load_state_dict(state)
 
 

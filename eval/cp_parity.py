@@ -144,8 +144,9 @@ def selection_mismatches(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, loca
 
 
 def print_report(job: CpParityJob, device: torch.device, fused: bool, mismatched: int, table: list[tuple],
-                 timings: dict[str, float], peak_gib: float) -> None:
-    """The header, the selection mismatch count, the error table, the timing table and the peak memory."""
+                 timings: dict[str, float], not_timed: list[str], peak_gib: float) -> None:
+    """The header, the selection mismatch count, the error table, the timing table, what was not timed and why,
+    and the peak memory."""
     world, n, config = dist.get_world_size(), job.seq_len, job.config
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "CPU"
     print(f"# CP parity: {name}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
@@ -164,6 +165,8 @@ def print_report(job: CpParityJob, device: torch.device, fused: bool, mismatched
     for label, ms in timings.items():
         tokens = job.batch * (n // world if label.startswith("CP") or "tokens per rank" in label else n)
         print(f"| {label} | {ms:.2f} | {tokens / ms * 1e3:,.0f} |")
+    for reason in not_timed:
+        print(f"not timed: {reason}")
     if device.type == "cuda":
         print(f"\npeak GPU memory per rank: {peak_gib:.2f} GiB")
 
@@ -210,7 +213,7 @@ def run_cp_parity(job: CpParityJob) -> None:
              for name, g_cp, g_ref, g_truth in zip("qkv", grads_cp, grads_ref, grads_truth)]
     table = [(name, *errors(a, b), errors(a, t)[2], errors(b, t)[2]) for name, a, b, t in rows]
 
-    timings = {}
+    timings, not_timed = {}, []
     fb = dict(warmup=job.warmup, iters=job.iters)
     leaves = [x.detach().requires_grad_(True) for x in local]
     timings["CP Lighthouse fwd"] = median_ms(lambda: cp(*local), device, **fb)
@@ -229,7 +232,7 @@ def run_cp_parity(job: CpParityJob) -> None:
             lambda: single(*short).backward(grad_out[:, : n // world]), device, **fb
         )
     except ValueError as err:
-        timings[f"1-device Lighthouse at N={n // world}: {err}"] = float("nan")
+        not_timed.append(f"1-device Lighthouse at N={n // world} (tokens per rank): {err}")
     # Where the time goes: the attention over the gathered sequence alone, ring (S/W rows per rank) and one
     # device at N/W tokens.
     def gathered_leaves(rows: int) -> list[torch.Tensor]:
@@ -252,6 +255,6 @@ def run_cp_parity(job: CpParityJob) -> None:
     dist.all_reduce(peak, op=dist.ReduceOp.MAX)  # CPU: a zero, so every rank takes part
 
     if rank == 0:
-        print_report(job, device, fused, mismatched, table, timings, peak.item())
+        print_report(job, device, fused, mismatched, table, timings, not_timed, peak.item())
     del mesh  # the last hold on the process groups outside torch's caches
     end_process_groups(finished=True)

@@ -121,8 +121,10 @@ def tokenizer_config(model_max_length: int) -> dict:
 
 
 def generation_config() -> dict:
-    """generation_config.json: the special tokens `generate` stops at and pads with."""
-    return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
+    """generation_config.json: the special tokens `generate` stops at and pads with, and greedy decoding, which
+    `generate` does by default but `pipeline("text-generation")` does only when the model's config says so (it
+    samples at temperature 0.7 otherwise)."""
+    return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "do_sample": False}
 
 
 def readable_by_umask(path: Path) -> None:

@@ -2,7 +2,7 @@
 
     python scripts/train_throughput.py --json docs/train_throughput.json          # the paper model, seq 98,304
     python scripts/train_throughput.py --compile off,on --ac full                # also under torch.compile
-    python scripts/train_throughput.py --config configs/debug.toml --seq-len 512 --steps 3 --allow-cpu   # CPU smoke run
+    python scripts/train_throughput.py --allow-cpu --config configs/debug.toml   # CPU smoke run: seq 512, 3 steps
     python scripts/train_throughput.py --seq-len 8192 --compile on --ac full --colocate-autograd off,on
 
 For each activation-checkpointing mode (`--ac none,full`) and compile setting (`--compile off,on`:
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 import tempfile
 from pathlib import Path
 
@@ -45,13 +46,19 @@ from eval.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_tim
                              run_variant, too_few_steps)
 from recipe.run_record import REPO
 
+CPU_STEPS = 3  # the first two are not timed
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
-    parser.add_argument("--seq-len", type=positive_int, default=98304)
-    parser.add_argument("--steps", type=positive_int, default=8,
-                        help="steps per variant; all after the first two are timed")
-    parser.add_argument("--ac", default="none,full", help="activation checkpointing modes, comma-separated")
+    parser.add_argument("--seq-len", type=positive_int,
+                        help="tokens per sequence (default: the config's training.seq_len, 98,304 for the paper's)")
+    parser.add_argument("--steps", type=positive_int,
+                        help=f"steps per variant; all after the first two are timed (default: 8, on a CPU "
+                             f"{CPU_STEPS})")
+    parser.add_argument("--ac", help="activation checkpointing modes, comma-separated (default: none,full; on a "
+                                     "CPU none)")
     parser.add_argument("--compile", default="off", help="torch.compile settings, comma-separated: off, on")
     parser.add_argument("--colocate-autograd", default="off",
                         help="[host] colocate_autograd settings, comma-separated: off, on")
@@ -59,6 +66,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA too: a smoke run of a small config "
                         "(otherwise the script needs CUDA, so the paper model is never trained on a CPU by mistake)")
     args = parser.parse_args(argv)
+    on_cpu = not torch.cuda.is_available()  # the smoke run: small unless asked otherwise
+    args.steps = args.steps or (CPU_STEPS if on_cpu else 8)
+    args.ac = args.ac or ("none" if on_cpu else "none,full")
     if error := too_few_steps(args.steps):
         parser.error(error)
     switches = {name: getattr(args, name).split(",") for name in ("compile", "colocate_autograd")}
@@ -70,7 +80,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if not args.allow_cpu:
         require_cuda("--allow-cpu runs a smoke run of a small config (--config configs/debug.toml)")
 
-    job = ConfigManager().parse_args(["--job.config_file", args.config, "--training.seq_len", str(args.seq_len)])
+    job = ConfigManager().parse_args(["--job.config_file", args.config,
+                                      *(["--training.seq_len", str(args.seq_len)] if args.seq_len else [])])
+    args.seq_len = job.training.seq_len
     spec = get_train_spec("llama3_lighthouse")
     model_args = copy.deepcopy(spec.model_args[job.model.flavor])
     model_args.update_from_config(job)
@@ -81,6 +93,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     with tempfile.TemporaryDirectory() as tmp:
         for ac, compile_on, colocate in modes:
             for name in ("lighthouse", "dense"):
+                print(f"train_throughput: training {name} ac={ac} compile={compile_on} colocate_autograd={colocate}, "
+                      f"seq_len {args.seq_len}, {args.steps} steps ({len(runs) + 1} of {2 * len(modes)})",
+                      file=sys.stderr, flush=True)
                 folder = Path(tmp) / "_".join((name, ac, "compile" if compile_on else "eager",
                                                "colocated" if colocate else "free"))
                 argv_variant = job_args(args.config, args.seq_len, args.steps, name == "lighthouse", ac, compile_on,
@@ -88,6 +103,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 runs[name, ac, compile_on, colocate] = run_variant(argv_variant, folder, args.steps)
                 print(f"{name:10s} ac={ac:4s} compile={compile_on} colocate_autograd={colocate} "
                       f"{runs[name, ac, compile_on, colocate]}", flush=True)
+    print("train_throughput: timing one attention call", file=sys.stderr, flush=True)
     times = attention_times(model_args, job.lighthouse.to_config(), args.seq_len, device)
 
     env = environment(device)

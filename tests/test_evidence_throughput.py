@@ -126,14 +126,21 @@ def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag):
 
 
 @pytest.mark.slow
-def test_cpu_run_of_the_debug_model_writes_one_record_per_checkpointing_mode(tmp_path):
-    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--config", "configs/debug.toml", "--seq-len",
-                          "256", "--steps", "3", "--ac", "none", "--json", str(tmp_path / "tt.json"), "--allow-cpu"],
+def test_the_readme_cpu_smoke_run_is_small_by_default_and_says_what_it_trains(tmp_path):
+    """`--allow-cpu --config configs/debug.toml` (README, troubleshooting): the config's length, 3 steps, no
+    activation checkpointing, and a line on stderr before each variant."""
+    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--allow-cpu", "--config", "configs/debug.toml",
+                          "--json", str(tmp_path / "tt.json")],
                          cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     (record,) = json.loads((tmp_path / "tt.json").read_text())
     assert ISSUE_KEYS <= set(record)
-    assert record["activation_checkpointing"] == "none" and record["seq_len"] == 256
+    assert record["activation_checkpointing"] == "none" and record["seq_len"] == 512 and record["steps"] == 3
+    lines = [line for line in out.stderr.splitlines() if line.startswith("train_throughput: ")]
+    assert [line.split(", ")[0] for line in lines] == [
+        "train_throughput: training lighthouse ac=none compile=False colocate_autograd=False",
+        "train_throughput: training dense ac=none compile=False colocate_autograd=False",
+        "train_throughput: timing one attention call"]
     assert record["device"].startswith("CPU")
     assert record["lighthouse_tok_s"] > 0 and record["dense_tok_s"] > 0
     assert record["lighthouse_peak_gib"] > 0 and record["dense_peak_gib"] > 0

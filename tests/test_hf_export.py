@@ -14,6 +14,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,16 @@ def assert_same_logits(model, hf_folder: Path) -> None:
         expected, actual = model(ids), hf_model(ids).logits
     error = (actual - expected).abs().max() / expected.abs().max()
     assert error < RELATIVE_TOLERANCE, f"max |logit difference| / max |logit| = {error:.2e}"
+
+
+def test_loading_the_checkpoint_in_one_process_raises_no_distributed_warning(step_folder, exported):
+    model = build_model(parse_job_config(JOB), torch.device("cpu"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_weights(model, step_folder)
+    assert not [w for w in caught if "torch.distributed" in str(w.message)]
+    run = export_hf(str(step_folder), str(exported.parent / "again"))
+    assert run.returncode == 0 and "torch.distributed" not in run.stderr, run.stderr
 
 
 def test_transformers_computes_the_checkpoints_dense_logits(step_folder, exported):
@@ -229,6 +240,17 @@ def test_batches_pad_on_the_left_and_generate_as_each_text_alone(exported):
     outputs = pipeline("text-generation", model=model, tokenizer=tokenizer, batch_size=len(texts))(texts, **greedy)
     assert [output[0]["generated_text"] for output in outputs] == [
         text + tokenizer.decode(row, skip_special_tokens=True) for text, row in zip(texts, generated)]
+
+
+def test_the_pipeline_decodes_greedily_as_generate_does_unless_asked_to_sample(exported):
+    tokenizer = AutoTokenizer.from_pretrained(exported)
+    model = AutoModelForCausalLM.from_pretrained(exported).eval()
+    assert json.loads((exported / "generation_config.json").read_text())["do_sample"] is False
+    length = {"max_new_tokens": 16, "min_new_tokens": 16}
+    prompt = tokenizer(["Gr"], return_tensors="pt")
+    greedy = model.generate(**prompt, **length)[0, prompt.input_ids.shape[1]:]
+    generated = pipeline("text-generation", model=model, tokenizer=tokenizer)("Gr", **length)
+    assert generated[0]["generated_text"] == "Gr" + tokenizer.decode(greedy, skip_special_tokens=True)
 
 
 def test_a_folder_that_is_not_a_checkpoint_is_rejected(tmp_path, capsys):

@@ -242,3 +242,17 @@ def test_float32_cpu_autocast_warns_no_more_and_other_warnings_still_show():
             pass
         warnings.warn("In CPU autocast, something else", UserWarning)
     assert [str(w.message) for w in caught] == ["In CPU autocast, something else"]
+
+
+def test_cp_parity_names_a_timing_it_cannot_take_instead_of_printing_nan(monkeypatch, capsys):
+    from eval import cp_parity
+    from lighthouse import LighthouseConfig
+
+    monkeypatch.setattr(cp_parity.dist, "get_world_size", lambda: 2)
+    job = cp_parity.CpParityJob(LighthouseConfig(levels=3, pool=4, topk=256, tile_budget=32), 4096, 1, 2, 2, 32,
+                                "float32", "allgather", "cpu", 1, 2, 0)
+    reason = "1-device Lighthouse at N=2048 (tokens per rank): the tiles do not fit"
+    cp_parity.print_report(job, torch.device("cpu"), False, 0, [("o", 1e-7, 2e-7, 3e-7, 4e-7, 5e-7)],
+                           {"CP Lighthouse fwd": 2.0}, [reason], 0.0)
+    out = capsys.readouterr().out
+    assert "nan" not in out and f"\nnot timed: {reason}\n" in out and "| CP Lighthouse fwd | 2.00 | 1,024,000 |" in out
