@@ -9,6 +9,7 @@ import dataclasses
 import os
 import platform
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,11 @@ def run_cp_parity(job: CpParityJob) -> None:
     def cp(*x):
         return context_parallel_lighthouse_attention(*x, config, mesh)
 
+    def say(step: str) -> None:  # a line per step on rank 0's stderr: a log is never silent for long
+        if rank == 0:
+            print(f"cp_parity: {step}", file=sys.stderr, flush=True)
+
+    say("forward and backward: one device, CP, float32 truth")
     out_ref, grads_ref = forward_backward(single, (q, k, v), grad_out)
     out_cp, grads_cp = forward_backward(cp, local, grad_local)
     out_truth, grads_truth = forward_backward(
@@ -206,6 +212,7 @@ def run_cp_parity(job: CpParityJob) -> None:
     )
 
     fused = resolve_implementation(q, config) == "fused"
+    say("selection compared with the single-device reference")
     mismatched = selection_mismatches(q, k, v, local, config, mesh)
 
     rows = [("output", out_cp, out_ref[:, pos], out_truth[:, pos])]
@@ -214,23 +221,23 @@ def run_cp_parity(job: CpParityJob) -> None:
     table = [(name, *errors(a, b), errors(a, t)[2], errors(b, t)[2]) for name, a, b, t in rows]
 
     timings, not_timed = {}, []
-    fb = dict(warmup=job.warmup, iters=job.iters)
+
+    def time_it(label: str, fn: Callable[[], object]) -> None:
+        say(f"timing {label}")
+        timings[label] = median_ms(fn, device, warmup=job.warmup, iters=job.iters)
+
     leaves = [x.detach().requires_grad_(True) for x in local]
-    timings["CP Lighthouse fwd"] = median_ms(lambda: cp(*local), device, **fb)
-    timings["CP Lighthouse fwd+bwd"] = median_ms(lambda: cp(*leaves).backward(grad_local), device, **fb)
-    timings["CP dense ring fwd+bwd"] = median_ms(
-        lambda: ring_causal_attention(*leaves, mesh, config.backend).backward(grad_local), device, **fb
-    )
+    time_it("CP Lighthouse fwd", lambda: cp(*local))
+    time_it("CP Lighthouse fwd+bwd", lambda: cp(*leaves).backward(grad_local))
+    time_it("CP dense ring fwd+bwd",
+            lambda: ring_causal_attention(*leaves, mesh, config.backend).backward(grad_local))
     full_leaves = [x.detach().requires_grad_(True) for x in (q, k, v)]
-    timings[f"1-device Lighthouse fwd+bwd, N={n}"] = median_ms(
-        lambda: single(*full_leaves).backward(grad_out), device, **fb
-    )
+    time_it(f"1-device Lighthouse fwd+bwd, N={n}", lambda: single(*full_leaves).backward(grad_out))
     try:
         check_context_parallel(config, n // world, 1)
         short = [x[:, : n // world].detach().requires_grad_(True) for x in (q, k, v)]
-        timings[f"1-device Lighthouse fwd+bwd, N={n // world} (tokens per rank)"] = median_ms(
-            lambda: single(*short).backward(grad_out[:, : n // world]), device, **fb
-        )
+        time_it(f"1-device Lighthouse fwd+bwd, N={n // world} (tokens per rank)",
+                lambda: single(*short).backward(grad_out[:, : n // world]))
     except ValueError as err:
         not_timed.append(f"1-device Lighthouse at N={n // world} (tokens per rank): {err}")
     # Where the time goes: the attention over the gathered sequence alone, ring (S/W rows per rank) and one
@@ -240,14 +247,12 @@ def run_cp_parity(job: CpParityJob) -> None:
                             requires_grad=True) for h in (job.heads, job.kv_heads, job.kv_heads)]
 
     ring_in = gathered_leaves(config.gathered_len(n) // world)
-    timings[f"CP ring attention alone, gathered S={config.gathered_len(n)}, fwd+bwd"] = median_ms(
-        lambda: ring_causal_attention(*ring_in, mesh, config.backend).sum().backward(), device, **fb
-    )
+    time_it(f"CP ring attention alone, gathered S={config.gathered_len(n)}, fwd+bwd",
+            lambda: ring_causal_attention(*ring_in, mesh, config.backend).sum().backward())
     with contextlib.suppress(ValueError):  # N/W may not be a valid single-device length (reported above)
         one_in = gathered_leaves(config.gathered_len(n // world))
-        timings[f"1-device attention alone, gathered S={one_in[0].shape[1]} (tokens per rank), fwd+bwd"] = median_ms(
-            lambda: causal_attention(*one_in, config.backend).sum().backward(), device, **fb
-        )
+        time_it(f"1-device attention alone, gathered S={one_in[0].shape[1]} (tokens per rank), fwd+bwd",
+                lambda: causal_attention(*one_in, config.backend).sum().backward())
     if job.profile:
         profile_cp(lambda: cp(*leaves).backward(grad_local), device, job.profile, rank)
     peak_gib = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0

@@ -56,6 +56,7 @@ class Row:
     reason: str
     overrides: tuple[str, ...] = ()  # appended to a `run` command
     slow: bool = False
+    says: str = ""  # a line a `run` command prints on stderr (its progress)
 
 
 GPU = "needs NVIDIA GPUs"
@@ -69,7 +70,8 @@ ROWS = [
     Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 scripts/cp_parity\.py --seq-len", "run",
         "CP=2 parity over two gloo ranks, CPU-sized",
         ("--device", "cpu", "--seq-len", "2048", "--heads", "2", "--kv-heads", "2", "--head-dim", "16", "--topk", "128",
-         "--tile-budget", "32", "--dtype", "float32", "--warmup", "1", "--iters", "2"), slow=True),
+         "--tile-budget", "32", "--dtype", "float32", "--warmup", "1", "--iters", "2"), slow=True,
+        says="cp_parity: timing CP Lighthouse fwd\n"),
     Row(r"python scripts/sweep\.py create configs/paper/stage1_L3_p4_k2048_norm\.toml --name lh-grid .* "
         r"--stage2-steps 8000$", "run", "writes the sweep's TOMLs, each parsed by torchtitan (no job starts)",
         slow=True),
@@ -226,7 +228,7 @@ def test_the_minimal_install_is_the_train_extra_without_dev_tools_or_triton(inst
 @INSTALL_TIMEOUT
 @pytest.mark.parametrize("command", cases("run"))
 def test_a_runnable_command_runs_as_written_in_the_quickstart_install_on_cpu_sized_overrides(command, installed):
-    run_installed(command, installed)
+    assert row_of(command).says in run_installed(command, installed).stderr
 
 
 @pytest.mark.slow
