@@ -28,8 +28,8 @@ def load_flash_attn() -> tuple[str, Callable]:
         except (ImportError, AttributeError) as err:
             errors.append(f"{module}: {err}")
     raise RuntimeError(
-        "backend='flash_attn' needs the flash-attn package (pip install flash-attn, or FlashAttention-3's "
-        "flash_attn_interface); none of these imported: " + "; ".join(errors)
+        "backend='flash_attn' needs the flash-attn package (the flash extra: pip install -e '.[flash]', or "
+        "FlashAttention-3's flash_attn_interface); none of these imported: " + "; ".join(errors)
         + ". Use backend='cudnn' or 'auto' for torch SDPA."
     )
 

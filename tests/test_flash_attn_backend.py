@@ -29,7 +29,8 @@ def _fake_flash_attn(calls):
 
 
 def test_missing_package_raises_naming_it(no_flash_attn):
-    with pytest.raises(RuntimeError, match="backend='flash_attn' needs the flash-attn package"):
+    with pytest.raises(RuntimeError, match=r"backend='flash_attn' needs the flash-attn package \(the flash extra: "
+                                           r"pip install -e '\.\[flash\]'"):
         load_flash_attn()
 
 
