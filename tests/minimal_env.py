@@ -33,7 +33,8 @@ def venv_folder() -> Path:
 
 def build_steps(folder: Path) -> list[list[str]]:
     """The commands that build the venv: the venv, then the Quickstart's two installs."""
-    pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-compile"]
+    # pip compiles what it installs: where PYTHONDONTWRITEBYTECODE is set, imports would compile torch every run
+    pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "--quiet"]
     return [[sys.executable, "-m", "venv", str(folder)], [*pip, TORCH], [*pip, "-e", f"{REPO}[{EXTRA}]"]]
 
 
