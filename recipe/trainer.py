@@ -132,17 +132,17 @@ class LighthouseTrainer(Trainer):
         self.lighthouse_on = False
         logger.info(f"[lighthouse] switch_to_dense_at_step={self.switch_step}: dense SDPA from step {self.step}")
 
-    def _trains_a_step(self, record: logging.LogRecord) -> bool:
+    def training_starts_filter(self, record: logging.LogRecord) -> bool:
         """Log filter: torchtitan says `Training starts at step N` after loading the checkpoint even when N is past
         training.steps; then the only line is `Nothing left to train`."""
         return self.step < self.job_config.training.steps or not record.getMessage().startswith("Training starts at")
 
     def train(self) -> None:
-        logger.addFilter(self._trains_a_step)
+        logger.addFilter(self.training_starts_filter)
         try:
             super().train()
         finally:
-            logger.removeFilter(self._trains_a_step)
+            logger.removeFilter(self.training_starts_filter)
         if not self.trained:
             logger.info(f"Nothing left to train: the job resumed at step {self.step} of training.steps="
                         f"{self.job_config.training.steps}; raise --training.steps to train on, or pass another "
