@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--batch-size", type=int, default=1)
     p.add_argument("--by-position", action="store_true", help="also the loss per log-spaced position bucket")
     args, job_argv = p.parse_known_args(argv)
+    if args.documents is not None and args.by_position:
+        p.error("--by-position buckets the positions of windows; it does not go with --documents")
     job_config, _ = job_config_of(Path(args.checkpoint), job_argv)
     seq_len = job_config.training.seq_len
     with as_config_error():
