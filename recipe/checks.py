@@ -17,6 +17,7 @@ from torchtitan.tools.logging import logger
 
 from .checkpoint_guard import complete_steps
 from .data import check_training_data, match_local_files
+from .lr_schedule import check_rewarm
 from .run_record import CONFIG_FILE, RUNS_FOLDER
 from .toml_config import get_key, load_toml, tomllib
 
@@ -180,6 +181,7 @@ def check_validation_data(job_config) -> None:
 def check_settings(job_config, n_layers: int) -> None:
     """The checks of the settings alone (nothing on disk, no device), for a model of `n_layers` layers."""
     check_optimizer(job_config)
+    check_rewarm(job_config)
     check_loop(job_config)
     check_dense_layers_leave_lighthouse(job_config, n_layers)
 

@@ -87,8 +87,22 @@ class Data:
 
 
 @dataclass
+class LRScheduler:
+    """Fields added to torchtitan's `[lr_scheduler]` (`recipe.lr_schedule`)."""
+
+    rewarm_at_step: int = 0
+    """Restart the warm-up after this step (0 = never), e.g. the switch to dense attention: the learning rate
+    rises linearly from the schedule's value there back to the peak over `rewarm_steps` steps, then decays to
+    `min_lr_factor` at the schedule's end with `decay_type`."""
+
+    rewarm_steps: int = 0
+    """Steps of the re-warm from `rewarm_at_step` (0 = no re-warm). Measured at 131,072 tokens: docs/results.md."""
+
+
+@dataclass
 class JobConfig:
     lighthouse: Lighthouse = field(default_factory=Lighthouse)
+    lr_scheduler: LRScheduler = field(default_factory=LRScheduler)
     host: Host = field(default_factory=Host)
     data: Data = field(default_factory=Data)
 
