@@ -8,6 +8,7 @@ of the step, so a resumed run follows the same schedule bit for bit.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable
 
@@ -20,28 +21,24 @@ def total_steps(lr_scheduler, training_steps: int) -> int:
     return lr_scheduler.total_steps if lr_scheduler.total_steps is not None else training_steps
 
 
-def rewarmed(base: Callable[[int], float], at: int, steps: int, total: int, decay_type: str,
-             min_lr_factor: float) -> Callable[[int], float]:
+def rewarmed_multiplier(step: int, base: Callable[[int], float], at: int, steps: int, total: int, decay_type: str,
+                        min_lr_factor: float) -> float:
     """The multiplier `base` (of the 0-based scheduler step) with a re-warm over `steps` steps from step `at`
     (the multiplier of training step `at + 1` is the first to change), decaying to `min_lr_factor` at `total`."""
+    if step < at:
+        return base(step)
     start = base(at)
     decay_from = at + steps
-
-    def multiplier(step: int) -> float:
-        if step < at:
-            return base(step)
-        if step < decay_from:
-            return start + (1.0 - start) * (step + 1 - at) / steps
-        progress = min(1.0, (step + 1 - decay_from) / (total + 1 - decay_from))
-        if decay_type == "linear":
-            shape = 1.0 - progress
-        elif decay_type == "sqrt":
-            shape = 1.0 - math.sqrt(progress)
-        else:
-            shape = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return min_lr_factor + (1.0 - min_lr_factor) * shape
-
-    return multiplier
+    if step < decay_from:
+        return start + (1.0 - start) * (step + 1 - at) / steps
+    progress = min(1.0, (step + 1 - decay_from) / (total + 1 - decay_from))
+    if decay_type == "linear":
+        shape = 1.0 - progress
+    elif decay_type == "sqrt":
+        shape = 1.0 - math.sqrt(progress)
+    else:
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_lr_factor + (1.0 - min_lr_factor) * shape
 
 
 def build_lr_schedulers(optimizers: OptimizersContainer, lr_scheduler_config,
@@ -52,9 +49,12 @@ def build_lr_schedulers(optimizers: OptimizersContainer, lr_scheduler_config,
     if steps > 0:
         total = total_steps(lr_scheduler_config, training_steps)
         for scheduler in container:
+            # a partial, as torchtitan's own multiplier: LambdaLR saves a partial's (empty) attributes and
+            # a plain function as None, so only a partial keeps the checkpoint layout of a run without re-warm
             scheduler.lr_lambdas = [
-                rewarmed(base, lr_scheduler_config.rewarm_at_step, steps, total, lr_scheduler_config.decay_type,
-                         lr_scheduler_config.min_lr_factor)
+                functools.partial(rewarmed_multiplier, base=base, at=lr_scheduler_config.rewarm_at_step, steps=steps,
+                                  total=total, decay_type=lr_scheduler_config.decay_type,
+                                  min_lr_factor=lr_scheduler_config.min_lr_factor)
                 for base in scheduler.lr_lambdas]
     return container
 
