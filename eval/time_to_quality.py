@@ -118,7 +118,7 @@ class Arm:
 
 def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
     """Every complete arm under `run` (dense arms and each stage-2 folder with its stage 1). A folder whose steps
-    are not all logged or whose last step was not validated raises ValueError, or with `incomplete` given is
+    are not all logged, whose last step was not validated or (stage 2) that trained no step raises ValueError, or with `incomplete` given is
     named there and left out (a study stopped midway reports what finished)."""
     arms = []
     for folder in sorted(p for p in run.iterdir() if (p / "metrics.jsonl").is_file()):
@@ -135,7 +135,8 @@ def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
             losses = {**{s: v for s, v in validation_losses(stage1).items() if s <= switch}, **losses}
             lighthouse = {s: v for s, v in validation_losses(stage1, LIGHTHOUSE_LOSS).items() if s <= switch}
         total = max(seconds)
-        if sorted(seconds) != list(range(1, total + 1)) or total not in losses:
+        never_resumed = switch is not None and total <= switch  # a stage 2 that trained no step
+        if never_resumed or sorted(seconds) != list(range(1, total + 1)) or total not in losses:
             if incomplete is not None:
                 incomplete.append(folder.name)
                 continue

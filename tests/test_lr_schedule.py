@@ -98,3 +98,11 @@ def test_the_rewarm_keys_are_toml_and_command_line_options_checked_at_start_up(t
     job.lr_scheduler.rewarm_steps = 0
     with pytest.raises(ValueError, match="rewarm_at_step=10 needs"):
         check_job(job)
+
+
+def test_a_rewarmed_scheduler_saves_the_layout_of_torchtitans_so_a_stage_1_checkpoint_loads_into_it():
+    config, model = schedule(at=30, steps=10), torch.nn.Linear(3, 2)
+    optimizers = OptimizersContainer([model], torch.optim.AdamW, {"lr": 1e-3})
+    plain = torchtitan_schedulers(optimizers, schedule(), 60).state_dict()
+    rewarmed = build_lr_schedulers(optimizers, config, 60).state_dict()
+    assert rewarmed.keys() == plain.keys() and rewarmed["lr_lambdas"] == plain["lr_lambdas"]
