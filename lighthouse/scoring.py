@@ -34,7 +34,7 @@ CausalAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Ten
 ScoreHistory = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """(sq, sk) level-0 scores of the rows [R, G, N] (float32 on the fused path) -> the level-0 scores of the
 p**(L-1) - 1 tokens before each row, [R, G, p**(L-1) - 1] each (-inf before token 0): a row that does not start
-the sequence (a context-parallel chunk) under selection="causal"."""
+the sequence (a context-parallel chunk) under selection="causal" or "strict"."""
 
 
 def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
