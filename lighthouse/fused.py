@@ -61,7 +61,8 @@ def select_gather_order(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, config
                         prefix: bool = True) -> GatherOrder:
     """The tile kernel's gather order (packed keys [B, G, S]) and its inverse map for `config`, from score
     pyramids sq, sk (float32 [B, G, sum_l N/p^l])."""
-    return select_order(sq, sk, seq_len, config.pool, config.levels, config.topk, config.tile_budget, prefix)
+    return select_order(sq, sk, seq_len, config.pool, config.levels, config.topk, config.tile_budget, prefix,
+                        strict=config.selection == "strict")
 
 
 def selection_of(packed: torch.Tensor, config: LighthouseConfig) -> Selection:

@@ -73,23 +73,27 @@ def online_window(candidates: int, budget: int) -> int:
     return 2 * candidates // budget - 1
 
 
-def choose_expanded_online(sq: torch.Tensor, sk: torch.Tensor, budget: int, force_first: bool) -> torch.Tensor:
+def _records(scores: torch.Tensor, window: int) -> torch.Tensor:
+    """Candidates that score strictly above each of the `window` candidates before them (NaN counts as +inf);
+    the first candidate of a tile always is one."""
+    scores = torch.where(scores.isnan(), float("inf"), scores)
+    records = scores > _previous_max(scores, window)
+    records[..., 0] = True
+    return records
+
+
+def choose_expanded_online(sq: torch.Tensor, sk: torch.Tensor, budget: int) -> torch.Tensor:
     """selection="strict": mask of the `budget` candidates to expand in each tile, [B, G, T, K] scores in
     position order, each decision a function of the candidates up to it (SPEC section 3a).
 
-    A candidate is a record of a score if it beats (strictly) each of the `online_window` candidates before
-    it in its tile (NaN counts as +inf). The first budget/2 sQ records are expanded, then the first budget/2
-    sK records among the rest; once the candidates left are no more than the budget left, every one is.
-    With `force_first`, candidate 0 of tile 0 is an sQ record unconditionally (the prefix guarantee).
+    The first budget/2 sQ records (`online_window`) are expanded, then the first budget/2 sK records among
+    the rest; once the candidates left are no more than the budget left, every one is. A tile's first
+    candidate is always an sQ record, so token 0's chain is expanded without forcing (the prefix guarantee).
     """
-    inf = float("inf")
     cands = sq.shape[-1]
     window = online_window(cands, budget)
-    sq, sk = (torch.where(s.isnan(), inf, s) for s in (sq, sk))
-    if force_first:
-        sq[:, :, 0, 0] = inf
-    by_q = _first_under(sq > _previous_max(sq, window), budget // 2)
-    by_k = _first_under((sk > _previous_max(sk, window)) & ~by_q, budget // 2)
+    by_q = _first_under(_records(sq, window), budget // 2)
+    by_k = _first_under(_records(sk, window) & ~by_q, budget // 2)
     picked = by_q | by_k
     before = picked.to(torch.int64).cumsum(-1) - picked.to(torch.int64)
     left = cands - torch.arange(cands, device=sq.device)
@@ -131,8 +135,10 @@ def descend(
             flat = cand.flatten(-2)
             sq = sq_levels[lvl].gather(-1, flat).view(cand.shape)
             sk = sk_levels[lvl].gather(-1, flat).view(cand.shape)
-            choose = choose_expanded_online if config.selection == "strict" else choose_expanded
-            chosen = choose(sq, sk, budget, force_first=prefix)
+            if config.selection == "strict":
+                chosen = choose_expanded_online(sq, sk, budget)
+            else:
+                chosen = choose_expanded(sq, sk, budget, force_first=prefix)
             expanded, leaves = _split(cand, chosen, budget)
             parts.append((lvl, leaves.flatten(-2), False))
             parts.append((lvl, expanded.flatten(-2), True))

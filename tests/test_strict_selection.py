@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from eval.dependence import reach
-from lighthouse import LighthouseConfig, select
+from lighthouse import LighthouseConfig, descend, pyramid_scores, select
+from lighthouse.scoring import norm_scores
 from lighthouse.selection import choose_expanded_online, online_window
 
 from .helpers import random_qkv
@@ -47,13 +48,11 @@ def test_the_same_probe_finds_causal_selection_reading_later_tokens(name, config
     assert found.leaking_positions > 0 and found.output_rows > 0, f"the probe saw no causal leak: {found}"
 
 
-def _online_by_hand(sq: list[float], sk: list[float], budget: int, force_first: bool) -> list[bool]:
+def _online_by_hand(sq: list[float], sk: list[float], budget: int) -> list[bool]:
     """SPEC section 3a's rule for one tile, one candidate at a time."""
     n, half, window = len(sq), budget // 2, online_window(len(sq), budget)
     sq = [float("inf") if s != s else s for s in sq]
     sk = [float("inf") if s != s else s for s in sk]
-    if force_first:
-        sq[0] = float("inf")
     chosen, by_q, by_k = [False] * n, 0, 0
     for j in range(n):
         earlier = range(max(0, j - window), j)
@@ -73,20 +72,21 @@ def test_strict_expands_the_online_records_then_the_tail_exactly_budget_per_tile
     if ties:
         sq, sk = (sq * 3).floor(), (sk * 3).floor()
     sq[0, 0, 1, 2] = float("nan")
-    got = choose_expanded_online(sq, sk, budget, force_first=True)
-    assert (got.sum(-1) == budget).all()
+    sq[0, 0, 2, 0] = float("-inf")  # a tile's first candidate is a record whatever it scores
+    got = choose_expanded_online(sq, sk, budget)
+    assert (got.sum(-1) == budget).all() and got[..., 0].all()
     for b, g, t in torch.cartesian_prod(torch.arange(2), torch.arange(3), torch.arange(4)).tolist():
-        want = _online_by_hand(sq[b, g, t].tolist(), sk[b, g, t].tolist(), budget, force_first=(t == 0))
+        want = _online_by_hand(sq[b, g, t].tolist(), sk[b, g, t].tolist(), budget)
         assert got[b, g, t].tolist() == want, f"tile ({b}, {g}, {t})"
 
 
 def test_strict_decision_on_a_candidate_reads_no_later_candidate():
     sq, sk = torch.rand(1, 2, 3, 32), torch.rand(1, 2, 3, 32)
-    before = choose_expanded_online(sq, sk, 8, force_first=True)
+    before = choose_expanded_online(sq, sk, 8)
     for j in range(1, 32):
         sq2, sk2 = sq.clone(), sk.clone()
         sq2[..., j:], sk2[..., j:] = torch.rand_like(sq2[..., j:]) * 5, torch.rand_like(sk2[..., j:]) * 5
-        after = choose_expanded_online(sq2, sk2, 8, force_first=True)
+        after = choose_expanded_online(sq2, sk2, 8)
         assert torch.equal(before[..., :j], after[..., :j]), f"a candidate before {j} changed"
 
 
@@ -104,10 +104,15 @@ def test_strict_gathers_as_many_entries_as_causal_and_its_leaves_partition_the_s
     assert (covered == 1).all(), "leaves must cover every token exactly once"
 
 
-def test_strict_keeps_the_prefix_chain_expanded():
+@pytest.mark.parametrize("prefix", [True, False], ids=["prefix", "shard"])
+def test_strict_expands_the_first_chain_of_every_tile_so_token_0_gets_an_output(prefix):
     config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="strict")
     q, k, _ = random_qkv(1, 128, 2, 2, 8)
-    k[:, 0] *= 0.0
-    q[:, 0] *= 0.0
-    sel = select(q, k, config)
-    assert (sel.expanded & (sel.index == 0) & (sel.level > 0)).sum().item() == 2 * (config.levels - 1)
+    q[:, 0], k[:, 0] = 0.0, 0.0  # token 0 scores lowest
+    sq, sk = (pyramid_scores(s, config.pool, config.levels, "strict") for s in norm_scores(q, k))
+    sel = descend(sq, sk, config, prefix=prefix)
+    tile_len = 128 // config.num_tiles
+    for lvl in range(1, config.levels):
+        firsts = torch.arange(config.num_tiles) * tile_len // config.pool**lvl
+        expanded = sel.index[sel.expanded & (sel.level == lvl)].view(2, -1)
+        assert all(torch.isin(firsts, row).all() for row in expanded), f"level {lvl}"
