@@ -15,7 +15,7 @@ from lighthouse import LighthouseConfig, descend, pyramid_scores, select
 from lighthouse.scoring import norm_scores
 from lighthouse.selection import choose_expanded_online, online_window
 
-from .helpers import random_qkv
+from .helpers import REPO, random_qkv
 
 # (name, config, N, query heads, kv heads): GQA and MHA, L = 2..4, p = 2..8, the norm and dilated scorers
 PROBES = [
@@ -116,3 +116,14 @@ def test_strict_expands_the_first_chain_of_every_tile_so_token_0_gets_an_output(
         firsts = torch.arange(config.num_tiles) * tile_len // config.pool**lvl
         expanded = sel.index[sel.expanded & (sel.level == lvl)].view(2, -1)
         assert all(torch.isin(firsts, row).all() for row in expanded), f"level {lvl}"
+
+
+def test_the_recipe_takes_strict_from_the_toml_key_and_checks_it():
+    from torchtitan.config import ConfigManager
+
+    from recipe.trainer import check_job
+
+    job = ConfigManager().parse_args(["--job.config_file", str(REPO / "configs" / "debug.toml"),
+                                      "--lighthouse.selection", "strict"])
+    check_job(job)
+    assert job.lighthouse.selection == "strict"
