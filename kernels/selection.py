@@ -394,8 +394,8 @@ def select_order(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, le
     block = max(tile_budget, min(next_power_of_2(coarse_per_tile), coarse_block))
     window = 2 * coarse_per_tile // tile_budget - 1  # the strict rule's, at the coarsest level
     launch(
-        _select_tile_kernel, (tiles, b * g), sq.contiguous(), sk.contiguous(), packed, slots, chosen, scratch, seq_len, ntot,
-        tiles * per_tile, coarse_per_tile, per_tile, window, L=levels, LOG2P=log2(pool), M=tile_budget, BLOCK_C=block,
-        PREFIX=prefix, STRICT=strict, num_warps=num_warps,
+        _select_tile_kernel, (tiles, b * g), sq.contiguous(), sk.contiguous(), packed, slots, chosen, scratch, seq_len,
+        ntot, tiles * per_tile, coarse_per_tile, per_tile, window, L=levels, LOG2P=log2(pool), M=tile_budget,
+        BLOCK_C=block, PREFIX=prefix, STRICT=strict, num_warps=num_warps,
     )
     return GatherOrder(packed, slots)

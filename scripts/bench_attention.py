@@ -40,8 +40,8 @@ def main() -> None:
     if args.once:
         run_once(args.once)
         return
-    run_benchmark(DEFAULT_NS if args.ns is None else args.ns, args.selection, args.graphs, args.stages, args.checks, args.extras,
-                  Path(args.out), args.colocate_autograd)
+    run_benchmark(DEFAULT_NS if args.ns is None else args.ns, args.selection, args.graphs, args.stages, args.checks,
+                  args.extras, Path(args.out), args.colocate_autograd)
 
 
 if __name__ == "__main__":

@@ -31,8 +31,8 @@ from lighthouse.context_parallel import (
 )
 
 from .cp_cases import (
-    DILATED, DILATED_CAUSAL, DILATED_STRICT, NORM, NORM_CAUSAL, NORM_STRICT, PARITY, rising_norm_inputs, shard_positions,
-    strict_cases_slow,
+    DILATED, DILATED_CAUSAL, DILATED_STRICT, NORM, NORM_CAUSAL, NORM_STRICT, PARITY, rising_norm_inputs,
+    shard_positions, strict_cases_slow,
 )
 from .helpers import fresh_seed, random_qkv
 

@@ -26,8 +26,8 @@ from lighthouse.pipeline import pipeline_for
 from lighthouse.testing import assert_close
 
 from .cp_cases import (
-    DILATED, DILATED_CAUSAL, DILATED_STRICT, NORM, NORM_CAUSAL, NORM_STRICT, PARITY, rising_norm_inputs, shard_positions,
-    strict_cases_slow,
+    DILATED, DILATED_CAUSAL, DILATED_STRICT, NORM, NORM_CAUSAL, NORM_STRICT, PARITY, rising_norm_inputs,
+    shard_positions, strict_cases_slow,
 )
 from .helpers import fresh_seed, vectors_with_norms
 

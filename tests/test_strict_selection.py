@@ -95,7 +95,8 @@ def test_strict_gathers_as_many_entries_as_causal_and_its_leaves_partition_the_s
     config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="strict")
     q, k, _ = random_qkv(2, n, 4, 2, 8)
     sel = select(q, k, config)
-    assert sel.level.shape[-1] == config.gathered_len(n) == select(q, k, dataclasses.replace(config, selection="causal")).level.shape[-1]
+    causal = select(q, k, dataclasses.replace(config, selection="causal"))
+    assert sel.level.shape[-1] == config.gathered_len(n) == causal.level.shape[-1]
     covered = torch.zeros(2, 2, n, dtype=torch.int64)
     span = pool ** sel.level
     for offset in range(pool ** (levels - 1)):
