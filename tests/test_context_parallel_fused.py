@@ -94,9 +94,9 @@ def _check_dispatch(mesh, seed):
     "config, inputs",
     strict_cases_slow([(NORM, "distinct-norms"), (NORM, "rising-norms"), (DILATED, "distinct-norms"),
                        (NORM_CAUSAL, "distinct-norms"), (DILATED_CAUSAL, "distinct-norms"),
-                       (NORM_STRICT, "rising-norms"), (DILATED_STRICT, "distinct-norms")]),
+                       (NORM_STRICT, "distinct-norms"), (DILATED_STRICT, "distinct-norms")]),
     ids=["norm-random", "norm-rising-norms-prefix", "dilated-random", "norm-causal-random", "dilated-causal-random",
-         "norm-strict-rising-norms", "dilated-strict-random"],
+         "norm-strict-random", "dilated-strict-random"],
 )
 def test_fused_per_chunk_selection_equals_the_reference_index_for_index(ranks, config, inputs):
     ranks.run(_check_selection, 2, config, 256, inputs, fresh_seed())
