@@ -31,7 +31,7 @@ DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k1536_norm.toml"
 # Steps not timed. Under torch.compile the second step is still a warm-up: on an H100 at 8K tokens it ran at
 # 14-18K tok/s against 42-95K for the steps after it, and timing it understated both variants, Lighthouse most.
 WARMUP_STEPS = 2
-OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", "error: out of memory")  # the last: recipe.trainer's line
 
 
 def positive_int(text: str) -> int:
