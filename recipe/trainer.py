@@ -72,8 +72,9 @@ class OutOfMemory(RunStopped):
 
 
 def out_of_memory_line(job_config: JobConfig, step: int, err: BaseException) -> str:
-    """One line for an out-of-memory error at `step`: the first two sentences of torch's message, the length per rank and the knobs
-    that set memory (context parallel degree, activation checkpointing, batch), with those that can still move.
+    """One line for an out-of-memory error at `step`: the first two sentences of torch's message, the length per
+    rank and the knobs that set memory (context parallel degree, activation checkpointing, batch), with those
+    that can still move.
 
     Whether a length fits cannot be known before the first step (the peak depends on compile, the allocator,
     the dense layers and the card; docs/context_parallel.md), so the job says it when it happens."""

@@ -260,9 +260,9 @@ def test_an_out_of_memory_line_names_the_length_per_rank_and_the_knobs_that_can_
                     "parallelism.context_parallel_degree (more GPUs) or lower training.seq_len")
     config.activation_checkpoint.mode, config.training.local_batch_size = "selective", 2
     assert out_of_memory_line(config, 1, torch.OutOfMemoryError("")).endswith(
-        "(OutOfMemoryError): training.seq_len=1,048,576 is 524,288 tokens per rank at parallelism.context_parallel_degree"
-        "=2, activation_checkpoint.mode='selective', training.local_batch_size=2; raise "
-        "parallelism.context_parallel_degree (more GPUs), set activation_checkpoint.mode='full', lower "
+        "(OutOfMemoryError): training.seq_len=1,048,576 is 524,288 tokens per rank at "
+        "parallelism.context_parallel_degree=2, activation_checkpoint.mode='selective', training.local_batch_size=2; "
+        "raise parallelism.context_parallel_degree (more GPUs), set activation_checkpoint.mode='full', lower "
         "training.local_batch_size or lower training.seq_len")
 
 
