@@ -199,8 +199,8 @@ class LighthouseTrainer(Trainer):
             self.dump_lock.release()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with LighthouseTrainer.
+def main(argv: Sequence[str] | None = None, trainer_cls: type[LighthouseTrainer] = LighthouseTrainer) -> None:
+    """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with `trainer_cls`.
 
     A configuration mistake ends in one line on stderr and exit code 2 (`LIGHTHOUSE_DEBUG=1`: a traceback), an
     out-of-memory error in one line naming the knobs that set memory and exit code 1.
@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         trainer: LighthouseTrainer | None = None
         finished = False
         try:
-            trainer = LighthouseTrainer(config, args)
+            trainer = trainer_cls(config, args)
             if config.comm.mode == "local_tensor":
                 logger.info("Local tensor mode: the trainer is built, training is skipped")
             elif config.checkpoint.create_seed_checkpoint:
