@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     for name in ("compile", "colocate_autograd")}
     except ValueError as err:
         parser.error(str(err))
-    modes = [(ac, c, h) for ac in args.ac.split(",") for c in switches["compile"] for h in switches["colocate_autograd"]]
+    modes = [(ac, c, h) for ac in args.ac.split(",") for c in switches["compile"]
+             for h in switches["colocate_autograd"]]
     if not args.allow_cpu:
         require_cuda("--allow-cpu runs a smoke run of a small config (--config configs/debug.toml)")
 
