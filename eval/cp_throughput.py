@@ -139,11 +139,12 @@ def measured_runs(records: list[dict], job: CpThroughputJob) -> dict[Variant, di
     return runs
 
 
-def attempt(argv: list[str], folder: Path, steps: int, nproc: int, entry: Path = REPO / "train.py") -> dict:
+def attempt(argv: list[str], folder: Path, steps: int, nproc: int, entry: Path = REPO / "train.py",
+            timeout_s: float | None = None) -> dict:
     """`run_variant`, a failure recorded as {"error": its message}: one failed variant is a gap in the records,
     not a lost sweep."""
     try:
-        return run_variant(argv, folder, steps, nproc, entry)
+        return run_variant(argv, folder, steps, nproc, entry, timeout_s)
     except RuntimeError as err:
         return {"error": str(err)}
 

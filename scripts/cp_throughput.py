@@ -45,6 +45,7 @@ install()  # the CPU compatibility layer, before torchtitan is imported
 
 from eval.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_stage2, measured_runs, plot, report,
                                 stage2_report)
+from eval.cli import OneLineParser
 from eval.device import require_cuda
 from eval.throughput import DEFAULT_CONFIG, positive_int, switch_values, too_few_steps
 
@@ -72,7 +73,7 @@ def write_json(path: Path, records) -> None:
 
 def main(argv: list[str] | None = None) -> list[dict] | dict:
     """Measure (or read with --records) the CP variants, print the tables, write the JSON and the plot."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument("--tokens-per-rank", type=positive_int, default=49152,
                         help="the default makes CP=2 the paper's stage-1 length, 98,304")

@@ -147,6 +147,8 @@ def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
     ("train_throughput.py", [], r"; --allow-cpu runs a smoke run of a small config \(--config configs/debug.toml\)"),
     ("cp_throughput.py", [], r"; --allow-cpu runs a smoke run of a small config with gloo \(--config "
                              r"configs/debug.toml\)"),
+    ("max_context.py", [], r"; --allow-cpu runs a smoke run of a small config with gloo \(--config "
+                           r"configs/debug.toml\)"),
 ])
 def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
