@@ -25,8 +25,7 @@ from recipe.run_record import REPO
 ATTENTIONS = ("lighthouse", "dense")
 LAYER_TIMES_ENTRY = REPO / "scripts" / "train_layer_times.py"
 # What a record's variants shared: a resumed measurement (`--resume`) must share them too.
-SHARED = ("config", "tokens_per_rank", "activation_checkpointing", "topk_override", "train_args", "steps",
-          "layer_times")
+SHARED = ("config", "tokens_per_rank", "activation_checkpointing", "topk_override", "train_args", "layer_times")
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,8 @@ class Variant:
 @dataclass(frozen=True)
 class CpThroughputJob:
     """What every variant shares: the config, tokens per rank, steps, checkpointing, a topk override, the compile
-    settings and dense-layer sets to run, per-block timing, and more train.py arguments (last, so they win)."""
+    settings and dense-layer sets to run, per-block timing, more train.py arguments (last, so they win) and
+    the steps not timed. Steps and warm-up may differ between the runs of one record (each run says its own)."""
 
     config: str
     tokens_per_rank: int
@@ -59,6 +59,7 @@ class CpThroughputJob:
     dense_layer_sets: tuple[tuple[int, ...] | None, ...] = (None,)
     layer_times: bool = False
     train_args: list[str] = field(default_factory=list)
+    warmup: int = WARMUP_STEPS
 
 
 def variants(job: CpThroughputJob, degrees: list[int], attentions: list[str]) -> list[Variant]:
@@ -116,8 +117,7 @@ def shared_settings(job: CpThroughputJob) -> dict:
     config_path = Path(job.config).resolve()
     shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
     return {"config": str(shown), "tokens_per_rank": job.tokens_per_rank, "activation_checkpointing": job.ac,
-            "topk_override": job.topk, "train_args": job.train_args, "steps": job.steps,
-            "layer_times": job.layer_times}
+            "topk_override": job.topk, "train_args": job.train_args, "layer_times": job.layer_times}
 
 
 def measured_runs(records: list[dict], job: CpThroughputJob) -> dict[Variant, dict]:
@@ -140,11 +140,11 @@ def measured_runs(records: list[dict], job: CpThroughputJob) -> dict[Variant, di
 
 
 def attempt(argv: list[str], folder: Path, steps: int, nproc: int, entry: Path = REPO / "train.py",
-            timeout_s: float | None = None) -> dict:
+            timeout_s: float | None = None, warmup: int = WARMUP_STEPS) -> dict:
     """`run_variant`, a failure recorded as {"error": its message}: one failed variant is a gap in the records,
     not a lost sweep."""
     try:
-        return run_variant(argv, folder, steps, nproc, entry, timeout_s)
+        return run_variant(argv, folder, steps, nproc, entry, timeout_s, warmup)
     except RuntimeError as err:
         return {"error": str(err)}
 
@@ -152,9 +152,9 @@ def attempt(argv: list[str], folder: Path, steps: int, nproc: int, entry: Path =
 def train(job: CpThroughputJob, variant: Variant, folder: Path) -> dict:
     """Train one variant; its run (with its per-block times under `layer_times`), or its error."""
     entry = LAYER_TIMES_ENTRY if job.layer_times else REPO / "train.py"
-    run = attempt(variant_args(job, variant, folder), folder, job.steps, variant.cp, entry)
+    run = attempt(variant_args(job, variant, folder), folder, job.steps, variant.cp, entry, warmup=job.warmup)
     if job.layer_times and "error" not in run:
-        run["layer_times"] = summarize_layer_times(folder / LAYER_TIMES_FILE, WARMUP_STEPS)
+        run["layer_times"] = summarize_layer_times(folder / LAYER_TIMES_FILE, job.warmup)
     return run
 
 
@@ -164,7 +164,8 @@ def measure(job: CpThroughputJob, degrees: list[int], attentions: list[str], don
     its error) and handing the records so far to `save` after each; the records of `summarize` with the
     sequence length and what the variants shared."""
     runs: dict[Variant, dict] = dict(done or {})
-    common = {**shared_settings(job), "command": command_line(), "environment": environment(pick_device("auto"))}
+    common = {**shared_settings(job), "steps": job.steps, "warmup_steps": job.warmup, "command": command_line(),
+              "environment": environment(pick_device("auto"))}
 
     def records() -> list[dict]:
         return [{**r, "seq_len": r["cp_degree"] * job.tokens_per_rank, **common} for r in summarize(runs, degrees)]
@@ -191,17 +192,18 @@ def measure_stage2(job: CpThroughputJob, cp: int, stage2_steps: int) -> dict:
         first, second = Path(tmp) / "stage1", Path(tmp) / "stage2"
         save = ["--checkpoint.enable", "--checkpoint.folder", "checkpoint", "--checkpoint.interval", str(job.steps)]
         argv = variant_args(job, stage1, first) + save + ["--checkpoint.no-last-save-model-only"]
-        runs = {"stage1": attempt(argv, first, job.steps, cp)}
+        runs = {"stage1": attempt(argv, first, job.steps, cp, warmup=job.warmup)}
         print(f"stage 1 {runs['stage1']}", flush=True)
         if "error" not in runs["stage1"]:
             total = job.steps + stage2_steps
             resume = ["--checkpoint.initial_load_path", str(first / "checkpoint" / f"step-{job.steps}"),
                       "--checkpoint.no-initial-load-model-only", "--training.steps", str(total)]
             runs["stage2"] = attempt(variant_args(job, Variant(cp, "dense", compile_on), second) + save + resume,
-                                     second, total, cp)
+                                     second, total, cp, warmup=job.warmup)
             print(f"stage 2 {runs['stage2']}", flush=True)
     return {"cp_degree": cp, "seq_len": cp * job.tokens_per_rank, "compile": compile_on,
-            "stage1_steps": job.steps, "stage2_steps": stage2_steps, "runs": runs, **shared_settings(job),
+            "stage1_steps": job.steps, "stage2_steps": stage2_steps, "warmup_steps": job.warmup, "runs": runs,
+            **shared_settings(job),
             "command": command_line(), "environment": environment(pick_device("auto"))}
 
 
@@ -262,7 +264,8 @@ def report(records: list[dict]) -> str:
     times = layer_times_table(records)
     return (f"\n{describe(first)}, {first['tokens_per_rank']:,} tokens per rank, batch 1, "
             f"activation checkpointing {first['activation_checkpointing']}, "
-            f"{first['steps']} steps (first {WARMUP_STEPS} not timed)\n"
+            f"{first['steps']} steps (first {first.get('warmup_steps', WARMUP_STEPS)} not timed; each run records "
+            "its own)\n"
             + " | ".join(f"{k} {v}" for k, v in first["environment"].items()) + "\n" + table(records)
             + ("\n\nWhere the Lighthouse step goes (per-block timing; backward includes the recomputed forward):\n"
                + times if times else ""))

@@ -36,15 +36,25 @@ OOM_LINE = "error: out of memory"  # how recipe.trainer reports one
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", OOM_LINE)
 
 
-def positive_int(text: str) -> int:
-    """argparse type of counts and lengths: an integer >= 1, else a usage error (exit code 2) naming the value."""
+def int_at_least(text: str, low: int) -> int:
+    """`text` as an integer >= `low`, else argparse's usage error (exit code 2) naming the value."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{value} must be >= {low}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type of counts and lengths: an integer >= 1."""
+    return int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type of counts that may be 0 (steps not timed)."""
+    return int_at_least(text, 0)
 
 
 def switch_values(flag: str, text: str) -> list[bool]:
@@ -56,10 +66,10 @@ def switch_values(flag: str, text: str) -> list[bool]:
     return [value == "on" for value in values]
 
 
-def too_few_steps(steps: int) -> str | None:
-    """Why `steps` per variant leave no timed step (a message naming the value), or None."""
-    if steps <= WARMUP_STEPS:
-        return f"--steps={steps}: at least {WARMUP_STEPS + 1} (the first {WARMUP_STEPS} steps are not timed)"
+def too_few_steps(steps: int, warmup: int = WARMUP_STEPS) -> str | None:
+    """Why `steps` per variant leave no timed step after `warmup` (a message naming the value), or None."""
+    if steps <= warmup:
+        return f"--steps={steps}: at least {warmup + 1} (the first {warmup} steps are not timed)"
     return None
 
 
@@ -98,9 +108,9 @@ def run_job(command: list[str], env: dict[str, str], timeout_s: float | None = N
 
 
 def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1, entry: Path = REPO / "train.py",
-                timeout_s: float | None = None) -> dict:
+                timeout_s: float | None = None, warmup: int = WARMUP_STEPS) -> dict:
     """Train one variant in its own job (`entry` with `argv`, on `nproc` processes through torchrun); rank 0's
-    throughput over the logged steps after the first `WARMUP_STEPS` (torchtitan's, per rank; None when no step
+    throughput over the logged steps after the first `warmup` (torchtitan's, per rank; None when no step
     is left), its last step's memory and every step's loss, or the error: {"error": "out of memory"} (with
     the job's own line where it printed one) or {"error": "timeout"} past `timeout_s`; any other failure raises
     RuntimeError."""
@@ -125,10 +135,11 @@ def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1, entry
     last = rows[-1]
     if last["step"] != steps:
         raise RuntimeError(f"expected a logged step {steps}, the last logged step is {last['step']}")
-    per_step = [row[TPS_TAG] for row in rows[WARMUP_STEPS:]]  # a resumed job's first steps are its warm-up too
+    per_step = [row[TPS_TAG] for row in rows[warmup:]]  # a resumed job's first steps are its warm-up too
     return {
         "tok_s": len(per_step) / sum(1 / tps for tps in per_step) if per_step else None,  # total tokens over time
         "tok_s_per_step": [row[TPS_TAG] for row in rows],
+        "warmup_steps": warmup,
         "loss_per_step": [row.get(LOSS_TAG) for row in rows],
         "peak_gib": last[MEMORY_TAG],
         "peak_active_gib": last["memory/max_active(GiB)"],

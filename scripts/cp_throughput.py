@@ -47,7 +47,7 @@ from eval.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_st
                                 stage2_report)
 from eval.cli import OneLineParser
 from eval.device import require_cuda
-from eval.throughput import DEFAULT_CONFIG, positive_int, switch_values, too_few_steps
+from eval.throughput import DEFAULT_CONFIG, WARMUP_STEPS, non_negative_int, positive_int, switch_values, too_few_steps
 
 
 def dense_layer_set(text: str) -> tuple[int, ...] | None:
@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
                         help="the default makes CP=2 the paper's stage-1 length, 98,304")
     parser.add_argument("--cp", default="1,2", help="CP degrees, comma-separated; 1 is the baseline of 'kept of CP=1'")
     parser.add_argument("--steps", type=positive_int, default=6,
-                        help="steps per variant; all after the first two are timed")
+                        help="steps per variant; all after the first --warmup are timed")
+    parser.add_argument("--warmup", type=non_negative_int, default=WARMUP_STEPS,
+                        help="steps not timed (compile's second step is still a warm-up; 0 for a one-step eager run)")
     parser.add_argument("--ac", default="full", choices=("none", "selective", "full"))
     parser.add_argument("--topk", type=positive_int,
                         help="override lighthouse.topk (topk/tile_budget must split over 2W chunks)")
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
         compile_modes = tuple(switch_values("--compile", args.compile))
     except (argparse.ArgumentTypeError, ValueError) as err:
         parser.error(str(err) if isinstance(err, ValueError) else f"--cp={args.cp}: {err}")
-    if error := too_few_steps(args.steps):
+    if error := too_few_steps(args.steps, args.warmup):
         parser.error(error)
     attentions = args.attentions.split(",")
     if not set(attentions) <= set(ATTENTIONS):
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
         if len(degrees) != 1 or len(compile_modes) != 1 or len(args.dense_layers or [None]) != 1:
             parser.error(f"--stage2={args.stage2}: give one --cp degree, one --compile setting and at most one "
                          "--dense-layers set")
-        if error := too_few_steps(args.stage2):
+        if error := too_few_steps(args.stage2, args.warmup):
             parser.error(error.replace("--steps", "--stage2"))
         if args.plot or args.resume or args.layer_times:
             parser.error(f"--stage2={args.stage2} records the two runs only: leave out --plot, --resume, --layer-times")
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     if not args.allow_cpu:
         require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
     job = CpThroughputJob(args.config, args.tokens_per_rank, args.steps, args.ac, args.topk, compile_modes,
-                          tuple(args.dense_layers or [None]), args.layer_times, args.train_args)
+                          tuple(args.dense_layers or [None]), args.layer_times, args.train_args, args.warmup)
 
     if args.stage2 is not None:
         record = measure_stage2(job, degrees[0], args.stage2)

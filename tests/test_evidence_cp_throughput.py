@@ -109,8 +109,11 @@ def test_a_compiled_variant_compiles_the_model(tmp_path):
     (["--stage2", "3", "--cp", "1,2"], "--stage2=3: give one --cp degree, one --compile setting"),
     (["--stage2", "2", "--cp", "2"], "--stage2=2: at least 3 (the first 2 steps are not timed)"),
     (["--resume"], "--resume keeps the variants of --json: name it"),
+    (["--steps", "1"], "--steps=1: at least 3 (the first 2 steps are not timed)"),
+    (["--warmup", "-1"], "argument --warmup: -1 must be >= 0"),
 ], ids=["cp-word", "cp-zero", "tokens-negative", "topk-word", "compile-word", "dense-layers-word",
-        "dense-layers-negative", "stage2-two-degrees", "stage2-too-few", "resume-without-json"])
+        "dense-layers-negative", "stage2-two-degrees", "stage2-too-few", "resume-without-json", "steps-too-few",
+        "warmup-negative"])
 def test_bad_arguments_are_usage_errors_naming_the_value_in_one_line(argv, message, monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["scripts/cp_throughput.py", *argv])
     with pytest.raises(SystemExit) as exit_info:
@@ -122,7 +125,7 @@ def test_bad_arguments_are_usage_errors_naming_the_value_in_one_line(argv, messa
 def test_a_resume_keeps_the_measured_runs_and_refuses_records_of_other_settings(monkeypatch):
     trained = []
 
-    def run_variant(argv, folder, steps, nproc, entry, timeout_s):
+    def run_variant(argv, folder, steps, nproc, entry, timeout_s, warmup):
         trained.append(folder.name)
         return {"tok_s": 100.0, "peak_gib": 1.0}
 
@@ -135,6 +138,8 @@ def test_a_resume_keeps_the_measured_runs_and_refuses_records_of_other_settings(
     trained.clear()
     again = cp_throughput.measure(job, [1], ["lighthouse", "dense"], cp_throughput.measured_runs(first, job))
     assert trained == ["dense_cp1_compiled"] and again[1]["dense_tok_s_per_rank"] == 100.0
+    one_step = dataclasses.replace(job, steps=1, warmup=0)  # a run of other steps joins the same records
+    assert cp_throughput.measured_runs(again, one_step).keys() == cp_throughput.measured_runs(again, job).keys()
     other = dataclasses.replace(job, tokens_per_rank=1024)
     with pytest.raises(ValueError, match="measured with tokens_per_rank=512, this run has 1024"):
         cp_throughput.measured_runs(first, other)
@@ -199,7 +204,7 @@ def test_records_name_the_commit_and_flag_a_tree_that_differs_from_it(tmp_path):
 
 
 def test_a_failed_variant_is_recorded_with_its_error_and_the_sweep_goes_on(monkeypatch):
-    def run_variant(argv, folder, steps, nproc, entry, timeout_s):
+    def run_variant(argv, folder, steps, nproc, entry, timeout_s, warmup):
         if nproc == 2 and "--lighthouse.enable" in argv:
             raise RuntimeError("training failed (exit 1):\nHOP: Unsafe side effect")
         return {"tok_s": 100.0 * nproc, "peak_gib": 1.0}
