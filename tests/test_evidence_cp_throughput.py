@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from eval import cp_throughput
 from recipe.run_record import source_commit
 
-from .helpers import child_env
+from .helpers import child_env, script_exit_code
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -115,11 +114,9 @@ def test_a_compiled_variant_compiles_the_model(tmp_path):
         "dense-layers-negative", "stage2-two-degrees", "stage2-too-few", "resume-without-json", "steps-too-few",
         "warmup-negative"])
 def test_bad_arguments_are_usage_errors_naming_the_value_in_one_line(argv, message, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["scripts/cp_throughput.py", *argv])
-    with pytest.raises(SystemExit) as exit_info:
-        runpy.run_path(str(REPO / "scripts" / "cp_throughput.py"), run_name="__main__")
+    code = script_exit_code("cp_throughput.py", argv, monkeypatch)
     lines = capsys.readouterr().err.splitlines()
-    assert exit_info.value.code == 2 and len(lines) == 1 and message in lines[0], lines
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines
 
 
 def test_a_resume_keeps_the_measured_runs_and_refuses_records_of_other_settings(monkeypatch):

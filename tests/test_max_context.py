@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import runpy
 import subprocess
 import sys
 
@@ -14,7 +13,7 @@ import pytest
 from eval import max_context
 from lighthouse import LighthouseConfig
 
-from .helpers import REPO, child_env
+from .helpers import REPO, child_env, script_exit_code
 
 PAPER_K2048 = LighthouseConfig(levels=3, pool=4, topk=2048, tile_budget=128)
 
@@ -126,11 +125,9 @@ def test_a_first_probe_that_fails_for_another_reason_stops_the_search_and_a_late
 ], ids=["gpus-word", "attention", "compile", "max-below-start", "resolution", "start-too-short", "resume",
         "config", "steps"])
 def test_argument_errors_are_one_line_and_exit_code_2(argv, message, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["scripts/max_context.py", *argv])
-    with pytest.raises(SystemExit) as exit_info:
-        runpy.run_path(str(REPO / "scripts" / "max_context.py"), run_name="__main__")
+    code = script_exit_code("max_context.py", argv, monkeypatch)
     lines = capsys.readouterr().err.splitlines()
-    assert exit_info.value.code == 2 and len(lines) == 1 and message in lines[0], lines
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines
 
 
 @pytest.mark.slow
