@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.resume and not args.json:
         parser.error("--resume keeps the probes of --json: name it")
     try:
-        layer = parse_job_config(["--job.config_file", args.config]).lighthouse.to_config()
+        layer = parse_job_config(["--job.config_file", args.config, *args.train_args]).lighthouse.to_config()
         check_lengths(layer, args.start, args.resolution, gpus)
     except (ConfigError, ValueError) as err:
         parser.error(str(err))
