@@ -161,21 +161,24 @@ def train(job: CpThroughputJob, variant: Variant, folder: Path) -> dict:
 def measure(job: CpThroughputJob, degrees: list[int], attentions: list[str], done: dict[Variant, dict] | None = None,
             save: Callable[[list[dict]], None] | None = None) -> list[dict]:
     """Train every variant not in `done` (earlier runs, kept), printing each run as it ends (a failed one as
-    its error) and handing the records so far to `save` after each; the records of `summarize` with the
-    sequence length and what the variants shared."""
+    its error) and handing the records so far to `save` after each; the records of `summarize` (of these
+    degrees and those of `done`) with the sequence length and what the variants shared. Each run trained
+    here names the command and environment that measured it (a resumed file mixes calls)."""
     runs: dict[Variant, dict] = dict(done or {})
     common = {**shared_settings(job), "steps": job.steps, "warmup_steps": job.warmup, "command": command_line(),
               "environment": environment(pick_device("auto"))}
 
-    def records() -> list[dict]:
-        return [{**r, "seq_len": r["cp_degree"] * job.tokens_per_rank, **common} for r in summarize(runs, degrees)]
+    def records() -> list[dict]:  # earlier runs' degrees too: a split measurement keeps one file whole
+        every = sorted(set(degrees) | {v.cp for v in runs})
+        return [{**r, "seq_len": r["cp_degree"] * job.tokens_per_rank, **common} for r in summarize(runs, every)]
 
     with tempfile.TemporaryDirectory() as tmp:
         for variant in variants(job, degrees, attentions):
             if variant in runs:
                 print(f"{variant.name}: measured before, kept", flush=True)
                 continue
-            runs[variant] = train(job, variant, Path(tmp) / variant.name)
+            runs[variant] = {**train(job, variant, Path(tmp) / variant.name),
+                             "measured_by": {key: common[key] for key in ("command", "environment")}}
             print(f"{variant.name} {runs[variant]}", flush=True)
             if save:
                 save(records())

@@ -137,6 +137,10 @@ def test_a_resume_keeps_the_measured_runs_and_refuses_records_of_other_settings(
     assert trained == ["dense_cp1_compiled"] and again[1]["dense_tok_s_per_rank"] == 100.0
     one_step = dataclasses.replace(job, steps=1, warmup=0)  # a run of other steps joins the same records
     assert cp_throughput.measured_runs(again, one_step).keys() == cp_throughput.measured_runs(again, job).keys()
+    trained.clear()  # another degree joins the same file: the earlier degree's records stay
+    both = cp_throughput.measure(job, [2], ["lighthouse"], cp_throughput.measured_runs(again, job))
+    assert trained == ["lighthouse_cp2_eager", "lighthouse_cp2_compiled"]
+    assert [(r["cp_degree"], r["compile"]) for r in both] == [(1, False), (1, True), (2, False), (2, True)]
     other = dataclasses.replace(job, tokens_per_rank=1024)
     with pytest.raises(ValueError, match="measured with tokens_per_rank=512, this run has 1024"):
         cp_throughput.measured_runs(first, other)
@@ -211,6 +215,7 @@ def test_a_failed_variant_is_recorded_with_its_error_and_the_sweep_goes_on(monke
     job = cp_throughput.CpThroughputJob("configs/debug.toml", tokens_per_rank=512, steps=3, ac="none",
                                         compile_modes=(True,))
     cp1, cp2 = cp_throughput.measure(job, [1, 2], list(cp_throughput.ATTENTIONS))
-    assert cp2["runs"]["lighthouse"] == {"error": "training failed (exit 1):\nHOP: Unsafe side effect"}
+    assert cp2["runs"]["lighthouse"]["error"] == "training failed (exit 1):\nHOP: Unsafe side effect"
+    assert cp2["runs"]["lighthouse"]["measured_by"]["environment"] == {"device": "test"}
     assert cp2["lighthouse_tok_s_per_rank"] is None and cp2["dense_tok_s_per_rank"] == 200.0
     assert cp1["compile"] is cp2["compile"] is True
