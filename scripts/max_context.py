@@ -88,43 +88,49 @@ def main(argv: list[str] | None = None) -> dict:
     settings = {"config": args.config, "activation_checkpointing": args.ac, "compile": compile_on,
                 "steps": args.steps, "timeout_s": args.timeout, "train_args": args.train_args,
                 "start": args.start, "resolution": args.resolution, "max_len": args.max_len}
-    known: dict[tuple[int, str], dict[int, dict]] = {}
+    plan = [(w, attention) for w in gpus for attention in attentions]
+    known: dict[tuple[int, str], dict[int, dict]] = {pair: {} for pair in plan}
+    record = {"settings": settings, "command": command_line(), "environment": environment(pick_device("auto")),
+              "results": []}
     if args.resume and args.json.exists():
         before = json.loads(args.json.read_text())
         if before["settings"] != settings:
             parser.error(f"--resume: {args.json} was searched with other settings ({before['settings']}); "
                          "resume with the same ones or write another --json")
         for result in before["results"] + ([before["searching"]] if "searching" in before else []):
-            known[result["gpus"], result["attention"]] = {p["seq_len"]: p for p in result["probes"]}
-    record = {"settings": settings, "command": command_line(), "environment": environment(pick_device("auto")),
-              "results": []}
+            pair = (result["gpus"], result["attention"])
+            if pair in known:
+                known[pair] = {p["seq_len"]: p for p in result["probes"]}
+            elif "longest" in result:  # a search of another call, kept in the file
+                record["results"].append(result)
 
     def save() -> None:
-        record["table"] = table(record["results"], gpus, args.max_len)
+        shown = sorted(set(gpus) | {r["gpus"] for r in record["results"]})
+        record["table"] = table(record["results"], shown, args.max_len)
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps(record, indent=2) + "\n")
 
     with tempfile.TemporaryDirectory() as tmp:
-        for w in gpus:
-            for attention in attentions:
-                probes = known.setdefault((w, attention), {})
-                record["searching"] = {"gpus": w, "attention": attention, "probes": []}
+        for w, attention in plan:
+            probes = known[w, attention]
+            record["searching"] = {"gpus": w, "attention": attention, "probes": list(probes.values())}
 
-                def on_probe(result: dict, w=w, attention=attention) -> None:
-                    record["searching"]["probes"].append(result)
-                    print(f"{w} GPU(s) {attention:10s} {result}", flush=True)
-                    save()
-
-                try:
-                    result = find_longest(job, w, attention, args.start, args.resolution, args.max_len, Path(tmp),
-                                          probes, on_probe)
-                except RuntimeError as err:
-                    print(f"error: {err}", file=sys.stderr, flush=True)
-                    raise SystemExit(1) from None
-                del record["searching"]
-                record["results"].append(result)
+            def on_probe(result: dict, w=w, attention=attention) -> None:
+                result["measured_by"] = {key: record[key] for key in ("command", "environment")}
+                record["searching"]["probes"].append(result)
+                print(f"{w} GPU(s) {attention:10s} {result}", flush=True)
                 save()
+
+            try:
+                result = find_longest(job, w, attention, args.start, args.resolution, args.max_len, Path(tmp),
+                                      probes, on_probe)
+            except RuntimeError as err:
+                print(f"error: {err}", file=sys.stderr, flush=True)
+                raise SystemExit(1) from None
+            del record["searching"]
+            record["results"].append(result)
+            save()
     print(f"\n{args.config}, search from {args.start:,}, resolution {args.resolution:,}, {args.steps} "
           f"step(s) a probe\n" + " | ".join(f"{k} {v}" for k, v in record["environment"].items()) + "\n"
           + record["table"])

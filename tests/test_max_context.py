@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import runpy
 import subprocess
 import sys
 
@@ -145,3 +146,30 @@ def test_one_real_probe_of_the_debug_model_on_cpu(tmp_path):
     assert record["settings"]["compile"] is False and record["environment"]["commit"]
     assert table.read_text().strip() == record["table"] and record["table"] in run.stdout
     assert "| 1 | **512** (peak " in record["table"]
+
+
+def test_the_json_is_kept_whole_across_calls_and_a_resume_trains_only_new_probes(monkeypatch, capsys, tmp_path):
+    probe, trained = fake_probes({2048: {"error": "out of memory"}, 1536: {"error": "out of memory"}})
+    monkeypatch.setattr(max_context, "probe", probe)
+    out = tmp_path / "max_context.json"
+    argv = ["--config", "configs/debug.toml", "--start", "512", "--resolution", "256", "--max-len", "4096",
+            "--compile", "off", "--allow-cpu", "--json", str(out), "--resume", "--attentions", "lighthouse"]
+
+    def search(*more: str) -> None:
+        monkeypatch.setattr(sys, "argv", ["scripts/max_context.py", *argv, *more, "--", "--lighthouse.topk", "64"])
+        runpy.run_path(str(REPO / "scripts" / "max_context.py"), run_name="__main__")
+
+    search("--gpus", "1")
+    search("--gpus", "2")
+    assert trained == [512, 1024, 2048, 1536, 1280] * 2
+    record = json.loads(out.read_text())
+    assert [(r["gpus"], r["longest"], r["shortest_failed"]) for r in record["results"]] == [(1, 1280, 1536),
+                                                                                          (2, 1280, 1536)]
+    assert record["results"][0]["probes"][0]["measured_by"]["command"].startswith("max_context.py --config")
+    assert "| 2 | **1,280** (peak 0.0 GiB); 1,536: out of memory | not measured yet |" in record["table"]
+    trained.clear()
+    search("--gpus", "1,2")
+    assert trained == [] and json.loads(out.read_text())["table"] == record["table"]
+    other = [*argv, "--steps", "3", "--gpus", "1", "--", "--lighthouse.topk", "64"]
+    assert script_exit_code("max_context.py", other, monkeypatch) == 2
+    assert "was searched with other settings" in capsys.readouterr().err
