@@ -120,10 +120,8 @@ class LayerTimedTrainer(LighthouseTrainer):
 
     def train_step(self, data_iterator: Iterator) -> None:
         self.clock.begin_step()
-        try:
-            super().train_step(data_iterator)
-        finally:
-            self.times.append({"step": self.step, **self.clock.end_step()})
+        super().train_step(data_iterator)  # a failed step is not timed: its error (out of memory) goes on as it is
+        self.times.append({"step": self.step, **self.clock.end_step()})
 
     def close(self) -> None:
         self.clock.remove()
