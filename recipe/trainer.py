@@ -9,6 +9,7 @@ import sys
 from contextlib import ExitStack
 from typing import Iterator, Sequence
 
+import torch
 from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 from torchtitan.tools.logging import init_logger, logger
@@ -64,6 +65,30 @@ class Interrupted(RunStopped):
     """Ctrl-C (SIGINT) during a job."""
 
     exit_code = 130
+
+
+class OutOfMemory(RunStopped):
+    """The device ran out of memory during training (exit code 1)."""
+
+
+def out_of_memory_line(job_config: JobConfig, step: int, err: BaseException) -> str:
+    """One line for an out-of-memory error at `step`: the first two sentences of torch's message, the length per
+    rank and the knobs that set memory (context parallel degree, activation checkpointing, batch), with those
+    that can still move.
+
+    Whether a length fits cannot be known before the first step (the peak depends on compile, the allocator,
+    the dense layers and the card; docs/context_parallel.md), so the job says it when it happens."""
+    training, cp = job_config.training, job_config.parallelism.context_parallel_degree
+    mode, batch = job_config.activation_checkpoint.mode, training.local_batch_size
+    cause = ". ".join(str(err).split(". ")[:2]).splitlines()[0] if str(err) else type(err).__name__
+    moves = ["raise parallelism.context_parallel_degree (more GPUs)"]
+    moves += [] if mode == "full" else ["set activation_checkpoint.mode='full'"]
+    moves += ["lower training.local_batch_size"] if batch > 1 else []
+    moves += ["lower training.seq_len"]
+    return (f"out of memory at step {step} ({cause.rstrip('.')}): training.seq_len={training.seq_len:,} is "
+            f"{training.seq_len // cp:,} tokens per rank at parallelism.context_parallel_degree={cp}, "
+            f"activation_checkpoint.mode={mode!r}, training.local_batch_size={batch}; "
+            + ", ".join(moves[:-1]) + f" or {moves[-1]}")
 
 
 class LighthouseTrainer(Trainer):
@@ -174,10 +199,11 @@ class LighthouseTrainer(Trainer):
             self.dump_lock.release()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with LighthouseTrainer.
+def main(argv: Sequence[str] | None = None, trainer_cls: type[LighthouseTrainer] = LighthouseTrainer) -> None:
+    """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with `trainer_cls`.
 
-    A configuration mistake ends in one line on stderr and exit code 2 (`LIGHTHOUSE_DEBUG=1`: a traceback).
+    A configuration mistake ends in one line on stderr and exit code 2 (`LIGHTHOUSE_DEBUG=1`: a traceback), an
+    out-of-memory error in one line naming the knobs that set memory and exit code 1.
     """
     init_logger()
     args = list(sys.argv[1:] if argv is None else argv)
@@ -186,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         trainer: LighthouseTrainer | None = None
         finished = False
         try:
-            trainer = LighthouseTrainer(config, args)
+            trainer = trainer_cls(config, args)
             if config.comm.mode == "local_tensor":
                 logger.info("Local tensor mode: the trainer is built, training is skipped")
             elif config.checkpoint.create_seed_checkpoint:
@@ -197,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             else:
                 trainer.train()
             finished = True
+        except torch.OutOfMemoryError as err:
+            raise OutOfMemory(out_of_memory_line(config, trainer.step if trainer is not None else 0, err)) from None
         except KeyboardInterrupt:
             step = trainer.step if trainer is not None else 0
             raise Interrupted(f"interrupted (Ctrl-C) at step {step}; a restart resumes from the latest complete "

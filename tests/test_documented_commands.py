@@ -77,6 +77,10 @@ ROWS = [
         f"the paper model on 8 GPUs: {GPU}; its configuration passes the start-up checks here"),
     Row(r"python scripts/sweep\.py summary ", "help", "reads the logs of trained sweep points"),
     Row(r"python scripts/cp_throughput\.py ", "help", f"times the paper model with CP: {GPU}"),
+    Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 train\.py --job\.config_file "
+        r"configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2\.toml ", "check",
+        f"1M tokens on 2 GPUs of 141 GB: {GPU}; its configuration passes the start-up checks here"),
+    Row(r"python scripts/max_context\.py ", "help", f"searches the longest context of the paper model: {GPU}"),
     Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 scripts/cp_parity\.py$", "help",
         "the README's CP=2 parity run at the default length, which the run row above covers on CPU"),
     Row(r"torchrun --nproc_per_node=4 --local-ranks-filter 0 scripts/cp_parity\.py ", "help",
