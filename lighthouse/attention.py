@@ -24,6 +24,8 @@ SDPA_BACKENDS = {
 }
 # Backends whose SDPA takes fewer kv heads than query heads directly (enable_gqa); others get repeated kv.
 NATIVE_GQA = ("flash", "math")
+# Backends that run on CUDA only (on CPU, SDPA finds no kernel for them).
+CUDA_ONLY = ("cudnn", "efficient", "flash_attn")
 # Backends torch's context-parallel dispatcher rings (the math backend has no ring rule).
 RING_BACKENDS = ("cudnn", "flash", "efficient")
 
@@ -37,6 +39,8 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, ring
         if device.type == "cuda":
             return "cudnn" if dtype in (torch.bfloat16, torch.float16) else "efficient"
         return "flash"
+    if backend in CUDA_ONLY and device.type != "cuda":
+        raise ValueError(f"backend={backend!r} needs CUDA inputs (they are on {device}); use 'auto', 'flash' or 'math'")
     if ring and backend not in RING_BACKENDS:
         raise ValueError(
             f"backend={backend!r} has no ring attention under context parallelism; use 'auto' or one of {RING_BACKENDS}"

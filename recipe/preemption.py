@@ -1,0 +1,85 @@
+"""SIGTERM and Ctrl-C without a traceback or a broken save.
+
+SIGTERM is what SLURM sends a job before it kills it at its time limit or on preemption (and what torchrun
+sends its workers when it stops them). `SigtermFlag` notes it; the trainer asks `requested()` between steps
+(every rank at once, so all ranks stop at the same step), saves that step if `[resilience]` says so and the
+save can finish in the grace, and ends with `Terminated` (exit 143). A second SIGTERM ends the job at once.
+Ctrl-C while a checkpoint is being written (`finish_save_first`) waits for the save to finish, then
+interrupts: a save cut in the middle would leave a step folder without its `.metadata` and manifest.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+
+from .errors import RunStopped
+
+
+class Terminated(RunStopped):
+    """SIGTERM during a job."""
+
+    exit_code = 143
+
+
+def save_on_sigterm(setting: str) -> bool:
+    """Whether `[resilience] save_on_sigterm` saves: "on", or "auto" under SLURM."""
+    return setting == "on" or (setting == "auto" and "SLURM_JOB_ID" in os.environ)
+
+
+class SigtermFlag:
+    """Notes the first SIGTERM this process gets (in the main thread, where Python runs signal handlers); a
+    second one raises Terminated at once. `requested` is collective in a job of several processes."""
+
+    def __init__(self) -> None:
+        self.received_at: float | None = None
+        self.group = None
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            self.group = dist.new_group(backend="gloo")  # on the host: asking never waits for the device
+
+    def _on_sigterm(self, signum: int, frame) -> None:
+        if self.received_at is not None:
+            raise Terminated("terminated (SIGTERM twice): stopped at once; a restart resumes from the latest "
+                             "complete checkpoint")
+        self.received_at = time.monotonic()
+
+    def requested(self) -> bool:
+        """Whether any rank has had SIGTERM (every rank must ask, at the same point)."""
+        got = torch.tensor([int(self.received_at is not None)])
+        if self.group is not None:
+            dist.all_reduce(got, op=dist.ReduceOp.MAX, group=self.group)
+            if got.item() and self.received_at is None:
+                self.received_at = time.monotonic()
+        return bool(got.item())
+
+    def seconds_since(self) -> float:
+        return time.monotonic() - (self.received_at or time.monotonic())
+
+    def restore(self) -> None:
+        """Give SIGTERM back its default action (the job is ending)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def finish_save_first(step: int) -> Iterator[None]:
+    """Inside, Ctrl-C is held back; if it came, KeyboardInterrupt is raised once the block has finished."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed: list[float] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(time.monotonic()))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt(f"during the save of step {step}, which finished first")
