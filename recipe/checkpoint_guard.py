@@ -10,6 +10,7 @@ number loads that step or fails, and so does `checkpoint.initial_load_path`.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import shutil
@@ -66,6 +67,12 @@ def _damage(path: str, checksums: bool) -> str | None:
     return faults[0] + (f" and {len(faults) - 1} more" if len(faults) > 1 else "")
 
 
+def _no_metadata_tracebacks(record: logging.LogRecord) -> bool:
+    """Log filter: DCP logs a traceback for each `.metadata` it cannot read before it raises; the failure is
+    named in one line by the caller."""
+    return not record.getMessage().startswith(("Global metadata is not found", "Rank local metadata is not found"))
+
+
 def _load_checked(load: Callable[[int], bool], path: str, step: int, checksums: bool) -> bool:
     """`load(step)` of the checkpoint `path` once its manifest says it is intact; CheckpointError otherwise,
     and for a checkpoint written with another number of data-parallel ranks (no older one would differ)."""
@@ -74,6 +81,8 @@ def _load_checked(load: Callable[[int], bool], path: str, step: int, checksums: 
     if not os.path.isfile(os.path.join(path, MANIFEST)) and os.path.isfile(os.path.join(path, ".metadata")):
         logger.warning(f"{path} has no {MANIFEST} (written by an older recipe, or its save ended just before it): "
                        "loading it unverified")
+    root = logging.getLogger()
+    root.addFilter(_no_metadata_tracebacks)
     try:
         return load(step)
     except (Exception, CheckpointException) as err:  # what DCP raises for a damaged file varies
@@ -81,6 +90,8 @@ def _load_checked(load: Callable[[int], bool], path: str, step: int, checksums: 
             raise DataParallelMismatch(f"{path} was written by a run with another number of data-parallel ranks "
                                        f"({_first_line(err)}); resume it with as many ranks as wrote it") from err
         raise CheckpointError(f"{path} cannot be loaded ({_first_line(err)})") from err
+    finally:
+        root.removeFilter(_no_metadata_tracebacks)
 
 
 def load_newest_intact(load: Callable[[int], bool], folder: str, step: int = -1, initial_load_path: str = "",
