@@ -232,3 +232,67 @@ def test_ctrl_c_during_training_ends_train_py_in_one_line(tmp_path):
     assert re.fullmatch(r"error: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the latest complete "
                         r"checkpoint", err.splitlines()[-1]), err[-3000:]
     assert "Traceback" not in err
+
+
+# python -c: train.py, except that each checkpoint save takes 3 s more once its data files are written (before
+# DCP writes `.metadata`), after creating the file `signal`.
+SLOW_SAVE = """\
+import pathlib, runpy, time
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
+finish = FileSystemWriter.finish
+def slow_finish(self, *args, **kwargs):
+    pathlib.Path({signal!r}).touch()
+    time.sleep(3)
+    finish(self, *args, **kwargs)
+FileSystemWriter.finish = slow_finish
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_step_and_exits_143_and_ctrl_c_during_a_save_lets_it_finish(tmp_path):
+    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "SLURM_JOB_ID": "4242"}  # under SLURM, [resilience] save_on_sigterm = "auto" saves
+    env.pop("LIGHTHOUSE_DEBUG", None)
+    run, metrics = tmp_path / "run", tmp_path / "run" / "metrics.jsonl"
+    args = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run), "--training.steps", "1000",
+            "--training.seq_len", "128", "--checkpoint.enable"]
+
+    def start(program, *extra):
+        return subprocess.Popen([sys.executable, *program, *args, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def signal_when(job, ready, signum):
+        deadline = time.monotonic() + 300
+        try:
+            while not ready():
+                assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+                time.sleep(0.05)
+            job.send_signal(signum)
+            return job.communicate(timeout=120)
+        finally:
+            job.kill()
+
+    job = start(["train.py"], "--checkpoint.interval", "1000")  # no save of its own before the signal
+    _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 2, signal.SIGTERM)
+    assert job.returncode == 143, err[-3000:]
+    line = err.splitlines()[-1]
+    match = re.fullmatch(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart "
+                         r"resumes from step-\1", line)
+    assert match and "Traceback" not in err, err[-3000:]
+    saved = int(match.group(1))
+    assert complete_steps(str(run / "checkpoint")) == [saved]
+
+    flag = tmp_path / "saving"
+    job = start(["-c", SLOW_SAVE.format(signal=str(flag))], "--checkpoint.interval", "1")
+    out, err = signal_when(job, flag.exists, signal.SIGINT)
+    assert job.returncode == 130, err[-3000:]
+    assert f"Training starts at step {saved + 1}" in out  # resumed from the step SIGTERM saved
+    step = saved + 1
+    assert err.splitlines()[-1] == (f"error: interrupted (Ctrl-C) at step {step} (during the save of step {step}, "
+                                    "which finished first); a restart resumes from the latest complete checkpoint")
+    assert "Traceback" not in err
+    assert complete_steps(str(run / "checkpoint")) == [step, saved]
+    step_folder = str(run / "checkpoint" / f"step-{step}")
+    assert manifest_faults(step_folder, read_manifest(step_folder)) == []
