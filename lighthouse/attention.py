@@ -34,17 +34,18 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, ring
     """The SDPA kernel `backend` means here. 'auto' is cuDNN on CUDA (the efficient kernel for float32,
     which cuDNN lacks) and the flash kernel on CPU: it takes every float dtype, torch's ring rules take it,
     and it skips masked keys (the math kernel adds -inf to every score, so one NaN key turned the rows
-    before it NaN too). Under `ring`, a backend without ring rules raises ValueError."""
+    before it NaN too). Under `ring`, a backend without ring rules raises ValueError, and so does a CUDA-only
+    backend (`CUDA_ONLY`) off CUDA."""
     if backend == "auto":
         if device.type == "cuda":
             return "cudnn" if dtype in (torch.bfloat16, torch.float16) else "efficient"
         return "flash"
-    if backend in CUDA_ONLY and device.type != "cuda":
-        raise ValueError(f"backend={backend!r} needs CUDA inputs (they are on {device}); use 'auto', 'flash' or 'math'")
     if ring and backend not in RING_BACKENDS:
         raise ValueError(
             f"backend={backend!r} has no ring attention under context parallelism; use 'auto' or one of {RING_BACKENDS}"
         )
+    if backend in CUDA_ONLY and device.type != "cuda":
+        raise ValueError(f"backend={backend!r} needs CUDA inputs (they are on {device}); use 'auto', 'flash' or 'math'")
     return backend
 
 
