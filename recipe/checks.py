@@ -153,7 +153,7 @@ def check_launch(job_config, environ: Mapping[str, str]) -> None:
     if not (rank.isdigit() and world.isdigit() and int(rank) < int(world)):
         raise ValueError(f"RANK={rank} and WORLD_SIZE={world} in the environment: RANK must be in [0, WORLD_SIZE); "
                          "unset both for a one-process job, or start the job with torchrun")
-    rendezvous = "TORCHELASTIC_RUN_ID" in environ or "MASTER_ADDR" in environ
+    rendezvous = "TORCHELASTIC_RUN_ID" in environ or bool(environ.get("MASTER_ADDR"))
     if int(world) > 1 and not rendezvous and job_config.comm.mode == "default":
         raise ValueError(f"WORLD_SIZE={world} in the environment, but the job was not started by torchrun (no "
                          "TORCHELASTIC_RUN_ID or MASTER_ADDR), so rank 0 would wait for the others forever: start "

@@ -3,7 +3,8 @@
 SIGTERM is what SLURM sends a job before it kills it at its time limit or on preemption (and what torchrun
 sends its workers when it stops them). `SigtermFlag` notes it; the trainer asks `requested()` between steps
 (every rank at once, so all ranks stop at the same step), saves that step if `[resilience]` says so and the
-save can finish in the grace, and ends with `Terminated` (exit 143). A second SIGTERM ends the job at once.
+save can finish in the grace, and ends with `Terminated` (exit 143). A second SIGTERM ends the process at
+once (exit 143, one line): a step folder it leaves half-written has no `.metadata`, so no resume takes it.
 Ctrl-C while a checkpoint is being written (`finish_save_first`) waits for the save to finish, then
 interrupts: a save cut in the middle would leave a step folder without its `.metadata` and manifest.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Iterator
@@ -34,22 +36,36 @@ def save_on_sigterm(setting: str) -> bool:
 
 
 class SigtermFlag:
-    """Notes the first SIGTERM this process gets (in the main thread, where Python runs signal handlers); a
-    second one raises Terminated at once. `requested` is collective in a job of several processes."""
+    """Notes the first SIGTERM this process gets (in the main thread, where Python runs signal handlers, from
+    construction on); a second one ends the process at once, in one line. After `join_ranks`, `requested` is
+    collective in a job of several processes."""
 
     def __init__(self) -> None:
         self.received_at: float | None = None
         self.group = None
+        self.previous = None
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_sigterm)
+            self.previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def close(self) -> None:
+        """Give SIGTERM back the handler it had before."""
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
+            self.previous = None
+
+    def join_ranks(self) -> None:
+        """Let every rank ask together (once the default process group exists; every rank calls this)."""
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             self.group = dist.new_group(backend="gloo")  # on the host: asking never waits for the device
 
     def _on_sigterm(self, signum: int, frame) -> None:
-        if self.received_at is not None:
-            raise Terminated("terminated (SIGTERM twice): stopped at once; a restart resumes from the latest "
-                             "complete checkpoint")
-        self.received_at = time.monotonic()
+        if self.received_at is None:
+            self.received_at = time.monotonic()
+            return
+        if os.environ.get("RANK", "0") == "0":  # wherever the job is (a save included): no clean-up, no traceback
+            print("error: terminated (SIGTERM twice): stopped at once; a restart resumes from the latest complete "
+                  "checkpoint", file=sys.stderr, flush=True)
+        os._exit(Terminated.exit_code)
 
     def requested(self) -> bool:
         """Whether any rank has had SIGTERM (every rank must ask, at the same point)."""
@@ -61,12 +77,8 @@ class SigtermFlag:
         return bool(got.item())
 
     def seconds_since(self) -> float:
+        """Seconds since this process had SIGTERM (or learnt that another rank had)."""
         return time.monotonic() - (self.received_at or time.monotonic())
-
-    def restore(self) -> None:
-        """Give SIGTERM back its default action (the job is ending)."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @contextlib.contextmanager

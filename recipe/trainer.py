@@ -83,15 +83,17 @@ class Interrupted(RunStopped):
 class LighthouseTrainer(Trainer):
     """Checks the job and the checkpoint it starts from first, then locks the dump folder (rank 0; released by
     `close` or the end of the process); records the run at its first step (`argv`: the job's arguments, default
-    this process's), or says that there is nothing left to train; stops a run whose loss or gradient norm is not
-    finite before a checkpoint of the bad step or a later one is saved, naming the first bad step
-    (`recipe.finite_guard`); resumes from the newest checkpoint that loads and names a full disk
-    (`recipe.checkpoint_guard`); runs dense SDPA after `[lighthouse] switch_to_dense_at_step` and on every
+    this process's), or says that there is nothing left to train; stops a run whose loss or gradient norm, or
+    whose parameters, optimizer state or LR at a save, are not finite before a checkpoint of the bad step or a
+    later one is saved (`recipe.finite_guard`); writes a manifest beside each save and resumes from the newest
+    checkpoint that is intact and loads, and names a full disk (`recipe.checkpoint_guard`); on SIGTERM, saves
+    the step if `[resilience]` says so and ends with exit code 143 (`recipe.preemption`); runs dense SDPA after `[lighthouse] switch_to_dense_at_step` and on every
     `dense_every`-th step before it; collects statistics of the Lighthouse layers on every log step; after its
     first step, pins the host threads that drive the GPU to one CPU if `[host] colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         check_start_up(job_config)
+        self.sigterm = SigtermFlag()  # noted from here on, acted on between steps
         self.dump_lock = DumpFolderLock(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
         logger.info(f"Output folder: {os.path.abspath(job_config.job.dump_folder)}")
         if not job_config.checkpoint.last_save_in_hf:
@@ -106,7 +108,8 @@ class LighthouseTrainer(Trainer):
             load, self.checkpoint_folder, step, job_config.checkpoint.initial_load_path, job_config.resilience.checksums)
         self.checkpointer.save = lambda curr_step, last_step=False: self.save_checkpoint(save, curr_step, last_step)
         self.last_save_s: float | None = None  # how long this process's latest save took
-        self.sigterm = SigtermFlag()
+        if job_config.comm.mode == "default":  # a dry run's fake process group has no other ranks to ask
+            self.sigterm.join_ranks()
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step
         self.dense_every = job_config.lighthouse.dense_every
         self.lighthouse_on = bool(self.model_args.lighthouse_layers())
@@ -145,7 +148,6 @@ class LighthouseTrainer(Trainer):
     def stop_on_sigterm(self) -> None:
         """Save this step if `[resilience]` says so and the save fits in the grace, then raise Terminated."""
         resilience, checkpointer = self.job_config.resilience, self.checkpointer
-        self.sigterm.restore()
         since, latest = self.sigterm.seconds_since(), max(complete_steps(self.checkpoint_folder), default=None)
         if latest == self.step or self.step == 0:
             what = f"step {self.step} is saved" if latest == self.step else "nothing was trained yet"
@@ -236,6 +238,7 @@ class LighthouseTrainer(Trainer):
                     f"thread(s) on CPU {cpu} from step {self.step + 1}")
 
     def close(self) -> None:
+        self.sigterm.close()
         self.host_pin.close()
         super().close()
         if self.dump_lock is not None:

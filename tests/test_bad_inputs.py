@@ -317,18 +317,18 @@ def test_a_second_job_on_a_dump_folder_is_refused_until_the_first_ends_however_i
     probe.close()
 
 
-def train_py(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+def train_py(tmp_path: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **env_vars}
     env.pop(DEBUG_ENV, None)
     return subprocess.run([sys.executable, "train.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
 
 
-@pytest.mark.parametrize("case", ["lr", "non-utf8", "locked"])
+@pytest.mark.parametrize("case", ["lr", "non-utf8", "locked", "no-torchrun"])
 def test_train_py_exits_2_with_one_line_and_no_traceback(tmp_path, case):
     folder = tmp_path / "run"
     args = ["--job.config_file", DEBUG, "--job.dump_folder", str(folder)]
-    holder = None
+    holder, env = None, {}
     if case == "lr":
         args += ["--optimizer.lr", "-1"]
         expected = "error: optimizer.lr=-1.0 must be a finite number >= 0"
@@ -336,12 +336,15 @@ def test_train_py_exits_2_with_one_line_and_no_traceback(tmp_path, case):
         (tmp_path / "latin1.toml").write_bytes("[job]\ndescription = \"caf\xe9\"\n".encode("latin-1"))
         args[1] = str(tmp_path / "latin1.toml")
         expected = f"error: {tmp_path / 'latin1.toml'} is not UTF-8 text (byte 24), as TOML must be"
-    else:
+    elif case == "locked":
         holder = hold_lock(folder)
         expected = f"error: job.dump_folder='{folder}' is in use by a running job (pid 4242 on elsewhere)"
+    else:  # set by hand, not by torchrun: without the check rank 0 waits for rank 1 forever
+        env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "", "MASTER_PORT": ""}
+        expected = "error: WORLD_SIZE=2 in the environment, but the job was not started by torchrun"
     before = snapshot(tmp_path)
     try:
-        out = train_py(tmp_path, *args)
+        out = train_py(tmp_path, *args, **env)
     finally:
         if holder is not None:
             holder.kill()

@@ -91,19 +91,21 @@ runpy.run_path("train.py", run_name="__main__")
 """
 
 
+def run_6_steps(folder: Path, *program: str) -> subprocess.CompletedProcess:
+    """`python <program>` (train.py or a wrapper of it) on the debug config for 6 steps into `folder`, saving every
+    2nd step and logging step 1 only."""
+    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    args = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(folder), "--training.steps", "6",
+            "--training.seq_len", "128", "--checkpoint.interval", "2", "--metrics.log_freq", "100"]
+    return subprocess.run([sys.executable, *program, *args], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
 @pytest.mark.slow
 def test_a_nan_step_stops_before_its_checkpoint_and_a_restart_resumes_from_the_newest_that_loads(tmp_path):
     folder = tmp_path / "run"
-    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     # Step 5 is bad; step 6, the next one saved (no step is logged after step 1), finds it before saving.
-    args = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(folder), "--training.steps", "6",
-            "--training.seq_len", "128", "--checkpoint.interval", "2", "--metrics.log_freq", "100"]
-
-    def run(*program: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, *program, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                              timeout=300)
-
-    stopped = run("-c", NAN_AT_STEP_5)
+    stopped = run_6_steps(folder, "-c", NAN_AT_STEP_5)
     assert stopped.returncode == 1, stopped.stderr[-3000:]
     assert stopped.stderr.splitlines()[-1].startswith("error: step 5: loss=")
     assert "grad_norm=nan is not finite; stopped at step 6 before saving it" in stopped.stderr.splitlines()[-1]
@@ -111,7 +113,7 @@ def test_a_nan_step_stops_before_its_checkpoint_and_a_restart_resumes_from_the_n
     steps = sorted(p.name for p in (folder / "checkpoint").iterdir() if (p / ".metadata").exists())
     assert steps == ["step-2", "step-4"]
     (folder / "checkpoint" / "step-4" / ".metadata").write_bytes(os.urandom(512))  # and the newest is damaged
-    resumed = run("train.py")
+    resumed = run_6_steps(folder, "train.py")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"{folder}/checkpoint/step-4 is damaged: .metadata holds 512 bytes, the save wrote " in resumed.stdout
     assert "Training starts at step 3" in resumed.stdout
@@ -136,11 +138,7 @@ runpy.run_path("train.py", run_name="__main__")
 @pytest.mark.slow
 def test_weights_made_non_finite_by_the_update_of_a_save_step_are_never_saved(tmp_path):
     folder = tmp_path / "run"
-    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    args = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(folder), "--training.steps", "6",
-            "--training.seq_len", "128", "--checkpoint.interval", "2", "--metrics.log_freq", "100"]
-    stopped = subprocess.run([sys.executable, "-c", NAN_UPDATE_AT_STEP_4, *args], cwd=REPO, env=env,
-                             capture_output=True, text=True, timeout=300)
+    stopped = run_6_steps(folder, "-c", NAN_UPDATE_AT_STEP_4)
     assert stopped.returncode == 1, stopped.stderr[-3000:]
     assert stopped.stderr.splitlines()[-1] == (
         "error: step 4: parameter tok_embeddings.weight is not finite; stopped before saving it, so the latest "
