@@ -76,6 +76,13 @@ class SigtermFlag:
                 self.received_at = time.monotonic()
         return bool(got.item())
 
+    def slowest(self, seconds: float) -> float:
+        """The largest `seconds` any rank passes (every rank must ask, at the same point)."""
+        value = torch.tensor([seconds], dtype=torch.float64)
+        if self.group is not None:
+            dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self.group)
+        return value.item()
+
     def seconds_since(self) -> float:
         """Seconds since this process had SIGTERM (or learnt that another rank had)."""
         return time.monotonic() - (self.received_at or time.monotonic())

@@ -87,9 +87,10 @@ class LighthouseTrainer(Trainer):
     whose parameters, optimizer state or LR at a save, are not finite before a checkpoint of the bad step or a
     later one is saved (`recipe.finite_guard`); writes a manifest beside each save and resumes from the newest
     checkpoint that is intact and loads, and names a full disk (`recipe.checkpoint_guard`); on SIGTERM, saves
-    the step if `[resilience]` says so and ends with exit code 143 (`recipe.preemption`); runs dense SDPA after `[lighthouse] switch_to_dense_at_step` and on every
-    `dense_every`-th step before it; collects statistics of the Lighthouse layers on every log step; after its
-    first step, pins the host threads that drive the GPU to one CPU if `[host] colocate_autograd` says so."""
+    the step if `[resilience]` says so and ends with exit code 143 (`recipe.preemption`); runs dense SDPA after
+    `[lighthouse] switch_to_dense_at_step` and on every `dense_every`-th step before it; collects statistics of
+    the Lighthouse layers on every log step; after its first step, pins the host threads that drive the GPU to one
+    CPU if `[host] colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         check_start_up(job_config)
@@ -104,8 +105,9 @@ class LighthouseTrainer(Trainer):
             logger.removeFilter(_not_hf_index_warning)
         load, save = self.checkpointer.load, self.checkpointer.save
         self.checkpoint_folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
-        self.checkpointer.load = lambda step=-1: load_newest_intact(
-            load, self.checkpoint_folder, step, job_config.checkpoint.initial_load_path, job_config.resilience.checksums)
+        initial, checksums = job_config.checkpoint.initial_load_path, job_config.resilience.checksums
+        self.checkpointer.load = lambda step=-1: load_newest_intact(load, self.checkpoint_folder, step, initial,
+                                                                    checksums)
         self.checkpointer.save = lambda curr_step, last_step=False: self.save_checkpoint(save, curr_step, last_step)
         self.last_save_s: float | None = None  # how long this process's latest save took
         if job_config.comm.mode == "default":  # a dry run's fake process group has no other ranks to ask
@@ -148,7 +150,8 @@ class LighthouseTrainer(Trainer):
     def stop_on_sigterm(self) -> None:
         """Save this step if `[resilience]` says so and the save fits in the grace, then raise Terminated."""
         resilience, checkpointer = self.job_config.resilience, self.checkpointer
-        since, latest = self.sigterm.seconds_since(), max(complete_steps(self.checkpoint_folder), default=None)
+        latest = max(complete_steps(self.checkpoint_folder), default=None)
+        since = self.sigterm.slowest(self.sigterm.seconds_since())  # every rank decides alike
         if latest == self.step or self.step == 0:
             what = f"step {self.step} is saved" if latest == self.step else "nothing was trained yet"
         elif not self.job_config.checkpoint.enable:
@@ -156,7 +159,8 @@ class LighthouseTrainer(Trainer):
         elif not save_on_sigterm(resilience.save_on_sigterm):
             where = " outside SLURM" if resilience.save_on_sigterm == "auto" else ""
             what = f"not saved ([resilience] save_on_sigterm={resilience.save_on_sigterm!r}{where})"
-        elif self.last_save_s is not None and since + self.last_save_s > resilience.sigterm_grace_s:
+        elif self.last_save_s is not None and (
+                since + self.sigterm.slowest(self.last_save_s) > resilience.sigterm_grace_s):
             what = (f"not saved: a save takes {self.last_save_s:.0f} s and {since:.0f} s of the "
                     f"[resilience] sigterm_grace_s={resilience.sigterm_grace_s:g} have passed")
         else:

@@ -221,7 +221,8 @@ def test_a_bad_input_is_refused_at_start_up_naming_the_key_and_changing_nothing(
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"RANK": "1", "WORLD_SIZE": "1"}, r"^RANK=1 and WORLD_SIZE=1 in the environment: RANK must be in \[0, WORLD_SIZE\)"),
+    ({"RANK": "1", "WORLD_SIZE": "1"}, r"^RANK=1 and WORLD_SIZE=1 in the environment: RANK must be in "
+                                       r"\[0, WORLD_SIZE\)"),
     ({"RANK": "0", "WORLD_SIZE": "2"}, r"^WORLD_SIZE=2 in the environment, but the job was not started by torchrun .*"
                                        r"start it with torchrun --nproc_per_node=2, or unset RANK and WORLD_SIZE$"),
     ({"RANK": "x", "WORLD_SIZE": "2"}, r"^RANK=x and WORLD_SIZE=2 in the environment"),
