@@ -48,7 +48,8 @@ class SigtermFlag:
             self.previous = signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def close(self) -> None:
-        """Give SIGTERM back the handler it had before."""
+        """Give SIGTERM back the handler it had before (the trainer closes before a job that stops ends, so
+        torchrun's SIGTERM to the other ranks of a stopped job ends them at once, as `recipe.cli` expects)."""
         if self.previous is not None:
             signal.signal(signal.SIGTERM, self.previous)
             self.previous = None

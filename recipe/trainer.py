@@ -101,6 +101,9 @@ class LighthouseTrainer(Trainer):
             logger.addFilter(_not_hf_index_warning)
         try:
             super().__init__(job_config)
+        except BaseException:
+            self.sigterm.close()  # a job that ends here is stopped by SIGTERM as before (torchrun's other ranks)
+            raise
         finally:
             logger.removeFilter(_not_hf_index_warning)
         load, save = self.checkpointer.load, self.checkpointer.save
