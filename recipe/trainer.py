@@ -94,11 +94,11 @@ class LighthouseTrainer(Trainer):
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         check_start_up(job_config)
-        self.sigterm = SigtermFlag()  # noted from here on, acted on between steps
         self.dump_lock = DumpFolderLock(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
         logger.info(f"Output folder: {os.path.abspath(job_config.job.dump_folder)}")
         if not job_config.checkpoint.last_save_in_hf:
             logger.addFilter(_not_hf_index_warning)
+        self.sigterm = SigtermFlag()  # noted from here on, acted on between steps
         try:
             super().__init__(job_config)
         except BaseException:
