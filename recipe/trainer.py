@@ -48,7 +48,6 @@ def check_job(job_config: JobConfig) -> None:
         raise ValueError(f"model.name={job_config.model.name!r} has no Lighthouse layers; use 'llama3_lighthouse'")
     check_job_config(job_config, spec.model_args[flavor].n_layers)
     check_settings(job_config, spec.model_args[flavor].n_layers)
-    check_size(job_config, spec.model_args[flavor].dim)
 
 
 def model_shapes(job_config: JobConfig) -> dict[str, tuple[int, ...]]:
@@ -66,6 +65,7 @@ def check_start_up(job_config: JobConfig) -> None:
     with as_config_error():
         check_initial_load(job_config, lambda: model_shapes(job_config))
         check_environment(job_config)
+        check_size(job_config, get_train_spec(job_config.model.name).model_args[job_config.model.flavor].dim)
 
 
 def _not_hf_index_warning(record: logging.LogRecord) -> bool:
