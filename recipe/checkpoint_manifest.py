@@ -18,6 +18,7 @@ from typing import Any
 import torch.distributed as dist
 
 MANIFEST = "manifest.json"
+PARTIAL_MANIFEST = f".{MANIFEST}.tmp"  # renamed to MANIFEST once written whole
 CHUNK_BYTES = 16 * 2**20
 
 
@@ -49,14 +50,15 @@ def _gathered(part: dict) -> dict:
 def write_manifest(folder: str, data_parallel_degree: int, checksums: bool = True) -> None:
     """Record the files of the checkpoint `folder` (each rank checksums its share; rank 0 writes). Called by
     every rank once the save has returned on all of them (DCP's save ends when every file is written)."""
-    names = sorted(n for n in os.listdir(folder) if n != MANIFEST and os.path.isfile(os.path.join(folder, n)))
+    names = sorted(n for n in os.listdir(folder)
+                   if n not in (MANIFEST, PARTIAL_MANIFEST) and os.path.isfile(os.path.join(folder, n)))
     files = _gathered({name: {"bytes": os.path.getsize(os.path.join(folder, name)),
                               **({"crc32": crc32(os.path.join(folder, name))} if checksums else {})}
                        for name in _share(names)})
     if dist.is_initialized() and dist.get_rank() != 0:
         return
     record = {"data_parallel_degree": data_parallel_degree, "files": files}
-    tmp = os.path.join(folder, f".{MANIFEST}.tmp")
+    tmp = os.path.join(folder, PARTIAL_MANIFEST)
     with open(tmp, "w") as f:
         json.dump(record, f, indent=1, sort_keys=True)
         f.flush()
