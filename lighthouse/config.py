@@ -126,6 +126,9 @@ class LighthouseConfig:
             raise ValueError(f"seq_len={seq_len} is not divisible by dilation={self.dilation}")
         if self.levels == 1:
             return
+        if (self.levels - 1) * (self.pool.bit_length() - 1) >= seq_len.bit_length():  # p**(L-1) > seq_len
+            raise ValueError(f"levels={self.levels} is too many for seq_len={seq_len}: pool**(levels-1) (pool="
+                             f"{self.pool}) must divide seq_len")
         span = self.coarsest_span
         if seq_len % span != 0:
             raise ValueError(

@@ -160,7 +160,7 @@ def select(
     first (`lighthouse.inputs`).
     """
     check_config(config)
-    check_inputs(q, k, v)
+    check_inputs(q, k, v, needs_v=False)
     config.validate(q.shape[1])
     if config.scorer == "dilated" and v is None:
         raise ValueError("scorer='dilated' needs v: call select(q, k, config, v=v)")
