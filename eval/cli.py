@@ -7,7 +7,9 @@ attention setting the checkpoint is evaluated with.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from torchtitan.config import JobConfig
@@ -16,6 +18,15 @@ from eval.checkpoint import build_model, load_weights, logits_function
 from eval.device import pick_device
 from eval.heldout import LogitsFn
 from recipe.cli import ConfigError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (`<script>: error: <message>`, pointing at
+    `--help`), exit code 2, without the usage block argparse prints first."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (--help lists the options)", file=sys.stderr, flush=True)
+        raise SystemExit(2)
 
 
 def evaluation_parser(description: str) -> argparse.ArgumentParser:

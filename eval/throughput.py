@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -24,31 +25,51 @@ import torch
 from lighthouse import LighthouseAttention, causal_attention
 from recipe.launch import end_with_parent, single_process_env
 from recipe.metrics import METRICS_FILE, read_metrics
-from recipe.run_logs import MEMORY_TAG, TPS_TAG
+from recipe.run_logs import LOSS_TAG, MEMORY_TAG, TPS_TAG
 from recipe.run_record import REPO
 
 DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k1536_norm.toml"
 # Steps not timed. Under torch.compile the second step is still a warm-up: on an H100 at 8K tokens it ran at
 # 14-18K tok/s against 42-95K for the steps after it, and timing it understated both variants, Lighthouse most.
 WARMUP_STEPS = 2
-OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory")
+OOM_LINE = "error: out of memory"  # how recipe.trainer reports one
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", OOM_LINE)
 
 
-def positive_int(text: str) -> int:
-    """argparse type of counts and lengths: an integer >= 1, else a usage error (exit code 2) naming the value."""
+def int_at_least(text: str, low: int) -> int:
+    """`text` as an integer >= `low`, else argparse's usage error (exit code 2) naming the value."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{value} must be >= {low}")
     return value
 
 
-def too_few_steps(steps: int) -> str | None:
-    """Why `steps` per variant leave no timed step (a message naming the value), or None."""
-    if steps <= WARMUP_STEPS:
-        return f"--steps={steps}: at least {WARMUP_STEPS + 1} (the first {WARMUP_STEPS} steps are not timed)"
+def positive_int(text: str) -> int:
+    """argparse type of counts and lengths: an integer >= 1."""
+    return int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type of counts that may be 0 (steps not timed)."""
+    return int_at_least(text, 0)
+
+
+def switch_values(flag: str, text: str) -> list[bool]:
+    """The settings of an on/off switch given as comma-separated `off`, `on` ("off,on": both); ValueError with
+    the usage message naming `flag` and its value otherwise."""
+    values = text.split(",")
+    if not set(values) <= {"off", "on"}:
+        raise ValueError(f"{flag}={text!r}: comma-separated values of off, on")
+    return [value == "on" for value in values]
+
+
+def too_few_steps(steps: int, warmup: int = WARMUP_STEPS) -> str | None:
+    """Why `steps` per variant leave no timed step after `warmup` (a message naming the value), or None."""
+    if steps <= warmup:
+        return f"--steps={steps}: at least {warmup + 1} (the first {warmup} steps are not timed)"
     return None
 
 
@@ -68,9 +89,31 @@ def job_args(config: str, seq_len: int, steps: int, lighthouse: bool, ac: str, c
     ]
 
 
-def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1) -> dict:
-    """Train one variant in its own job (`nproc` processes through torchrun); rank 0's last logged step's
-    throughput (torchtitan's, per rank) and memory, or the error."""
+def run_job(command: list[str], env: dict[str, str], timeout_s: float | None = None) -> tuple[int | None, str]:
+    """Run a training job (its own session, ended with the script) from the repository root: (exit code, or
+    None when it ran past `timeout_s` and was ended, with every process it started; stdout and stderr)."""
+    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=end_with_parent, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, output
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)  # torchrun and its workers
+        try:
+            output, _ = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+        return None, output
+
+
+def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1, entry: Path = REPO / "train.py",
+                timeout_s: float | None = None, warmup: int = WARMUP_STEPS) -> dict:
+    """Train one variant in its own job (`entry` with `argv`, on `nproc` processes through torchrun); rank 0's
+    throughput over the logged steps after the first `warmup` (torchtitan's, per rank; None when no step
+    is left), its last step's memory and every step's loss, or the error: {"error": "out of memory"} (with
+    the job's own line where it printed one) or {"error": "timeout"} past `timeout_s`; any other failure raises
+    RuntimeError."""
     env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     if nproc == 1:
         launcher = [sys.executable]
@@ -79,21 +122,25 @@ def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1) -> di
         launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
     folder.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    proc = subprocess.run([*launcher, str(REPO / "train.py"), *argv], cwd=REPO, env=env,
-                          capture_output=True, text=True, preexec_fn=end_with_parent)
-    (folder / "train.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        if any(marker in proc.stdout + proc.stderr for marker in OOM_MARKERS):
-            return {"error": "out of memory"}
-        raise RuntimeError(f"training failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
+    code, output = run_job([*launcher, str(entry), *argv], env, timeout_s)
+    (folder / "train.log").write_text(output)
+    if code is None:
+        return {"error": "timeout", "timeout_s": timeout_s}
+    if code != 0:
+        if any(marker in output for marker in OOM_MARKERS):
+            lines = [line for line in output.splitlines() if line.startswith(OOM_LINE)]
+            return {"error": "out of memory", **({"line": lines[0]} if lines else {})}
+        raise RuntimeError(f"training failed (exit {code}):\n{output[-4000:]}")
     rows = read_metrics(str(folder / METRICS_FILE))
     last = rows[-1]
     if last["step"] != steps:
         raise RuntimeError(f"expected a logged step {steps}, the last logged step is {last['step']}")
-    per_step = [row[TPS_TAG] for row in rows if row["step"] > WARMUP_STEPS]
+    per_step = [row[TPS_TAG] for row in rows[warmup:]]  # a resumed job's first steps are its warm-up too
     return {
-        "tok_s": len(per_step) / sum(1 / tps for tps in per_step),  # equal tokens per step: total over time
+        "tok_s": len(per_step) / sum(1 / tps for tps in per_step) if per_step else None,  # total tokens over time
         "tok_s_per_step": [row[TPS_TAG] for row in rows],
+        "warmup_steps": warmup,
+        "loss_per_step": [row.get(LOSS_TAG) for row in rows],
         "peak_gib": last[MEMORY_TAG],
         "peak_active_gib": last["memory/max_active(GiB)"],
         "tflops": last["tflops"],

@@ -2,7 +2,8 @@
 
 An arm's folders (scripts/time_to_quality.sh): `dense_s<seed>`; `<selection>_s<seed>` (stage 1) and
 `<selection>_s<seed>_switch<step>` (stage 2, resumed from stage 1's checkpoint at <step>); a stage-1 variant
-adds a suffix (`_k2048from250`: k = 2048 from step 250 on). Each folder's
+adds suffixes (`_k2048from250`: k = 2048 from step 250 on; `_every4`, `_k1024`, `_dl0-7`: see
+`recipe.payoff_grid`), a stage-2 variant one after the switch (`_rewarm36`: an LR re-warm over 36 steps). Each folder's
 metrics.jsonl holds one record per training step (`time_metrics/end_to_end(s)`, logged every step) and the
 dense-shadow validation records (`validation/dense_loss`, also during stage 1).
 
@@ -33,7 +34,13 @@ DENSE_LOSS = "validation/dense_loss"
 LIGHTHOUSE_LOSS = "validation/lighthouse_loss"
 ARMS_COMMAND = "scripts/time_to_quality.sh (configs/time_to_quality/tiny_64k.toml)"
 _FOLDER = re.compile(
-    r"(?P<selection>dense|paper|causal)_s(?P<seed>\d+)(?P<variant>_k\d+from\d+|_every\d+)?(?:_switch(?P<switch>\d+))?")
+    r"(?P<selection>dense|paper|causal|strict)_s(?P<seed>\d+)(?P<variant>(?:_(?!switch)[a-z]+[0-9a-z-]*)*)"
+    r"(?:_switch(?P<switch>\d+)(?P<stage2>_rewarm\d+)?)?")
+
+
+def arm_label(name: str) -> str:
+    """A run's arm: its folder or record name without the seed (`dense_s3` -> `dense`)."""
+    return re.sub(r"_s\d+(?=_|$)", "", name, count=1)
 
 
 def step_seconds(records: list[dict]) -> dict[int, float]:
@@ -71,6 +78,11 @@ class Arm:
     """Stage 1's held-out loss under its own Lighthouse attention (the dense-shadow validator's second score)."""
 
     @property
+    def label(self) -> str:
+        """The arm without its seed (`causal_switch360_rewarm36`): the runs of one arm over seeds share it."""
+        return arm_label(self.name)
+
+    @property
     def train_seconds(self) -> float:
         return sum(self.seconds.values())
 
@@ -104,8 +116,10 @@ class Arm:
         return statistics.median(steps)
 
 
-def load_arms(run: Path) -> list[Arm]:
-    """Every complete arm under `run` (dense arms and each stage-2 folder with its stage 1)."""
+def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
+    """Every complete arm under `run` (dense arms and each stage-2 folder with its stage 1). A folder whose steps
+    are not all logged, whose last step was not validated or (stage 2) that trained no step raises ValueError, or with `incomplete` given is
+    named there and left out (a study stopped midway reports what finished)."""
     arms = []
     for folder in sorted(p for p in run.iterdir() if (p / "metrics.jsonl").is_file()):
         match = _FOLDER.fullmatch(folder.name)
@@ -121,7 +135,11 @@ def load_arms(run: Path) -> list[Arm]:
             losses = {**{s: v for s, v in validation_losses(stage1).items() if s <= switch}, **losses}
             lighthouse = {s: v for s, v in validation_losses(stage1, LIGHTHOUSE_LOSS).items() if s <= switch}
         total = max(seconds)
-        if sorted(seconds) != list(range(1, total + 1)) or total not in losses:
+        never_resumed = switch is not None and total <= switch  # a stage 2 that trained no step
+        if never_resumed or sorted(seconds) != list(range(1, total + 1)) or total not in losses:
+            if incomplete is not None:
+                incomplete.append(folder.name)
+                continue
             raise ValueError(f"{folder}: steps 1..{total} are not all logged, or the last step was not validated")
         arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses, lighthouse))
     return arms

@@ -15,6 +15,14 @@ each entry's packed key (`kernels.ordering`) at its place and its place into the
 no fill and no second launch. While the walk runs, the inverse map holds each expanded entry's count of
 descendants (as -2 - count) and a scratch row its expanded positions per level.
 
+selection="strict" (SPEC section 3a) replaces the two rankings with an online rule, the same at every
+level: walking the candidates in position order, a candidate is a record of a score if it beats each of the
+W = 2K/m - 1 candidates before it (the first always is); the first m/2 sQ records are expanded, then the first
+m/2 sK records among the rest, and once the candidates left are no more than the budget left, all of them.
+Counts are prefix sums, carried from block to block over the coarsest entries; a finer level's p*m
+candidates go through a scratch row so that each can read the W before it. Chosen positions are stored in
+ascending order, so the next level's children come in position order too.
+
 Scores become exact int64 keys: the float's bits made order-preserving in the high half, (2^31-1-pos)
 in the low 31 bits, so larger key = higher score, then lower position. The prefix guarantee gives
 entry 0 of each level the largest key of all in the sQ list.
@@ -108,6 +116,100 @@ def _children(chosen, M: tl.constexpr, P: tl.constexpr):
     """The p*m children of the expanded positions at `chosen`, as [P, M] (int64): child c of parent j at [c, j]."""
     parent = tl.load(chosen + tl.arange(0, M)).to(tl.int64)
     return parent, parent[None, :] * P + tl.arange(0, P)[:, None]
+
+
+@triton.jit
+def _online_scores(sq_row, sk_row, pos, valid):
+    """(sQ, sK) float32 at entries `pos` for the online rule: NaN counts as +inf, -inf where not `valid`."""
+    inf = float("inf")
+    sq = tl.load(sq_row + pos, mask=valid, other=-inf)
+    sk = tl.load(sk_row + pos, mask=valid, other=-inf)
+    return tl.where(sq != sq, inf, sq), tl.where(sk != sk, inf, sk)
+
+
+@triton.jit
+def _exclusive_cumsum(flags):
+    counts = flags.to(tl.int32)
+    return tl.cumsum(counts, axis=0) - counts
+
+
+@triton.jit
+def _online_choice(rec_q, rec_k, j, cands, counts, HALF: tl.constexpr, M: tl.constexpr):
+    """Expanded mask of candidates `j` (tile order) from their records, and the counts (sQ records, sK records
+    among the rest, picks) of the candidates before the block, updated past it."""
+    n_q, n_k, n_picked = counts
+    by_q = rec_q & (n_q + _exclusive_cumsum(rec_q) < HALF)
+    rest_k = rec_k & ~by_q
+    by_k = rest_k & (n_k + _exclusive_cumsum(rest_k) < HALF)
+    picked = by_q | by_k
+    fill = n_picked + _exclusive_cumsum(picked) + (cands - j) <= M
+    counts = (n_q + tl.sum(rec_q.to(tl.int32), axis=0), n_k + tl.sum(rest_k.to(tl.int32), axis=0),
+              n_picked + tl.sum(picked.to(tl.int32), axis=0))
+    return picked | fill, counts
+
+
+@triton.jit
+def _store_chosen(chosen, pos, mask, done):
+    """Store the positions `pos` where `mask` at `chosen` + `done` on, in order; return the count stored."""
+    rank = done + _exclusive_cumsum(mask)
+    tl.store(chosen + rank, pos.to(tl.int32), mask=mask)
+    return done + tl.sum(mask.to(tl.int32), axis=0)
+
+
+@triton.jit
+def _online_coarsest(sq_level, sk_level, chosen, base, C, W, M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """selection="strict" at the coarsest level: the C entries from `base` are the candidates, BLOCK_C at a
+    time; the m expanded ones are stored at `chosen` in ascending order."""
+    lane = tl.arange(0, BLOCK_C)
+    zero = C * 0
+    counts = (zero, zero, zero)
+    done = zero
+    b0 = zero
+    while b0 < C:
+        j = b0 + lane
+        valid = j < C
+        sq, sk = _online_scores(sq_level, sk_level, base + j, valid)
+        prev_q = tl.full([BLOCK_C], float("-inf"), tl.float32)
+        prev_k = tl.full([BLOCK_C], float("-inf"), tl.float32)
+        d = W * 0 + 1
+        while d <= W:
+            eq, ek = _online_scores(sq_level, sk_level, base + j - d, valid & (j >= d))
+            prev_q = tl.maximum(prev_q, eq)
+            prev_k = tl.maximum(prev_k, ek)
+            d += 1
+        rec_q = (sq > prev_q) | (j == 0)
+        rec_k = (sk > prev_k) | (j == 0)
+        expand, counts = _online_choice(rec_q & valid, rec_k & valid, j, C, counts, M // 2, M)
+        done = _store_chosen(chosen, base + j, expand & valid, done)
+        b0 += BLOCK_C
+
+
+@triton.jit
+def _online_level(sq_row, sk_row, chosen_tile, scratch, N, lvl: tl.constexpr, LOG2P: tl.constexpr,
+                  M: tl.constexpr):
+    """selection="strict" at level `lvl`: the p*m children of level lvl+1's expanded entries (stored in
+    ascending order) are the candidates, in position order; each reads the W = 2p - 1 before it from
+    `scratch` (2 * p * m floats)."""
+    P: tl.constexpr = 1 << LOG2P
+    K: tl.constexpr = P * M
+    off = static_level_offset(lvl, N, LOG2P)
+    parent = tl.load(chosen_tile + lvl * M + tl.arange(0, M)).to(tl.int64)
+    pos = tl.reshape(parent[:, None] * P + tl.arange(0, P)[None, :], [K])
+    j = tl.arange(0, K)
+    sq, sk = _online_scores(sq_row + off, sk_row + off, pos, pos >= 0)
+    tl.store(scratch + j, sq)
+    tl.store(scratch + K + j, sk)
+    tl.debug_barrier()
+    prev_q = tl.full([K], float("-inf"), tl.float32)
+    prev_k = tl.full([K], float("-inf"), tl.float32)
+    for d in tl.static_range(1, 2 * P):
+        earlier = j >= d
+        prev_q = tl.maximum(prev_q, tl.load(scratch + j - d, mask=earlier, other=float("-inf")))
+        prev_k = tl.maximum(prev_k, tl.load(scratch + K + j - d, mask=earlier, other=float("-inf")))
+    zero = tl.sum(j, axis=0) * 0
+    expand, _ = _online_choice((sq > prev_q) | (j == 0), (sk > prev_k) | (j == 0), j, K, (zero, zero, zero),
+                               M // 2, M)
+    _store_chosen(chosen_tile + (lvl - 1) * M, pos, expand, zero)
 
 
 @triton.jit
@@ -219,9 +321,9 @@ def _place_children(out_row, slots_row, chosen_tile, N, first_slot, lvl: tl.cons
 
 
 @triton.jit
-def _select_tile_kernel(sq_ptr, sk_ptr, out_ptr, slots_ptr, chosen_ptr, N, NTOT, S, C, E_T,
+def _select_tile_kernel(sq_ptr, sk_ptr, out_ptr, slots_ptr, chosen_ptr, scratch_ptr, N, NTOT, S, C, E_T, W,
                         L: tl.constexpr, LOG2P: tl.constexpr, M: tl.constexpr, BLOCK_C: tl.constexpr,
-                        PREFIX: tl.constexpr):
+                        PREFIX: tl.constexpr, STRICT: tl.constexpr):
     TOP: tl.constexpr = L - 1
     tile = tl.program_id(0)
     row = tl.program_id(1).to(tl.int64)
@@ -235,15 +337,22 @@ def _select_tile_kernel(sq_ptr, sk_ptr, out_ptr, slots_ptr, chosen_ptr, N, NTOT,
     _clear_slots(slots_row, base, C, N, L, LOG2P, BLOCK_C)
 
     # descent, coarsest level: every entry of the tile is a candidate
-    run_q, run_k = _rank_coarsest(sq_row + top_off, sk_row + top_off, base, C, M, BLOCK_C, PREFIX)
-    _store_choice(run_q, run_k, sq_row + top_off, chosen_tile + (TOP - 1) * M, M // 2, PREFIX)
+    if STRICT:
+        _online_coarsest(sq_row + top_off, sk_row + top_off, chosen_tile + (TOP - 1) * M, base, C, W, M, BLOCK_C)
+    else:
+        run_q, run_k = _rank_coarsest(sq_row + top_off, sk_row + top_off, base, C, M, BLOCK_C, PREFIX)
+        _store_choice(run_q, run_k, sq_row + top_off, chosen_tile + (TOP - 1) * M, M // 2, PREFIX)
 
     # (each tl.debug_barrier below: the next phase reads what other threads of this program wrote to global
     # memory in the one before; a CTA barrier makes those writes visible)
     # descent, finer levels: the candidates are the p*m children of the m expanded entries
     for step in tl.static_range(L - 2):
         tl.debug_barrier()
-        _descend_level(sq_row, sk_row, chosen_tile, N, TOP - 1 - step, LOG2P, M, PREFIX)
+        if STRICT:
+            scratch = scratch_ptr + (row * tl.num_programs(0) + tile) * (2 * M << LOG2P)
+            _online_level(sq_row, sk_row, chosen_tile, scratch, N, TOP - 1 - step, LOG2P, M)
+        else:
+            _descend_level(sq_row, sk_row, chosen_tile, N, TOP - 1 - step, LOG2P, M, PREFIX)
 
     # subtree sizes, bottom-up: mark each expanded entry with its count of descendants
     for lvl in tl.static_range(1, L):
@@ -261,14 +370,16 @@ def _select_tile_kernel(sq_ptr, sk_ptr, out_ptr, slots_ptr, chosen_ptr, N, NTOT,
 
 def select_order(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, levels: int, topk: int,
                  tile_budget: int, prefix: bool = True, key_dtype: torch.dtype | None = None,
-                 coarse_block: int = MAX_COARSE_BLOCK, num_warps: int = 8) -> GatherOrder:
+                 coarse_block: int = MAX_COARSE_BLOCK, num_warps: int = 8, strict: bool = False) -> GatherOrder:
     """The gather order and its inverse map from score pyramids sq, sk (float32 [B, G, sum_l N/p^l], level
     0 first), in one launch. The geometry must be valid for `seq_len` (the caller's
     `LighthouseConfig.validate`) with levels >= 2: T = topk / tile_budget tiles, each with at least
     tile_budget coarsest entries. `prefix=False` drops the prefix guarantee (a sequence shard that does
     not hold token 0). Packed keys are `key_dtype`, by default int32 where every key of an N-token row
     fits (`kernels.ordering.packed_dtype`) else int64. `coarse_block`: coarsest entries ranked per merge
-    step (a power of two; 1024 on 8 warps was the fastest on an H100 from N=8K to 512K)."""
+    step (a power of two; 1024 on 8 warps was the fastest on an H100 from N=8K to 512K). `strict`: the online
+    rule of selection="strict" instead of the rankings (`prefix` then changes nothing: a tile's first candidate
+    is always expanded)."""
     if sq.dtype != torch.float32 or sk.dtype != torch.float32:
         raise ValueError(f"the selection kernel takes float32 scores; got sq {sq.dtype}, sk {sk.dtype}")
     b, g, ntot = sq.shape
@@ -278,10 +389,13 @@ def select_order(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, le
     packed = torch.empty(b, g, tiles * per_tile, dtype=key_dtype or packed_dtype(seq_len, levels), device=sq.device)
     slots = torch.empty(b, g, ntot, dtype=torch.int32, device=sq.device)
     chosen = torch.empty(b * g * tiles * (levels - 1) * tile_budget, dtype=torch.int32, device=sq.device)
+    scratch = torch.empty(b * g * tiles * 2 * pool * tile_budget if strict and levels > 2 else 1, dtype=torch.float32,
+                          device=sq.device)
     block = max(tile_budget, min(next_power_of_2(coarse_per_tile), coarse_block))
+    window = 2 * coarse_per_tile // tile_budget - 1  # the strict rule's, at the coarsest level
     launch(
-        _select_tile_kernel, (tiles, b * g), sq.contiguous(), sk.contiguous(), packed, slots, chosen, seq_len, ntot, tiles * per_tile,
-        coarse_per_tile, per_tile, L=levels, LOG2P=log2(pool), M=tile_budget, BLOCK_C=block, PREFIX=prefix,
-        num_warps=num_warps,
+        _select_tile_kernel, (tiles, b * g), sq.contiguous(), sk.contiguous(), packed, slots, chosen, scratch, seq_len,
+        ntot, tiles * per_tile, coarse_per_tile, per_tile, window, L=levels, LOG2P=log2(pool), M=tile_budget,
+        BLOCK_C=block, PREFIX=prefix, STRICT=strict, num_warps=num_warps,
     )
     return GatherOrder(packed, slots)

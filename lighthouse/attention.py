@@ -24,6 +24,8 @@ SDPA_BACKENDS = {
 }
 # Backends whose SDPA takes fewer kv heads than query heads directly (enable_gqa); others get repeated kv.
 NATIVE_GQA = ("flash", "math")
+# Backends that run on CUDA only (on CPU, SDPA finds no kernel for them).
+CUDA_ONLY = ("cudnn", "efficient", "flash_attn")
 # Backends torch's context-parallel dispatcher rings (the math backend has no ring rule).
 RING_BACKENDS = ("cudnn", "flash", "efficient")
 
@@ -32,7 +34,8 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, ring
     """The SDPA kernel `backend` means here. 'auto' is cuDNN on CUDA (the efficient kernel for float32,
     which cuDNN lacks) and the flash kernel on CPU: it takes every float dtype, torch's ring rules take it,
     and it skips masked keys (the math kernel adds -inf to every score, so one NaN key turned the rows
-    before it NaN too). Under `ring`, a backend without ring rules raises ValueError."""
+    before it NaN too). Under `ring`, a backend without ring rules raises ValueError, and so does a CUDA-only
+    backend (`CUDA_ONLY`) off CUDA."""
     if backend == "auto":
         if device.type == "cuda":
             return "cudnn" if dtype in (torch.bfloat16, torch.float16) else "efficient"
@@ -41,6 +44,8 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, ring
         raise ValueError(
             f"backend={backend!r} has no ring attention under context parallelism; use 'auto' or one of {RING_BACKENDS}"
         )
+    if backend in CUDA_ONLY and device.type != "cuda":
+        raise ValueError(f"backend={backend!r} needs CUDA inputs (they are on {device}); use 'auto', 'flash' or 'math'")
     return backend
 
 

@@ -5,7 +5,7 @@ import numbers
 from dataclasses import dataclass
 
 SCORERS = ("norm", "dilated")
-SELECTIONS = ("paper", "causal")
+SELECTIONS = ("paper", "causal", "strict")
 BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn")
 IMPLEMENTATIONS = ("auto", "fused", "reference")
 
@@ -49,9 +49,11 @@ class LighthouseConfig:
 
     selection: str = "causal"
     """"causal" (an entry scores the p**l tokens ending at its first token, so no score that decides what
-    position j receives reads a token after j) or "paper" (the max over the entry's whole window: a trained
-    model learns to read the next tokens through it, so its stage-1 losses are optimistic; SPEC section 3).
-    The default is "causal": docs/causality.md measures the leak, docs/results.md the time to quality."""
+    position j receives reads a token after j), "strict" (causal scores, and a tile expands its candidates
+    online in position order, so no output row depends on a later token at all; SPEC section 3a) or "paper"
+    (the max over the entry's whole window: a trained model learns to read the next tokens through it, so its
+    stage-1 losses are optimistic; SPEC section 3). The default is "causal": docs/causality.md measures the
+    leak, docs/results.md the time to quality."""
 
     backend: str = "auto"
     """Inner attention kernel on the gathered sub-sequence: auto (cuDNN on CUDA, math on CPU), cudnn, flash,
@@ -106,6 +108,12 @@ class LighthouseConfig:
         return self.topk // self.tile_budget
 
     @property
+    def trailing_scores(self) -> bool:
+        """Whether an entry scores the p**l tokens ending at its first token ("causal", "strict"), which reach
+        p**(L-1) - 1 tokens before a sequence shard, rather than its own window ("paper")."""
+        return self.selection != "paper"
+
+    @property
     def coarsest_span(self) -> int:
         """p**(L-1): base tokens covered by one coarsest entry."""
         return self.pool ** (self.levels - 1)
@@ -118,6 +126,9 @@ class LighthouseConfig:
             raise ValueError(f"seq_len={seq_len} is not divisible by dilation={self.dilation}")
         if self.levels == 1:
             return
+        if (self.levels - 1) * (self.pool.bit_length() - 1) >= seq_len.bit_length():  # p**(L-1) > seq_len
+            raise ValueError(f"levels={self.levels} is too many for seq_len={seq_len}: pool**(levels-1) (pool="
+                             f"{self.pool}) must divide seq_len")
         span = self.coarsest_span
         if seq_len % span != 0:
             raise ValueError(

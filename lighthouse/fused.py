@@ -61,7 +61,8 @@ def select_gather_order(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, config
                         prefix: bool = True) -> GatherOrder:
     """The tile kernel's gather order (packed keys [B, G, S]) and its inverse map for `config`, from score
     pyramids sq, sk (float32 [B, G, sum_l N/p^l])."""
-    return select_order(sq, sk, seq_len, config.pool, config.levels, config.topk, config.tile_budget, prefix)
+    return select_order(sq, sk, seq_len, config.pool, config.levels, config.topk, config.tile_budget, prefix,
+                        strict=config.selection == "strict")
 
 
 def selection_of(packed: torch.Tensor, config: LighthouseConfig) -> Selection:
@@ -83,9 +84,9 @@ def score_pyramid(s: torch.Tensor, config: LighthouseConfig, history: torch.Tens
 def norm_score_pyramids(pyramid: Pyramid, seq_len: int, config: LighthouseConfig,
                         history: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """sq, sk of the pooling pass (window maxima: "paper"), rewritten in place as trailing-window maxima
-    for selection="causal" (`history`: the level-0 scores of the tokens before each row, as in
+    for selection="causal" and "strict" (`history`: the level-0 scores of the tokens before each row, as in
     `causal_score_levels`)."""
-    if config.selection == "paper":
+    if not config.trailing_scores:
         return pyramid.sq, pyramid.sk
     return causal_score_levels(pyramid.sq, pyramid.sk, seq_len, config.pool, config.levels, history)
 
@@ -119,11 +120,11 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseCo
     caller's own (context parallelism rings the dilated scorer's attention), else `lighthouse.token_scores`.
     Rows are `len(prefixes)` interleaved groups: row r keeps the prefix guarantee iff
     `prefixes[r % len(prefixes)]` (a chunk that does not hold token 0 has none). `history`: the scores
-    before each row for selection="causal" (None: every row starts the sequence).
+    before each row for selection="causal" or "strict" (None: every row starts the sequence).
     """
     n = q.shape[1]
     in_pass = scores is None and scores_in_pooling_pass(config)
-    with_history = history is not None and config.selection == "causal"
+    with_history = history is not None and config.trailing_scores
     pyramid = pool_and_score(q, k, v, config.pool, config.levels, scores=in_pass,
                              stored=pyramid_levels_to_store(n, config))
     if in_pass:

@@ -82,24 +82,25 @@ def causal_score_levels(sq: Tensor, sk: Tensor, seq_len: int, pool: int, levels:
 
 @torch.library.custom_op("lighthouse::select_order", mutates_args=())
 def _select_order(sq: Tensor, sk: Tensor, seq_len: int, pool: int, levels: int, topk: int, tile_budget: int,
-                  prefix: bool) -> tuple[Tensor, Tensor]:
-    return tuple(selection_kernels.select_order(sq, sk, seq_len, pool, levels, topk, tile_budget, prefix))
+                  prefix: bool, strict: bool) -> tuple[Tensor, Tensor]:
+    return tuple(selection_kernels.select_order(sq, sk, seq_len, pool, levels, topk, tile_budget, prefix,
+                                                strict=strict))
 
 
 @_select_order.register_fake
-def _(sq, sk, seq_len, pool, levels, topk, tile_budget, prefix):
+def _(sq, sk, seq_len, pool, levels, topk, tile_budget, prefix, strict):
     b, g, entries = sq.shape
     packed = sq.new_empty(b, g, gathered_length(seq_len, levels, pool, topk), dtype=packed_dtype(seq_len, levels))
     return packed, sq.new_empty(b, g, entries, dtype=torch.int32)
 
 
 def select_order(sq: Tensor, sk: Tensor, seq_len: int, pool: int, levels: int, topk: int, tile_budget: int,
-                 prefix: bool = True) -> GatherOrder:
+                 prefix: bool = True, strict: bool = False) -> GatherOrder:
     """`kernels.selection.select_order` (no gradient)."""
     if _compiling():
         return GatherOrder(*torch.ops.lighthouse.select_order(sq, sk, seq_len, pool, levels, topk, tile_budget,
-                                                              prefix))
-    return selection_kernels.select_order(sq, sk, seq_len, pool, levels, topk, tile_budget, prefix)
+                                                              prefix, strict))
+    return selection_kernels.select_order(sq, sk, seq_len, pool, levels, topk, tile_budget, prefix, strict=strict)
 
 
 @torch.library.custom_op("lighthouse::gather_rows", mutates_args=())

@@ -14,9 +14,12 @@ def check_config(config: object) -> None:
         raise TypeError(f"config must be a LighthouseConfig, not {type(config).__name__}")
 
 
-def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None) -> None:
-    """Raise TypeError (not tensors, or not of a floating dtype) or ValueError (shapes, empty dimensions, dtypes or
-    devices that differ) naming the values if q [B,N,H,D] and k/v [B,N,G,D] don't fit together."""
+def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None, needs_v: bool = True) -> None:
+    """Raise TypeError (not tensors, or not of a floating dtype) or ValueError (v missing where `needs_v`, shapes,
+    empty dimensions, dtypes or devices that differ) naming the values if q [B,N,H,D] and k/v [B,N,G,D] don't fit
+    together."""
+    if v is None and needs_v:
+        raise ValueError("v is None: Lighthouse attention needs the values v [B, N, G, D] beside q and k")
     given = {"q": q, "k": k} if v is None else {"q": q, "k": k, "v": v}
     for name, x in given.items():
         if not isinstance(x, torch.Tensor):

@@ -48,6 +48,9 @@ def resolve_implementation(q: torch.Tensor, config: LighthouseConfig) -> str:
         return "reference"
     if config.implementation == "auto" and not q.is_cuda:
         return "reference"
+    if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(f"implementation='fused' needs CUDA inputs (q is on {q.device}) or TRITON_INTERPRET=1 "
+                         "(Triton's interpreter, for tests); use implementation='auto' or 'reference'")
     from .fused import check_supported, supports  # imports Triton: only where the kernels may run
 
     if config.implementation == "fused":

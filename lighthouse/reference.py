@@ -43,10 +43,10 @@ def plan(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, config: LighthouseCo
 
     `scores` (sq, sk [R, G, N]) are a caller's own level-0 scores, else `token_scores`. Rows are
     `len(prefixes)` interleaved groups: row r keeps the prefix guarantee iff `prefixes[r % len(prefixes)]`.
-    `history`: the scores before each row for selection="causal" (None: every row starts the sequence).
+    `history`: the scores before each row for selection="causal" or "strict" (None: every row starts the sequence).
     """
     level0 = scores if scores is not None else token_scores(q, k, v, config)
-    before = history(*level0) if history is not None and config.selection == "causal" else (None, None)
+    before = history(*level0) if history is not None and config.trailing_scores else (None, None)
     sq, sk = (pyramid_scores(s, config.pool, config.levels, config.selection, h) for s, h in zip(level0, before))
     groups = len(prefixes)
     if groups == 1:

@@ -34,7 +34,7 @@ CausalAttention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Ten
 ScoreHistory = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 """(sq, sk) level-0 scores of the rows [R, G, N] (float32 on the fused path) -> the level-0 scores of the
 p**(L-1) - 1 tokens before each row, [R, G, p**(L-1) - 1] each (-inf before token 0): a row that does not start
-the sequence (a context-parallel chunk) under selection="causal"."""
+the sequence (a context-parallel chunk) under selection="causal" or "strict"."""
 
 
 def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -92,8 +92,8 @@ def pyramid_scores(
     """Level-0 scores [B, G, N] pooled upward: level l is [B, G, N / pool**l] (SPEC sections 2 and 3).
 
     "paper": entry i of level l scores the max over its window [i*c, (i+1)*c - 1], c = pool**l.
-    "causal": the max over the c tokens ending at its first token, [i*c - c + 1, i*c], clipped at the start
-    of the sequence. `history` [B, G, pool**(levels-1) - 1] holds the level-0 scores of the tokens right
+    "causal" (and "strict"): the max over the c tokens ending at its first token, [i*c - c + 1, i*c], clipped at
+    the start of the sequence. `history` [B, G, pool**(levels-1) - 1] holds the level-0 scores of the tokens right
     before `s` (a sequence shard that does not start at token 0); None means `s` starts the sequence.
     """
     b, g, n = s.shape

@@ -5,6 +5,9 @@ At the coarsest level every entry of a tile is a candidate; at each finer level 
 p*m children of the tile's m expanded entries. Per level, m/2 candidates are expanded by highest sQ,
 then m/2 more by highest sK among the rest; ties go to the lower position. Token 0's chain is always
 expanded (it takes one sQ slot in tile 0), which gives every base position an output.
+
+selection="strict" replaces the ranking with an online rule (SPEC section 3a): a candidate's fate depends
+only on the candidates before it in its tile, so no decision reads a token after the candidate's first.
 """
 from __future__ import annotations
 
@@ -52,6 +55,51 @@ def choose_expanded(sq: torch.Tensor, sk: torch.Tensor, budget: int, force_first
     return chosen
 
 
+def _previous_max(scores: torch.Tensor, window: int) -> torch.Tensor:
+    """Max of the `window` scores before each position along the last axis (-inf where there are none)."""
+    padded = torch.nn.functional.pad(scores, (window, 0), value=float("-inf"))
+    return padded.unfold(-1, window, 1)[..., : scores.shape[-1], :].amax(dim=-1)
+
+
+def _first_under(flags: torch.Tensor, cap: int) -> torch.Tensor:
+    """`flags` kept only where fewer than `cap` flags come before it along the last axis."""
+    counts = flags.to(torch.int64)
+    return flags & (counts.cumsum(-1) - counts < cap)
+
+
+def online_window(candidates: int, budget: int) -> int:
+    """How many earlier candidates a strict candidate must outscore: 2K/m - 1, so that about m/2 of K
+    candidates with independent scores are records of each score (at least 1, as K >= m)."""
+    return 2 * candidates // budget - 1
+
+
+def _records(scores: torch.Tensor, window: int) -> torch.Tensor:
+    """Candidates that score strictly above each of the `window` candidates before them (NaN counts as +inf);
+    the first candidate of a tile always is one."""
+    scores = torch.where(scores.isnan(), float("inf"), scores)
+    records = scores > _previous_max(scores, window)
+    records[..., 0] = True
+    return records
+
+
+def choose_expanded_online(sq: torch.Tensor, sk: torch.Tensor, budget: int) -> torch.Tensor:
+    """selection="strict": mask of the `budget` candidates to expand in each tile, [B, G, T, K] scores in
+    position order, each decision a function of the candidates up to it (SPEC section 3a).
+
+    The first budget/2 sQ records (`online_window`) are expanded, then the first budget/2 sK records among
+    the rest; once the candidates left are no more than the budget left, every one is. A tile's first
+    candidate is always an sQ record, so token 0's chain is expanded without forcing (the prefix guarantee).
+    """
+    cands = sq.shape[-1]
+    window = online_window(cands, budget)
+    by_q = _first_under(_records(sq, window), budget // 2)
+    by_k = _first_under(_records(sk, window) & ~by_q, budget // 2)
+    picked = by_q | by_k
+    before = picked.to(torch.int64).cumsum(-1) - picked.to(torch.int64)
+    left = cands - torch.arange(cands, device=sq.device)
+    return picked | (before + left <= budget)
+
+
 def _split(cand: torch.Tensor, chosen: torch.Tensor, kept: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(expanded, leaves) indices of [B, G, T, K] candidates, each kept in ascending position order."""
     chosen_first = torch.sort((~chosen).to(torch.uint8), dim=-1, stable=True).indices
@@ -87,7 +135,10 @@ def descend(
             flat = cand.flatten(-2)
             sq = sq_levels[lvl].gather(-1, flat).view(cand.shape)
             sk = sk_levels[lvl].gather(-1, flat).view(cand.shape)
-            chosen = choose_expanded(sq, sk, budget, force_first=prefix)
+            if config.selection == "strict":
+                chosen = choose_expanded_online(sq, sk, budget)
+            else:
+                chosen = choose_expanded(sq, sk, budget, force_first=prefix)
             expanded, leaves = _split(cand, chosen, budget)
             parts.append((lvl, leaves.flatten(-2), False))
             parts.append((lvl, expanded.flatten(-2), True))
@@ -109,7 +160,7 @@ def select(
     first (`lighthouse.inputs`).
     """
     check_config(config)
-    check_inputs(q, k, v)
+    check_inputs(q, k, v, needs_v=False)
     config.validate(q.shape[1])
     if config.scorer == "dilated" and v is None:
         raise ValueError("scorer='dilated' needs v: call select(q, k, config, v=v)")

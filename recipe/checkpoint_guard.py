@@ -1,14 +1,16 @@
-"""Loading and saving a job's own checkpoints with the mistakes named: a newest checkpoint that cannot be
-loaded gives way to the newest older one that can (with a warning naming the bad step), and a save that
-fails on a full disk says so in one line.
+"""Loading and saving a job's own checkpoints with the mistakes named: each save is recorded in a manifest
+of its files (`recipe.checkpoint_manifest`), a resume checks the manifest before it loads, a newest checkpoint
+that is damaged or cannot be loaded gives way to the newest older one that can (with a warning naming what
+failed), and a save that fails on a full disk says so in one line.
 
 The trainer routes torchtitan's `CheckpointManager.load` and `.save` through `load_newest_intact` and
 `save_or_stop`. Only an automatic resume (`checkpoint.load_step = -1`) falls back; a step asked for by
-number loads that step or fails.
+number loads that step or fails, and so does `checkpoint.initial_load_path`.
 """
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import re
 import shutil
@@ -17,6 +19,7 @@ from typing import Callable
 from torch.distributed.checkpoint.api import CheckpointException
 from torchtitan.tools.logging import logger
 
+from .checkpoint_manifest import MANIFEST, manifest_faults, read_manifest
 from .errors import RunStopped
 
 _STEP_FOLDER = re.compile(r"step-(\d+)")
@@ -27,13 +30,26 @@ class CheckpointError(RunStopped):
     """A checkpoint that cannot be loaded, or a save that cannot be written."""
 
 
-def complete_steps(folder: str) -> list[int]:
-    """Steps of `folder`'s complete checkpoints (`step-N/.metadata`, the file DCP writes last), newest first."""
+class DataParallelMismatch(CheckpointError):
+    """A checkpoint of a run with another data-parallel degree: not damage, so no older step is tried."""
+
+
+def _step_folders(folder: str) -> dict[int, bool]:
+    """Each `step-N` folder of `folder` by step, and whether it holds `.metadata` (the file DCP writes last)."""
     if not os.path.isdir(folder):
-        return []
-    steps = [int(m.group(1)) for name in os.listdir(folder)
-             if (m := _STEP_FOLDER.fullmatch(name)) and os.path.isfile(os.path.join(folder, name, ".metadata"))]
-    return sorted(steps, reverse=True)
+        return {}
+    return {int(m.group(1)): os.path.isfile(os.path.join(folder, name, ".metadata"))
+            for name in os.listdir(folder) if (m := _STEP_FOLDER.fullmatch(name))}
+
+
+def complete_steps(folder: str) -> list[int]:
+    """Steps of `folder`'s complete checkpoints (`step-N/.metadata`), newest first."""
+    return sorted((step for step, complete in _step_folders(folder).items() if complete), reverse=True)
+
+
+def unfinished_steps(folder: str) -> list[int]:
+    """Steps of `folder` whose folder has no `.metadata`: saves that never finished, which a resume skips."""
+    return sorted(step for step, complete in _step_folders(folder).items() if not complete)
 
 
 def _first_line(err: BaseException) -> str:
@@ -42,23 +58,77 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[-1].strip() if text else ''}".rstrip(": ")
 
 
-def load_newest_intact(load: Callable[[int], bool], folder: str, step: int = -1) -> bool:
-    """`load(step)`; for `step` -1, the newest complete checkpoint of `folder` that loads, warning for each
-    newer one that does not. CheckpointError when none loads."""
+def _damage(path: str, checksums: bool) -> str | None:
+    """What its manifest says is wrong with the checkpoint `path` (None if intact or it has no manifest)."""
+    manifest = read_manifest(path)
+    faults = manifest_faults(path, manifest, checksums) if manifest is not None else []
+    if not faults:
+        return None
+    return faults[0] + (f" and {len(faults) - 1} more" if len(faults) > 1 else "")
+
+
+def _no_metadata_tracebacks(record: logging.LogRecord) -> bool:
+    """Log filter: DCP logs a traceback for each `.metadata` it cannot read before it raises; the failure is
+    named in one line by the caller."""
+    return not record.getMessage().startswith(("Global metadata is not found", "Rank local metadata is not found"))
+
+
+def _load_checked(load: Callable[[int], bool], path: str, step: int, checksums: bool) -> bool:
+    """`load(step)` of the checkpoint `path` once its manifest says it is intact; CheckpointError otherwise,
+    and for a checkpoint written with another number of data-parallel ranks (no older one would differ)."""
+    if (damage := _damage(path, checksums)) is not None:
+        raise CheckpointError(f"{path} is damaged: {damage}")
+    if not os.path.isfile(os.path.join(path, MANIFEST)) and os.path.isfile(os.path.join(path, ".metadata")):
+        logger.warning(f"{path} has no {MANIFEST} (written by an older recipe, or its save ended just before it): "
+                       "loading it unverified")
+    root = logging.getLogger()
+    root.addFilter(_no_metadata_tracebacks)
+    try:
+        return load(step)
+    except (Exception, CheckpointException) as err:  # what DCP raises for a damaged file varies
+        if "dataloader.dp_rank_" in str(err):
+            raise DataParallelMismatch(f"{path} was written by a run with another number of data-parallel ranks "
+                                       f"({_first_line(err)}); resume it with as many ranks as wrote it") from err
+        raise CheckpointError(f"{path} cannot be loaded ({_first_line(err)})") from err
+    finally:
+        root.removeFilter(_no_metadata_tracebacks)
+
+
+def load_newest_intact(load: Callable[[int], bool], folder: str, step: int = -1, initial_load_path: str = "",
+                       checksums: bool = True) -> bool:
+    """`load(step)`, each checkpoint checked against its manifest first; for `step` -1, the newest complete
+    checkpoint of `folder` that is intact and loads, warning for each newer one that is not and for step folders
+    without `.metadata`. CheckpointError when none loads, or the one asked for (by step, or as
+    `initial_load_path` of a job whose `folder` does not exist yet) is damaged."""
+    if not os.path.exists(folder):
+        if not initial_load_path:
+            return load(step)
+        try:
+            return _load_checked(load, initial_load_path, step, checksums)
+        except CheckpointError as err:
+            raise CheckpointError(f"checkpoint.initial_load_path: {err}") from err
+    if unfinished := unfinished_steps(folder):
+        logger.warning(f"{folder}: {', '.join(f'step-{s}' for s in unfinished)} has no .metadata (a save that did not "
+                       "finish): not a checkpoint to resume from")
+    if step != -1:
+        return _load_checked(load, os.path.join(folder, f"step-{step}"), step, checksums)
     steps = complete_steps(folder)
-    if step != -1 or not steps:
+    if not steps:
         return load(step)
     *newer, oldest = steps
     for candidate, older in zip(newer, steps[1:]):
         try:
-            return load(candidate)
-        except (Exception, CheckpointException) as err:  # what DCP raises for a damaged file varies
-            logger.warning(f"{folder}/step-{candidate} cannot be loaded ({_first_line(err)}); trying step-{older}")
+            return _load_checked(load, os.path.join(folder, f"step-{candidate}"), candidate, checksums)
+        except DataParallelMismatch:
+            raise
+        except CheckpointError as err:
+            logger.warning(f"{err}; trying step-{older}")
     try:
-        return load(oldest)
-    except (Exception, CheckpointException) as err:
-        raise CheckpointError(f"{folder}/step-{oldest} cannot be loaded ({_first_line(err)}) and no older complete "
-                              "checkpoint is left to resume from") from err
+        return _load_checked(load, os.path.join(folder, f"step-{oldest}"), oldest, checksums)
+    except DataParallelMismatch:
+        raise
+    except CheckpointError as err:
+        raise CheckpointError(f"{err} and no older complete checkpoint is left to resume from") from err
 
 
 def _disk_full(err: BaseException, folder: str) -> bool:

@@ -202,7 +202,13 @@ def parse_job_config(args: Sequence[str]) -> JobConfig:
     `validation.seq_len`, unless set, is `training.seq_len` (torchtitan's default, 2048, can exceed the RoPE
     table the model builds for `training.seq_len`)."""
     toml_values = read_toml(list(args))
-    config = HookedConfigManager(lambda _args: toml_values, with_lighthouse_section).parse_args(list(args))
+    try:
+        config = HookedConfigManager(lambda _args: toml_values, with_lighthouse_section).parse_args(list(args))
+    except AssertionError as err:  # torchtitan's own checks of a section, run while the config is built
+        if "validation steps" in str(err):
+            raise ConfigError("validation.steps must be >= 1: the held-out windows are its first validation.steps "
+                              "batches") from err
+        raise ConfigError(f"torchtitan refuses the settings: {err}") from err
     if not sets_key(args, toml_values, "validation.seq_len"):
         config.validation.seq_len = config.training.seq_len
     return config

@@ -134,6 +134,18 @@ class DataError(RunStopped):
     """Training data that cannot be read mid-run (`[data] bad_documents = "stop"`), or none at all."""
 
 
+def parquet_rows(path: str) -> int:
+    """The rows of a Parquet file, from its footer; DataError naming the file if it is not Parquet."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except pa.ArrowException as err:
+        raise DataError(f"{path} is not a readable Parquet file ({type(err).__name__}: {err}); replace or remove "
+                        "it from training.dataset_path") from err
+
+
 def _record_text(record: Any, where: str) -> str | BadDocument:
     if not isinstance(record, dict) or not isinstance(record.get("text"), str):
         return BadDocument(where, f"expected an object with a string field 'text', got {str(record)[:80]!r}")
@@ -184,9 +196,14 @@ def read_documents(path: str) -> Iterator[str | BadDocument]:
         for i, record in enumerate(records if isinstance(records, list) else [records]):
             yield _record_text(record, f"{path}[{i}]")
     elif suffix == ".parquet":
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
+        try:
+            table = pq.read_table(path)
+        except pa.ArrowException as err:
+            yield BadDocument(path, f"not a readable Parquet file ({type(err).__name__}: {err})")
+            return
         if "text" not in table.column_names:
             raise ValueError(f"{path}: parquet file has no 'text' column (columns: {table.column_names})")
         yield from table.column("text").to_pylist()
@@ -237,9 +254,7 @@ class LocalFiles(DocumentSource):
         summary = f"{files}, {sum(os.path.getsize(f) for f in self.files):,} bytes"
         if any(Path(f).suffix in (".jsonl", ".json") for f in self.files):
             return f"{summary} (documents not counted: that would read every .jsonl/.json file)"
-        import pyarrow.parquet as pq
-
-        documents = sum(1 if f.endswith(".txt") else pq.ParquetFile(f).metadata.num_rows for f in self.files)
+        documents = sum(1 if f.endswith(".txt") else parquet_rows(f) for f in self.files)
         return f"{summary}, {documents:,} documents"
 
     def __iter__(self) -> Iterator[str]:

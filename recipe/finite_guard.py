@@ -8,15 +8,23 @@ into a `FiniteGuard`, which keeps the first non-finite step on the device (no ho
 (one device-to-host copy) on the steps that torchtitan logs or checkpoints and on the last one, so the
 latest checkpoint stays the last good one and the host never waits for the device on the other steps. The
 gradient norm is the same on every rank, so every rank stops at the same step.
+
+A finite loss and gradient norm do not make a finite update (a NaN learning rate, an overflow in the optimizer
+state), so before each save the trainer also checks what the checkpoint would hold (`non_finite_state`: the
+parameters, the optimizer state and the learning rates), and nothing non-finite is ever saved.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Sequence
+import math
+from typing import Iterable, Iterator, Sequence
 
 import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 from torchtitan.distributed import utils as dist_utils
 
+from .checkpoint_guard import complete_steps
 from .errors import RunStopped
 
 
@@ -61,16 +69,54 @@ class FiniteGuard:
         self.first_bad = torch.where(first, step, self.first_bad)
         self.bad_values = torch.where(first, values, self.bad_values)
 
-    def check(self, step: int) -> None:
-        """Raise NonFiniteStep naming the first bad step and its values if there was one (waits for the device)."""
+    def check(self, step: int, folder: str = "") -> None:
+        """Raise NonFiniteStep naming the first bad step and its values if there was one (waits for the device),
+        and the newest checkpoint in `folder`, which a restart resumes from."""
         if self.first_bad is None or not (bad := int(self.first_bad)):
             return
         loss, *norms = self.bad_values.tolist()
         raise NonFiniteStep(
             f"step {bad}: loss={loss:g}, grad_norm={', '.join(f'{n:g}' for n in norms)} is not finite; stopped at "
-            f"step {step} before saving it, so the latest checkpoint is the last good one (a lower optimizer.lr or "
-            "training.max_norm may avoid it)"
+            f"step {step} before saving it, so {last_good(folder)} (a lower optimizer.lr or training.max_norm may "
+            "avoid it)"
         )
+
+
+def last_good(folder: str) -> str:
+    """What a restart after a stop of the finite guard resumes from: the newest checkpoint in `folder`."""
+    steps = complete_steps(folder)
+    if not steps:
+        return "no checkpoint was saved (a restart starts over)"
+    return f"the latest checkpoint is the last good one (step-{steps[0]})"
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def non_finite_state(model_parts: Iterable[torch.nn.Module], optimizers: Iterable[torch.optim.Optimizer],
+                     lrs: Iterable[float]) -> str | None:
+    """The first parameter, optimizer state entry or learning rate that is NaN or infinite, named; None if every
+    one is finite. One device-to-host copy; every rank of a job gets the same answer (the flags are all-reduced,
+    as each rank holds only its shards)."""
+    for i, lr in enumerate(lrs):
+        if not math.isfinite(lr):
+            return f"the learning rate of parameter group {i} (lr={lr:g})"
+    names = {id(p): name for part in model_parts for name, p in part.named_parameters()}
+    entries = [(f"parameter {name}", p) for part in model_parts for name, p in part.named_parameters()]
+    entries += [(f"optimizer state {key} of {names.get(id(p), 'a parameter')}", value)
+                for optimizer in optimizers for p, state in optimizer.state.items() for key, value in state.items()
+                if isinstance(value, torch.Tensor) and value.is_floating_point()]
+    device = _local(entries[0][1]).device if entries else torch.device("cpu")
+    flags = torch.stack([(~torch.isfinite(_local(t).detach())).any().to(device) for _, t in entries]
+                        or [torch.zeros((), dtype=torch.bool, device=device)])
+    anywhere = flags.any().to(torch.int32)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:  # ranks hold different shards
+        dist.all_reduce(anywhere, op=dist.ReduceOp.MAX)
+    if not anywhere.item():
+        return None
+    bad = flags.nonzero().flatten().tolist()
+    return entries[bad[0]][0] if bad else "a parameter or optimizer state entry of another rank"
 
 
 def checkpoint_due(job_config, step: int) -> bool:

@@ -9,7 +9,7 @@ its own; the deprecated `[experimental] custom_args_module` does not).
 import os
 import textwrap
 from dataclasses import dataclass, field, fields, make_dataclass
-from typing import Literal, get_type_hints
+from typing import Callable, Literal, get_type_hints
 
 import docstring_parser
 
@@ -87,10 +87,43 @@ class Data:
 
 
 @dataclass
+class LRScheduler:
+    """Fields added to torchtitan's `[lr_scheduler]` (`recipe.lr_schedule`)."""
+
+    rewarm_at_step: int = 0
+    """Restart the warm-up after this step (0 = never), e.g. the switch to dense attention: the learning rate
+    rises linearly from the schedule's value there back to the peak over `rewarm_steps` steps, then decays to
+    `min_lr_factor` at the schedule's end with `decay_type`."""
+
+    rewarm_steps: int = 0
+    """Steps of the re-warm from `rewarm_at_step` (0 = no re-warm). Measured at 131,072 tokens: docs/results.md."""
+
+
+@dataclass
+class Resilience:
+    checksums: bool = True
+    """Record the CRC-32 of every file a checkpoint save writes (in the step's manifest.json, beside the file sizes
+    and the data-parallel degree, which are always recorded) and check them before a resume loads the step; a
+    damaged step gives way to the newest intact one. Measured on a CPU for the paper model's checkpoint (3.2 GB):
+    0.8-0.9 GiB/s per rank, split over the ranks, about a fifth added to a save (docs/recipe.md)."""
+
+    save_on_sigterm: Literal["auto", "on", "off"] = "auto"
+    """On SIGTERM (what SLURM sends before it kills a job at its time limit or on preemption), save the current
+    step if the save can finish within sigterm_grace_s, then exit 143 with one line; "auto" is on under SLURM
+    (SLURM_JOB_ID set). Off, SIGTERM still ends the job after its current step, in one line, without a save."""
+
+    sigterm_grace_s: float = 30.0
+    """Seconds between SIGTERM and the SIGKILL that follows (SLURM's KillWait, 30 by default): a save is started
+    only if the time since SIGTERM plus the last save's duration fits in it."""
+
+
+@dataclass
 class JobConfig:
     lighthouse: Lighthouse = field(default_factory=Lighthouse)
+    lr_scheduler: LRScheduler = field(default_factory=LRScheduler)
     host: Host = field(default_factory=Host)
     data: Data = field(default_factory=Data)
+    resilience: Resilience = field(default_factory=Resilience)
 
 
 def _check_dense_layers(dense_layers: list[int], n_layers: int) -> None:
@@ -116,13 +149,15 @@ def _check_context_parallel_layout(job_config) -> None:
         )
 
 
-def check_initial_load(job_config) -> None:
+def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[int, ...]]] | None = None) -> None:
     """Raise ValueError if the checkpoint the job would start from cannot serve it (the trainer checks this at
     start, after `check_job_config`: the paper's stage 2 names a checkpoint that stage 1 has yet to write).
 
     `checkpoint.initial_load_path` must be a folder with a readable `.metadata` (unless it is in HF format),
     and a full resume from it (model, optimizer, LR, data position, step) needs a checkpoint that holds them
-    all; torchtitan would stop at `Missing key ... dataloader.dp_rank_0` after building the model."""
+    all; torchtitan would stop at `Missing key ... dataloader.dp_rank_0` after building the model. Its weights
+    must have the shapes of this job's model (`model_shapes()`: parameter name -> shape), else it is another
+    flavor's checkpoint."""
     checkpoint, path = job_config.checkpoint, job_config.checkpoint.initial_load_path
     if not checkpoint.enable or not path or os.path.exists(os.path.join(job_config.job.dump_folder, checkpoint.folder)):
         return  # nothing to load, or torchtitan resumes from the job's own checkpoints and ignores initial_load_path
@@ -137,6 +172,13 @@ def check_initial_load(job_config) -> None:
     except Exception as err:  # noqa: BLE001  (a damaged .metadata raises whatever unpickling meets)
         raise ValueError(f"checkpoint.initial_load_path={path!r} has a .metadata that cannot be read "
                          f"({type(err).__name__}: {err})") from err
+    shapes = model_shapes() if model_shapes is not None else {}
+    for name, shape in shapes.items():
+        saved = getattr(keys.get(name), "size", None)
+        if saved is not None and tuple(saved) != shape:
+            raise ValueError(f"checkpoint.initial_load_path={path!r} holds {name} of shape {list(saved)}, but "
+                             f"model.flavor={job_config.model.flavor!r} has {list(shape)}: it is another model's "
+                             "checkpoint; set model.flavor (and [lighthouse]) to those of the run that wrote it")
     if not checkpoint.initial_load_model_only and not any(key.startswith("train_state") for key in keys):
         raise ValueError(
             f"checkpoint.initial_load_path={path!r} holds model weights only (its run saved its last step with "

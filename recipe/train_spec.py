@@ -4,7 +4,6 @@ registers its own models; `recipe.trainer` imports it."""
 from __future__ import annotations
 
 from torchtitan.components.loss import build_cross_entropy_loss
-from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.models.llama3 import Llama3StateDictAdapter
@@ -13,6 +12,7 @@ from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 from models.llama3_lighthouse import FLAVORS, NAME, LighthouseLlama, parallelize_lighthouse_llama
 
 from .data import build_lighthouse_dataloader
+from .lr_schedule import build_lr_schedulers
 from .metrics import build_lighthouse_metrics_processor
 from .tokenizer import build_byte_tokenizer
 from .validation import build_dense_shadow_validator

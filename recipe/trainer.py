@@ -6,9 +6,12 @@ import dataclasses
 import logging
 import os
 import sys
+import time
 from contextlib import ExitStack
 from typing import Iterator, Sequence
 
+import torch
+from torchtitan.components.checkpoint import AsyncMode
 from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 from torchtitan.tools.logging import init_logger, logger
@@ -17,13 +20,15 @@ from torchtitan.train import Trainer
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
 from . import train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
-from .checkpoint_guard import load_newest_intact, save_or_stop
-from .checks import check_environment, check_settings
+from .checkpoint_guard import complete_steps, load_newest_intact, save_or_stop
+from .checkpoint_manifest import write_manifest
+from .checks import check_environment, check_settings, check_size, data_parallel_degree
 from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
 from .dump_lock import DumpFolderLock
-from .finite_guard import FiniteGuard, checkpoint_due, recorded_grad_norms
+from .finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state, recorded_grad_norms
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
+from .preemption import SigtermFlag, Terminated, finish_save_first, save_on_sigterm
 from .run_record import run_start_record, write_run_record
 from .teardown import end_process_groups
 
@@ -45,13 +50,22 @@ def check_job(job_config: JobConfig) -> None:
     check_settings(job_config, spec.model_args[flavor].n_layers)
 
 
+def model_shapes(job_config: JobConfig) -> dict[str, tuple[int, ...]]:
+    """The shape of each parameter of the job's model (built on the meta device: no memory, no device)."""
+    spec = get_train_spec(job_config.model.name)
+    with torch.device("meta"):
+        model = spec.model_cls(spec.model_args[job_config.model.flavor])
+    return {name: tuple(p.shape) for name, p in model.named_parameters()}
+
+
 def check_start_up(job_config: JobConfig) -> None:
     """Every check before the trainer builds or writes anything: the settings (`check_job`), the checkpoint the
     job starts from, and the machine, data and dump folder; a mistake raises ConfigError naming the values."""
     check_job(job_config)
     with as_config_error():
-        check_initial_load(job_config)
+        check_initial_load(job_config, lambda: model_shapes(job_config))
         check_environment(job_config)
+        check_size(job_config, get_train_spec(job_config.model.name).model_args[job_config.model.flavor].dim)
 
 
 def _not_hf_index_warning(record: logging.LogRecord) -> bool:
@@ -80,15 +94,41 @@ class Interrupted(RunStopped):
     exit_code = 130
 
 
+class OutOfMemory(RunStopped):
+    """The device ran out of memory during training (exit code 1)."""
+
+
+def out_of_memory_line(job_config: JobConfig, step: int, err: BaseException) -> str:
+    """One line for an out-of-memory error at `step`: the first two sentences of torch's message, the length per
+    rank and the knobs that set memory (context parallel degree, activation checkpointing, batch), with those
+    that can still move.
+
+    Whether a length fits cannot be known before the first step (the peak depends on compile, the allocator,
+    the dense layers and the card; docs/context_parallel.md), so the job says it when it happens."""
+    training, cp = job_config.training, job_config.parallelism.context_parallel_degree
+    mode, batch = job_config.activation_checkpoint.mode, training.local_batch_size
+    cause = ". ".join(str(err).split(". ")[:2]).splitlines()[0] if str(err) else type(err).__name__
+    moves = ["raise parallelism.context_parallel_degree (more GPUs)"]
+    moves += [] if mode == "full" else ["set activation_checkpoint.mode='full'"]
+    moves += ["lower training.local_batch_size"] if batch > 1 else []
+    moves += ["lower training.seq_len"]
+    return (f"out of memory at step {step} ({cause.rstrip('.')}): training.seq_len={training.seq_len:,} is "
+            f"{training.seq_len // cp:,} tokens per rank at parallelism.context_parallel_degree={cp}, "
+            f"activation_checkpoint.mode={mode!r}, training.local_batch_size={batch}; "
+            + ", ".join(moves[:-1]) + f" or {moves[-1]}")
+
+
 class LighthouseTrainer(Trainer):
     """Checks the job and the checkpoint it starts from first, then locks the dump folder (rank 0; released by
     `close` or the end of the process); records the run at its first step (`argv`: the job's arguments, default
-    this process's), or says that there is nothing left to train; stops a run whose loss or gradient norm is not
-    finite before a checkpoint of the bad step or a later one is saved, naming the first bad step
-    (`recipe.finite_guard`); resumes from the newest checkpoint that loads and names a full disk
-    (`recipe.checkpoint_guard`); runs dense SDPA after `[lighthouse] switch_to_dense_at_step` and on every
-    `dense_every`-th step before it; collects statistics of the Lighthouse layers on every log step; after its
-    first step, pins the host threads that drive the GPU to one CPU if `[host] colocate_autograd` says so."""
+    this process's), or says that there is nothing left to train; stops a run whose loss or gradient norm, or
+    whose parameters, optimizer state or LR at a save, are not finite before a checkpoint of the bad step or a
+    later one is saved (`recipe.finite_guard`); writes a manifest beside each save and resumes from the newest
+    checkpoint that is intact and loads, and names a full disk (`recipe.checkpoint_guard`); on SIGTERM, saves
+    the step if `[resilience]` says so and ends with exit code 143 (`recipe.preemption`); runs dense SDPA after
+    `[lighthouse] switch_to_dense_at_step` and on every `dense_every`-th step before it; collects statistics of
+    the Lighthouse layers on every log step; after its first step, pins the host threads that drive the GPU to one
+    CPU if `[host] colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         check_start_up(job_config)
@@ -98,15 +138,24 @@ class LighthouseTrainer(Trainer):
             logger.addFilter(_not_hf_index_warning)
         building_line = _BuildingLineSpace(job_config)
         logger.addFilter(building_line)
+        self.sigterm = SigtermFlag()  # noted from here on, acted on between steps
         try:
             super().__init__(job_config)
+        except BaseException:
+            self.sigterm.close()  # a job that ends here is stopped by SIGTERM as before (torchrun's other ranks)
+            raise
         finally:
             logger.removeFilter(_not_hf_index_warning)
             logger.removeFilter(building_line)
         load, save = self.checkpointer.load, self.checkpointer.save
-        folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)  # where the checkpointer writes
-        self.checkpointer.load = lambda step=-1: load_newest_intact(load, folder, step)
-        self.checkpointer.save = lambda curr_step, last_step=False: save_or_stop(save, folder, curr_step, last_step)
+        self.checkpoint_folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
+        initial, checksums = job_config.checkpoint.initial_load_path, job_config.resilience.checksums
+        self.checkpointer.load = lambda step=-1: load_newest_intact(load, self.checkpoint_folder, step, initial,
+                                                                    checksums)
+        self.checkpointer.save = lambda curr_step, last_step=False: self.save_checkpoint(save, curr_step, last_step)
+        self.last_save_s: float | None = None  # how long this process's latest save took
+        if job_config.comm.mode == "default":  # a dry run's fake process group has no other ranks to ask
+            self.sigterm.join_ranks()
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step
         self.dense_every = job_config.lighthouse.dense_every
         self.lighthouse_on = bool(self.model_args.lighthouse_layers())
@@ -116,6 +165,58 @@ class LighthouseTrainer(Trainer):
         self.finite_guard = FiniteGuard()
         self.pin_after_step = job_config.host.colocate_autograd
         self.host_pin = ExitStack()  # the pinned host threads' masks, given back by close()
+
+    def save_checkpoint(self, save, curr_step: int, last_step: bool = False) -> None:
+        """torchtitan's `save` on the steps it saves, after checking that what it would save is finite, with
+        Ctrl-C held back until the save has finished; then the step's manifest (`recipe.checkpoint_manifest`)."""
+        if not (checkpoint_due(self.job_config, curr_step) or (last_step and self.job_config.checkpoint.enable)):
+            save(curr_step, last_step)
+            return
+        lrs = [group["lr"] for optimizer in self.optimizers for group in optimizer.param_groups]
+        if (bad := non_finite_state(self.model_parts, self.optimizers, lrs)) is not None:
+            raise NonFiniteStep(f"step {curr_step}: {bad} is not finite; stopped before saving it, so "
+                                f"{last_good(self.checkpoint_folder)} (a lower optimizer.lr or training.max_norm "
+                                "may avoid it)")
+        begin = time.monotonic()
+        with finish_save_first(curr_step):
+            save_or_stop(save, self.checkpoint_folder, curr_step, last_step)
+            if self.checkpointer.async_mode == AsyncMode.DISABLED:  # else its files are still being written
+                write_manifest(os.path.join(self.checkpoint_folder, f"step-{curr_step}"),
+                               data_parallel_degree(self.job_config, int(os.environ.get("WORLD_SIZE", "1"))),
+                               self.job_config.resilience.checksums)
+        self.last_save_s = time.monotonic() - begin
+
+    def should_continue_training(self) -> bool:
+        if self.sigterm.requested():
+            self.stop_on_sigterm()
+        return super().should_continue_training()
+
+    def stop_on_sigterm(self) -> None:
+        """Save this step if `[resilience]` says so and the save fits in the grace, then raise Terminated."""
+        resilience, checkpointer = self.job_config.resilience, self.checkpointer
+        latest = max(complete_steps(self.checkpoint_folder), default=None)
+        since = self.sigterm.slowest(self.sigterm.seconds_since())  # every rank decides alike
+        if latest == self.step or self.step == 0:
+            what = f"step {self.step} is saved" if latest == self.step else "nothing was trained yet"
+        elif not self.job_config.checkpoint.enable:
+            what = "not saved (checkpoint.enable = false)"
+        elif not save_on_sigterm(resilience.save_on_sigterm):
+            where = " outside SLURM" if resilience.save_on_sigterm == "auto" else ""
+            what = f"not saved ([resilience] save_on_sigterm={resilience.save_on_sigterm!r}{where})"
+        elif self.last_save_s is not None and (
+                since + self.sigterm.slowest(self.last_save_s) > resilience.sigterm_grace_s):
+            what = (f"not saved: a save takes {self.last_save_s:.0f} s and {since:.0f} s of the "
+                    f"[resilience] sigterm_grace_s={resilience.sigterm_grace_s:g} have passed")
+        else:
+            model_only, in_hf = checkpointer.last_save_model_only, checkpointer.last_save_in_hf
+            checkpointer.last_save_model_only = checkpointer.last_save_in_hf = False  # a full save to resume from
+            try:
+                checkpointer.save(self.step, last_step=True)
+            finally:
+                checkpointer.last_save_model_only, checkpointer.last_save_in_hf = model_only, in_hf
+            what, latest = f"saved step-{self.step} in {self.last_save_s:.1f} s", self.step
+        resumes = f"step-{latest}" if latest is not None else "the start (no checkpoint yet)"
+        raise Terminated(f"terminated (SIGTERM) at step {self.step}; {what}; a restart resumes from {resumes}")
 
     def set_lighthouse(self, enabled: bool) -> None:
         """Lighthouse (True) or dense causal SDPA (False) in every Lighthouse layer of every model part."""
@@ -177,7 +278,7 @@ class LighthouseTrainer(Trainer):
         self.finite_guard.record(self.step, self.step_losses, grad_norms)
         if (self.metrics_processor.should_log(self.step) or self.step == self.job_config.training.steps
                 or checkpoint_due(self.job_config, self.step)):  # steps that sync or save anyway
-            self.finite_guard.check(self.step)
+            self.finite_guard.check(self.step, self.checkpoint_folder)
         if self.pin_after_step:
             self.pin_after_step = False
             self.colocate_host_threads()
@@ -194,16 +295,18 @@ class LighthouseTrainer(Trainer):
                     f"thread(s) on CPU {cpu} from step {self.step + 1}")
 
     def close(self) -> None:
+        self.sigterm.close()
         self.host_pin.close()
         super().close()
         if self.dump_lock is not None:
             self.dump_lock.release()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with LighthouseTrainer.
+def main(argv: Sequence[str] | None = None, trainer_cls: type[LighthouseTrainer] = LighthouseTrainer) -> None:
+    """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with `trainer_cls`.
 
-    A configuration mistake ends in one line on stderr and exit code 2 (`LIGHTHOUSE_DEBUG=1`: a traceback).
+    A configuration mistake ends in one line on stderr and exit code 2 (`LIGHTHOUSE_DEBUG=1`: a traceback), an
+    out-of-memory error in one line naming the knobs that set memory and exit code 1.
     """
     init_logger()
     args = list(sys.argv[1:] if argv is None else argv)
@@ -212,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         trainer: LighthouseTrainer | None = None
         finished = False
         try:
-            trainer = LighthouseTrainer(config, args)
+            trainer = trainer_cls(config, args)
             if config.comm.mode == "local_tensor":
                 logger.info("Local tensor mode: the trainer is built, training is skipped")
             elif config.checkpoint.create_seed_checkpoint:
@@ -223,10 +326,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             else:
                 trainer.train()
             finished = True
-        except KeyboardInterrupt:
+        except torch.OutOfMemoryError as err:
+            raise OutOfMemory(out_of_memory_line(config, trainer.step if trainer is not None else 0, err)) from None
+        except KeyboardInterrupt as err:
             step = trainer.step if trainer is not None else 0
-            raise Interrupted(f"interrupted (Ctrl-C) at step {step}; a restart resumes from the latest complete "
-                              "checkpoint") from None
+            detail = f" ({err})" if str(err) else ""
+            raise Interrupted(f"interrupted (Ctrl-C) at step {step}{detail}; a restart resumes from the latest "
+                              "complete checkpoint") from None
         finally:
             if trainer is not None:
                 trainer.close()

@@ -2,7 +2,7 @@
 
 What it measures and writes: eval/attention_bench.py.
 
-Usage: python scripts/bench_attention.py [--ns 8192,65536] [--selection paper,causal] [--stages 524288]
+Usage: python scripts/bench_attention.py [--ns 8192,65536] [--selection paper,causal,strict] [--stages 524288]
        [--graphs 8192,32768] [--checks 8192] [--extras] [--out docs]  (default out: outputs/bench_attention)
        [--once 524288]  (one fwd+bwd, e.g. under ncu)  [--colocate-autograd]  (lighthouse.host_threads)
 """
@@ -12,7 +12,7 @@ import argparse
 from pathlib import Path
 
 from eval.device import require_cuda
-from eval.options import int_list
+from eval.options import int_list, selection_list
 
 
 def main() -> None:
@@ -26,7 +26,8 @@ def main() -> None:
                         help="comma-separated N to time replayed from CUDA graphs")
     parser.add_argument("--checks", type=int, default=0, help="N for the torch.compile / CUDA-graph check (0: skip)")
     parser.add_argument("--extras", action="store_true", help="pooling vs torch.compile, gather vs torch.gather")
-    parser.add_argument("--selection", default="paper", help="comma-separated selection modes to time (paper,causal)")
+    parser.add_argument("--selection", default=["paper"], type=selection_list,
+                        help="comma-separated selection modes to time (paper,causal,strict)")
     parser.add_argument("--out", default="outputs/bench_attention",
                         help="folder for bench_attention.json, tables and plots (docs/ to publish)")
     parser.add_argument("--once", type=int, default=0, help="only run one fwd+bwd at this N, k=2048 (for ncu)")
@@ -39,8 +40,8 @@ def main() -> None:
     if args.once:
         run_once(args.once)
         return
-    run_benchmark(DEFAULT_NS if args.ns is None else args.ns, args.selection.split(","), args.graphs, args.stages, args.checks, args.extras,
-                  Path(args.out), args.colocate_autograd)
+    run_benchmark(DEFAULT_NS if args.ns is None else args.ns, args.selection, args.graphs, args.stages, args.checks,
+                  args.extras, Path(args.out), args.colocate_autograd)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Per-rank training throughput under context parallelism: CP degree W against W = 1 at equal tokens per
-rank, Lighthouse against dense at the same geometry.
+"""Per-rank training throughput under context parallelism: Lighthouse against dense at the same geometry, eager
+and compiled, with variants of `dense_layers`, CP degree W against W = 1 at equal tokens per rank, and where
+the Lighthouse step goes.
 
     python scripts/cp_throughput.py --json docs/cp_throughput.json --plot docs/cp_throughput.png   # 2 GPUs
     python scripts/cp_throughput.py --config configs/debug.toml --tokens-per-rank 512 --steps 3 \\
@@ -7,15 +8,30 @@ rank, Lighthouse against dense at the same geometry.
     python scripts/cp_throughput.py --records docs/cp_throughput.json --plot docs/cp_throughput.png   # replot
     python scripts/cp_throughput.py --cp 1,4 --topk 2048 --attentions lighthouse -- --lighthouse.dense_layers
         # every layer Lighthouse: arguments after -- go to train.py
+    python scripts/cp_throughput.py --config configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2.toml \\
+        --tokens-per-rank 524288 --cp 2 --steps 3 --compile off,on --dense-layers 0,1,28,29 \\
+        --dense-layers 0 --dense-layers none --layer-times --json docs/cp_throughput_1m_cp2.json \\
+        --plot docs/cp_throughput_1m_cp2.png --resume                             # 1M tokens on 2 GPUs
+    python scripts/cp_throughput.py --config configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2.toml \\
+        --tokens-per-rank 524288 --cp 2 --steps 3 --compile on --stage2 3 \\
+        --json docs/cp_stage2_1m_cp2.json                                          # stage 2 at 1M
 
-For every degree W in `--cp` and each attention, trains the config (default: the paper's L=3, p=4, k=1536
-stage 1, full activation checkpointing; its 12 tiles split over 2W chunks for W = 1, 2, 3, 6) on W
-processes with `parallelism.context_parallel_degree = W` and `seq_len = W * --tokens-per-rank`, so every
-rank holds the same number of tokens. Everything else as `train_throughput.py` (local batch 1, synthetic
-data, no checkpoints, each variant its own job; `--compile` compiles the model), without selection statistics (an extra
-selection pass on the timed last step). torchtitan's tok/s is per rank (tokens of the step / (time * CP degree)).
-Reports, per W: tok/s per rank, the share of the W = 1 throughput kept, and the Lighthouse speedup over
-dense.
+For every degree W in `--cp`, each compile setting (`--compile off,on`) and each attention, trains the config
+(default: the paper's L=3, p=4, k=1536 stage 1, full activation checkpointing; its 12 tiles split over 2W
+chunks for W = 1, 2, 3, 6) on W processes with `parallelism.context_parallel_degree = W` and
+`seq_len = W * --tokens-per-rank`, so every rank holds the same number of tokens; Lighthouse once per
+`--dense-layers` set (`0,1,28,29`, `0`, `none`; default the config's), dense once. Everything else as
+`train_throughput.py` (local batch 1, synthetic data, no checkpoints, each variant its own job), without
+selection statistics (an extra selection pass on the timed last step). torchtitan's tok/s is per rank
+(tokens of the step / (time * CP degree)). Reports, per variant: tok/s per rank and peak memory, the share
+of the W = 1 throughput kept (with 1 in `--cp`), and the Lighthouse speedup over dense.
+
+`--layer-times` times every transformer block's forward and backward inside the job (CUDA events;
+`eval/layer_times.py`) and reports where each step goes: dense layers, Lighthouse layers, the rest.
+`--json` is rewritten after every variant; `--resume` keeps the variants an earlier run of the same settings
+recorded there and trains the others. `--stage2 N` instead trains Lighthouse for `--steps` steps with a
+full checkpoint at the last, then N dense steps resumed from it (model, optimizer, LR schedule, data, step),
+at the one degree in `--cp`, and records both.
 """
 from __future__ import annotations
 
@@ -27,25 +43,59 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval.cp_throughput import ATTENTIONS, CpThroughputJob, measure, plot, report
+from eval.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_stage2, measured_runs, plot, report,
+                                stage2_report)
+from eval.cli import OneLineParser
 from eval.device import require_cuda
-from eval.throughput import DEFAULT_CONFIG, positive_int, too_few_steps
+from eval.throughput import DEFAULT_CONFIG, WARMUP_STEPS, non_negative_int, positive_int, switch_values, too_few_steps
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
-    """Measure (or read with --records) the CP variants, print the table, write the JSON and the plot."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def dense_layer_set(text: str) -> tuple[int, ...] | None:
+    """argparse type of `--dense-layers`: "config" (None: the config's), "none" (every layer Lighthouse) or
+    comma-separated layer numbers."""
+    if text == "config":
+        return None
+    if text == "none":
+        return ()
+    try:
+        layers = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not config, none or comma-separated layer numbers") from None
+    if any(layer < 0 for layer in layers):
+        raise argparse.ArgumentTypeError(f"{text!r}: layer numbers are >= 0")
+    return layers
+
+
+def write_json(path: Path, records) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(records, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> list[dict] | dict:
+    """Measure (or read with --records) the CP variants, print the tables, write the JSON and the plot."""
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(DEFAULT_CONFIG))
     parser.add_argument("--tokens-per-rank", type=positive_int, default=49152,
                         help="the default makes CP=2 the paper's stage-1 length, 98,304")
-    parser.add_argument("--cp", default="1,2", help="CP degrees, comma-separated; 1 is the baseline")
+    parser.add_argument("--cp", default="1,2", help="CP degrees, comma-separated; 1 is the baseline of 'kept of CP=1'")
     parser.add_argument("--steps", type=positive_int, default=6,
-                        help="steps per variant; all after the first two are timed")
+                        help="steps per variant; all after the first --warmup are timed")
+    parser.add_argument("--warmup", type=non_negative_int, default=WARMUP_STEPS,
+                        help="steps not timed (compile's second step is still a warm-up; 0 for a one-step eager run)")
     parser.add_argument("--ac", default="full", choices=("none", "selective", "full"))
     parser.add_argument("--topk", type=positive_int,
                         help="override lighthouse.topk (topk/tile_budget must split over 2W chunks)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model in every variant")
-    parser.add_argument("--json", type=Path, help="write the records here")
+    parser.add_argument("--compile", nargs="?", const="on", default="off",
+                        help="torch.compile settings, comma-separated: off, on (off,on: both; alone: on)")
+    parser.add_argument("--dense-layers", action="append", type=dense_layer_set, metavar="LAYERS",
+                        help="Lighthouse's dense layers, once per set: comma-separated numbers, none or config "
+                        "(the default)")
+    parser.add_argument("--layer-times", action="store_true",
+                        help="time every block in the job: dense layers, Lighthouse layers, the rest")
+    parser.add_argument("--stage2", type=positive_int, metavar="STEPS",
+                        help="train Lighthouse --steps steps, then STEPS dense steps resumed from its checkpoint")
+    parser.add_argument("--json", type=Path, help="write the records here (after every variant)")
+    parser.add_argument("--resume", action="store_true", help="keep the variants --json already records")
     parser.add_argument("--plot", type=Path, help="write a PNG bar chart here")
     parser.add_argument("--records", type=Path, help="read records from this JSON instead of training")
     parser.add_argument("--attentions", default=",".join(ATTENTIONS), help="comma-separated subset of "
@@ -59,28 +109,54 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     if args.records:
         records = json.loads(args.records.read_text())
-    else:
-        try:
-            degrees = sorted({positive_int(x) for x in args.cp.split(",")})
-        except argparse.ArgumentTypeError as err:
-            parser.error(f"--cp={args.cp}: {err}")
-        if 1 not in degrees:
-            parser.error(f"--cp={args.cp}: include 1, the baseline every degree is compared with")
-        if error := too_few_steps(args.steps):
-            parser.error(error)
-        attentions = args.attentions.split(",")
-        if not set(attentions) <= set(ATTENTIONS):
-            parser.error(f"--attentions={args.attentions}: choose from {ATTENTIONS}")
-        if not args.allow_cpu:
-            require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
-        job = CpThroughputJob(args.config, args.tokens_per_rank, args.steps, args.ac, args.topk, args.compile,
-                              args.train_args)
-        records = measure(job, degrees, attentions)
+        print(report(records))
+        if args.plot:
+            plot(records, args.plot)
+        return records
 
+    try:
+        degrees = sorted({positive_int(x) for x in args.cp.split(",")})
+        compile_modes = tuple(switch_values("--compile", args.compile))
+    except (argparse.ArgumentTypeError, ValueError) as err:
+        parser.error(str(err) if isinstance(err, ValueError) else f"--cp={args.cp}: {err}")
+    if error := too_few_steps(args.steps, args.warmup):
+        parser.error(error)
+    attentions = args.attentions.split(",")
+    if not set(attentions) <= set(ATTENTIONS):
+        parser.error(f"--attentions={args.attentions}: choose from {ATTENTIONS}")
+    if args.stage2 is not None:
+        if len(degrees) != 1 or len(compile_modes) != 1 or len(args.dense_layers or [None]) != 1:
+            parser.error(f"--stage2={args.stage2}: give one --cp degree, one --compile setting and at most one "
+                         "--dense-layers set")
+        if error := too_few_steps(args.stage2, args.warmup):
+            parser.error(error.replace("--steps", "--stage2"))
+        if args.plot or args.resume or args.layer_times:
+            parser.error(f"--stage2={args.stage2} records the two runs only: leave out --plot, --resume, --layer-times")
+    if args.resume and not args.json:
+        parser.error("--resume keeps the variants of --json: name it")
+    if not args.allow_cpu:
+        require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
+    job = CpThroughputJob(args.config, args.tokens_per_rank, args.steps, args.ac, args.topk, compile_modes,
+                          tuple(args.dense_layers or [None]), args.layer_times, args.train_args, args.warmup)
+
+    if args.stage2 is not None:
+        record = measure_stage2(job, degrees[0], args.stage2)
+        print(stage2_report(record))
+        if args.json:
+            write_json(args.json, record)
+        return record
+
+    done = {}
+    if args.resume and args.json.exists():
+        try:
+            done = measured_runs(json.loads(args.json.read_text()), job)
+        except ValueError as err:
+            parser.error(f"--resume: {args.json}: {err}")
+    save = (lambda records: write_json(args.json, records)) if args.json else None
+    records = measure(job, degrees, attentions, done, save)
     print(report(records))
-    if args.json and not args.records:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(records, indent=2) + "\n")
+    if args.json:
+        write_json(args.json, records)
     if args.plot:
         plot(records, args.plot)
     return records

@@ -43,7 +43,7 @@ from torchtitan.protocols.train_spec import get_train_spec
 from eval.device import require_cuda
 from eval.records import environment
 from eval.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, positive_int,
-                             run_variant, too_few_steps)
+                             run_variant, switch_values, too_few_steps)
 from recipe.run_record import REPO
 
 CPU_STEPS = 3  # the first two are not timed
@@ -71,11 +71,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args.ac = args.ac or ("none" if on_cpu else "none,full")
     if error := too_few_steps(args.steps):
         parser.error(error)
-    switches = {name: getattr(args, name).split(",") for name in ("compile", "colocate_autograd")}
-    for name, values in switches.items():
-        if not set(values) <= {"off", "on"}:
-            parser.error(f"--{name.replace('_', '-')}={getattr(args, name)!r}: comma-separated values of off, on")
-    modes = [(ac, c == "on", h == "on") for ac in args.ac.split(",") for c in switches["compile"]
+    try:
+        switches = {name: switch_values(f"--{name.replace('_', '-')}", getattr(args, name))
+                    for name in ("compile", "colocate_autograd")}
+    except ValueError as err:
+        parser.error(str(err))
+    modes = [(ac, c, h) for ac in args.ac.split(",") for c in switches["compile"]
              for h in switches["colocate_autograd"]]
     if not args.allow_cpu:
         require_cuda("--allow-cpu runs a smoke run of a small config (--config configs/debug.toml)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 
 from lighthouse import LighthouseConfig
@@ -20,6 +21,10 @@ PARITY = {
     "L3-p4-k8-m2-GQA-causal": (
         LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal"), 256, 4, 2, F64, 1e-12
     ),
+    # strict: the same trailing scores and history, and the online rule within each tile
+    "L3-p4-k8-m2-GQA-strict": (
+        LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="strict"), 256, 4, 2, F64, 1e-12
+    ),
     "L4-p2-k8-m2-MQA": (LighthouseConfig(levels=4, pool=2, topk=8, tile_budget=2, selection="paper"), 256, 4, 1, F64, 1e-12),
     "L3-p2-dilated": (
         LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, scorer="dilated", selection="paper"), 256, 4, 2, F64, 1e-12
@@ -28,11 +33,23 @@ PARITY = {
     "L3-p2-float32": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper"), 256, 4, 2, torch.float32, 2e-5),
 }
 
-# Selection configs: both scorers, the paper's and the causal selection.
+# Selection configs: both scorers, the paper's, the causal and the strict selection.
 NORM = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")
 DILATED = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=2, scorer="dilated", selection="paper")
 NORM_CAUSAL = LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal")
 DILATED_CAUSAL = dataclasses.replace(DILATED, selection="causal")
+NORM_STRICT = dataclasses.replace(NORM_CAUSAL, selection="strict")
+DILATED_STRICT = dataclasses.replace(DILATED, selection="strict")
+
+
+def strict_cases_slow(cases: list) -> list:
+    """Parametrize values with the strict selection's cases marked slow (each launches a group of ranks; the
+    fast loop keeps the other modes' cases). A case is an id of PARITY, a config, or a tuple starting with one."""
+    def strict(case) -> bool:
+        config = PARITY[case][0] if isinstance(case, str) else case[0] if isinstance(case, tuple) else case
+        return config.selection == "strict"
+    return [pytest.param(*(c if isinstance(c, tuple) else (c,)), marks=pytest.mark.slow) if strict(c) else c
+            for c in cases]
 
 
 def shard_positions(rank: int, cp_degree: int, seq_len: int) -> torch.Tensor:

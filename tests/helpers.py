@@ -1,14 +1,25 @@
 """Shared test inputs: fresh random q, k, v of a given geometry, vectors of given norms, where kernels run,
-and the environment of a child process that runs the recipe."""
+and the environment of a child process that runs the recipe, or a script run in this process to its exit."""
 from __future__ import annotations
 
 import os
 import random
+import runpy
+import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def script_exit_code(script: str, argv: list[str], monkeypatch) -> int | str | None:
+    """Run `scripts/<script>` in this process with `argv` and return the code of the SystemExit it must end with."""
+    monkeypatch.setattr(sys, "argv", [f"scripts/{script}", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
+    return exit_info.value.code
 
 
 def child_env() -> dict[str, str]:

@@ -6,6 +6,8 @@ one line on stderr, no traceback, nothing changed on disk.
 """
 import errno
 import fcntl
+import json
+import logging
 import os
 import re
 import subprocess
@@ -15,8 +17,12 @@ from typing import Callable
 
 import pytest
 import torch
+import torch.distributed.checkpoint as dcp
 
 import models  # noqa: F401  (before torchtitan; registers llama3_lighthouse)
+from recipe.checkpoint_manifest import MANIFEST
+from recipe.checks import check_launch
+from recipe.data import DataError, LocalFiles, read_documents
 from recipe.cli import DEBUG_ENV, ConfigError, parse_job_config
 from recipe.dump_lock import LOCK_FILE, DumpFolderLock
 from recipe.launch import single_process_env
@@ -69,6 +75,21 @@ def garbage_checkpoint(tmp_path: Path) -> None:
 
 def nothing(tmp_path: Path) -> None:
     pass
+
+
+def written_by(data_parallel_degree: int):
+    """A setup: a checkpoint at step 10 whose manifest says `data_parallel_degree` ranks wrote it."""
+    def setup(tmp_path: Path) -> None:
+        checkpoint_at_step_10(tmp_path)
+        manifest = {"data_parallel_degree": data_parallel_degree, "files": {}}
+        (tmp_path / "run" / "checkpoint" / "step-10" / MANIFEST).write_text(json.dumps(manifest))
+    return setup
+
+
+def other_flavor_checkpoint(tmp_path: Path) -> None:
+    """Weights of another model under the debug model's parameter names, as DCP saves them."""
+    dcp.save({"tok_embeddings.weight": torch.randn(258, 96), "train_state": {"step": 10}},
+             storage_writer=dcp.FileSystemWriter(str(tmp_path / "other")))
 
 
 LOCAL_TRAINING = ["--training.dataset", "local", "--training.dataset_path"]
@@ -136,12 +157,50 @@ ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
      "training.dataset='synthetic'", "differs from 'local' of the run that wrote the checkpoints"),
     ("initial-load-garbage", ["--checkpoint.initial_load_path", "{tmp}/garbage"], garbage_checkpoint,
      "checkpoint.initial_load_path=", r"has a .metadata that cannot be read \(\w+"),
+    ("initial-load-other-flavor", ["--checkpoint.initial_load_path", "{tmp}/other"], other_flavor_checkpoint,
+     "checkpoint.initial_load_path=", r"holds tok_embeddings.weight of shape \[258, 96\], but model.flavor='debug' "
+     r"has \[258, 128\]: it is another model's checkpoint"),
+    ("decay-ratio-nan", ["--lr_scheduler.decay_ratio", "nan"], nothing, "lr_scheduler.decay_ratio=nan",
+     r"must be in \[0, 1\]"),
+    ("decay-ratio-negative", ["--lr_scheduler.decay_ratio", "-0.5"], nothing, "lr_scheduler.decay_ratio=-0.5",
+     r"must be in \[0, 1\]"),
+    ("min-lr-nan", ["--lr_scheduler.min_lr_factor", "nan"], nothing, "lr_scheduler.min_lr_factor=nan",
+     r"must be in \[0, 1\]"),
+    ("min-lr-negative", ["--lr_scheduler.min_lr_factor", "-1"], nothing, "lr_scheduler.min_lr_factor=-1.0",
+     "below 0 it ascends the gradient"),
+    ("min-lr-above-1", ["--lr_scheduler.min_lr_factor", "2"], nothing, "lr_scheduler.min_lr_factor=2.0",
+     "above 1 it rises during the decay"),
+    ("nan-elsewhere", ["--activation_checkpoint.memory_budget", "nan"], nothing,
+     "activation_checkpoint.memory_budget=nan", "is not a number"),
+    ("optimizer-name", ["--optimizer.name", "Bogus"], nothing, "optimizer.name='Bogus'", r"is not one of \('Adam'"),
+    ("keep-latest-1", ["--checkpoint.enable", "--checkpoint.keep_latest_k", "1"], nothing,
+     "checkpoint.keep_latest_k=1", "must be 0 .* or >= 2"),
+    ("expert-parallel", ["--parallelism.expert_parallel_degree", "2"], nothing,
+     "parallelism.expert_parallel_degree=2", "no experts; leave it at 1"),
+    ("validation-steps-zero", [*VALIDATION[:-1], "0"], nothing, "validation.steps", ">= 1"),
+    ("validation-steps-negative", [*VALIDATION[:-1], "-2"], nothing, "validation.steps", ">= 1"),
+    ("gc-freq-zero", ["--training.gc_freq", "0"], nothing, "training.gc_freq=0", ">= 1"),
+    ("gc-freq-negative", ["--training.gc_freq", "-1"], nothing, "training.gc_freq=-1", ">= 1"),
+    ("load-step-missing", ["--checkpoint.enable", "--checkpoint.load_step", "3"], checkpoint_at_step_10,
+     "checkpoint.load_step=3", r"has no complete step-3; its complete checkpoints are steps \[10\]"),
+    ("load-step-fresh-folder", ["--checkpoint.enable", "--checkpoint.load_step", "7"], nothing,
+     "checkpoint.load_step=7", "holds no complete checkpoint to load it from"),
+    ("data-parallel-degree", ["--checkpoint.enable"], written_by(2), "step-10 was written by a run with 2 "
+     "data-parallel rank(s), and this one has 1", r"resume with 2 data-parallel rank\(s\)"),
+    ("local-batch-absurd", ["--training.local_batch_size", "1000000000"], nothing,
+     "training.local_batch_size=1000000000", "tokens per microbatch: one float32 hidden state of it"),
+    ("levels-absurd", ["--lighthouse.levels", "1000000"], nothing, "levels=1000000", "is too many for seq_len=512"),
+    ("sigterm-grace", ["--resilience.sigterm_grace_s", "-1"], nothing, "[resilience] sigterm_grace_s=-1.0", ">= 0"),
 ]
 if not torch.cuda.is_available():
     ROWS += [
         ("backend-cudnn", ["--lighthouse.backend", "cudnn"], nothing, "[lighthouse] backend='cudnn'", "needs CUDA"),
+        ("backend-efficient", ["--lighthouse.backend", "efficient"], nothing, "[lighthouse] backend='efficient'",
+         "needs CUDA"),
         ("implementation-fused", ["--lighthouse.implementation", "fused"], nothing,
          "[lighthouse] implementation='fused'", "needs CUDA"),
+        ("seq-len-cpu", ["--training.seq_len", "4194304"], nothing, "training.seq_len=4194304",
+         "tokens per microbatch"),
     ]
 
 
@@ -159,6 +218,47 @@ def test_a_bad_input_is_refused_at_start_up_naming_the_key_and_changing_nothing(
     assert key in text and "\n" not in text
     assert re.search(message, text), text
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"RANK": "1", "WORLD_SIZE": "1"}, r"^RANK=1 and WORLD_SIZE=1 in the environment: RANK must be in "
+                                       r"\[0, WORLD_SIZE\)"),
+    ({"RANK": "0", "WORLD_SIZE": "2"}, r"^WORLD_SIZE=2 in the environment, but the job was not started by torchrun .*"
+                                       r"start it with torchrun --nproc_per_node=2, or unset RANK and WORLD_SIZE$"),
+    ({"RANK": "x", "WORLD_SIZE": "2"}, r"^RANK=x and WORLD_SIZE=2 in the environment"),
+])
+def test_a_rank_environment_without_torchrun_is_refused_instead_of_waiting_forever(tmp_path, env, message):
+    with pytest.raises(ValueError, match=message):
+        check_launch(parse(tmp_path), env)
+    check_launch(parse(tmp_path), {**env, "RANK": "0", "TORCHELASTIC_RUN_ID": "1"})  # torchrun's: fine
+    check_launch(parse(tmp_path, "--comm.mode", "fake_backend"), {"RANK": "0", "WORLD_SIZE": "8"})  # a dry run
+
+
+@pytest.mark.parametrize("args, warning", [
+    (["--optimizer.lr", "1e-300"], "optimizer.lr=1e-300 is so small that no float32 weight moves"),
+    (["--training.max_norm", "1e-30"], "training.max_norm=1e-30 clips every gradient to almost nothing"),
+    (["--optimizer.eps", "1e308"], "optimizer.eps=1e+308 dwarfs every gradient's second moment"),
+], ids=["lr-tiny", "max-norm-tiny", "eps-huge"])
+def test_accepted_nonsense_runs_with_one_warning_line_and_lr_0_without(tmp_path, monkeypatch, caplog, args, warning):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with caplog.at_level(logging.WARNING):
+        check_start_up(parse(tmp_path, *args))
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert line.startswith(warning) and "\n" not in line
+    caplog.clear()
+    check_start_up(parse(tmp_path, "--optimizer.lr", "0"))  # frozen weights on purpose (evaluation runs)
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_a_parquet_file_of_random_bytes_is_named_as_a_data_fault(tmp_path):
+    path = tmp_path / "corpus.parquet"
+    path.write_bytes(os.urandom(300))
+    with pytest.raises(DataError, match=rf"^{path} is not a readable Parquet file \(ArrowInvalid: .*\); replace or "
+                                        "remove it from training.dataset_path$"):
+        LocalFiles([str(path)], rank=0, world=1).describe()
+    (bad,) = read_documents(str(path))
+    assert bad.where == str(path) and bad.reason.startswith("not a readable Parquet file (ArrowInvalid")
+    assert DataError.exit_code == 1
 
 
 def test_the_debug_config_passes_and_validation_takes_the_training_length_unless_set(tmp_path, monkeypatch):
@@ -218,18 +318,18 @@ def test_a_second_job_on_a_dump_folder_is_refused_until_the_first_ends_however_i
     probe.close()
 
 
-def train_py(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+def train_py(tmp_path: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **env_vars}
     env.pop(DEBUG_ENV, None)
     return subprocess.run([sys.executable, "train.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
 
 
-@pytest.mark.parametrize("case", ["lr", "non-utf8", "locked"])
+@pytest.mark.parametrize("case", ["lr", "non-utf8", "locked", "no-torchrun"])
 def test_train_py_exits_2_with_one_line_and_no_traceback(tmp_path, case):
     folder = tmp_path / "run"
     args = ["--job.config_file", DEBUG, "--job.dump_folder", str(folder)]
-    holder = None
+    holder, env = None, {}
     if case == "lr":
         args += ["--optimizer.lr", "-1"]
         expected = "error: optimizer.lr=-1.0 must be a finite number >= 0"
@@ -237,12 +337,15 @@ def test_train_py_exits_2_with_one_line_and_no_traceback(tmp_path, case):
         (tmp_path / "latin1.toml").write_bytes("[job]\ndescription = \"caf\xe9\"\n".encode("latin-1"))
         args[1] = str(tmp_path / "latin1.toml")
         expected = f"error: {tmp_path / 'latin1.toml'} is not UTF-8 text (byte 24), as TOML must be"
-    else:
+    elif case == "locked":
         holder = hold_lock(folder)
         expected = f"error: job.dump_folder='{folder}' is in use by a running job (pid 4242 on elsewhere)"
+    else:  # set by hand, not by torchrun: without the check rank 0 waits for rank 1 forever
+        env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "", "MASTER_PORT": ""}
+        expected = "error: WORLD_SIZE=2 in the environment, but the job was not started by torchrun"
     before = snapshot(tmp_path)
     try:
-        out = train_py(tmp_path, *args)
+        out = train_py(tmp_path, *args, **env)
     finally:
         if holder is not None:
             holder.kill()

@@ -105,5 +105,5 @@ def test_causal_selection_is_the_default_and_the_recipe_takes_it_from_the_layer(
 
 
 def test_unknown_selection_is_rejected_naming_the_value():
-    with pytest.raises(ValueError, match=r"selection='strictest' is not one of \('paper', 'causal'\)"):
+    with pytest.raises(ValueError, match=r"selection='strictest' is not one of \('paper', 'causal', 'strict'\)"):
         LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2, selection="strictest").check()

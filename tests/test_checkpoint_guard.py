@@ -1,5 +1,6 @@
-"""A resume skips a newest checkpoint that cannot be loaded for the newest older one that can, a save on a full
-disk says so, and Ctrl-C ends a job with one line."""
+"""A resume checks each checkpoint against its manifest and skips a newest one that is damaged or cannot be
+loaded for the newest older one that can, naming what failed; a checkpoint of another data-parallel degree is
+named and never skipped; a save on a full disk says so; Ctrl-C ends a job with one line."""
 import errno
 import logging
 import os
@@ -18,7 +19,9 @@ import pytest
 import models  # noqa: F401  (before torchtitan)
 from torch.distributed.checkpoint.api import CheckpointException
 from recipe import checkpoint_guard, trainer
-from recipe.checkpoint_guard import CheckpointError, complete_steps, load_newest_intact, save_or_stop
+from recipe.checkpoint_guard import (CheckpointError, DataParallelMismatch, complete_steps, load_newest_intact,
+                                     save_or_stop, unfinished_steps)
+from recipe.checkpoint_manifest import MANIFEST, crc32, manifest_faults, read_manifest, write_manifest
 from recipe.launch import single_process_env
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,6 +81,82 @@ def test_no_loadable_checkpoint_or_an_explicit_step_ends_in_one_line(tmp_path):
     assert explicit.asked == [4]
     fresh = FakeLoad(damaged=[])
     assert load_newest_intact(fresh, str(tmp_path / "none")) is True and fresh.asked == [-1]
+
+
+def manifested(tmp_path, steps):
+    """Checkpoints at `steps` of random bytes, each with its manifest (as a save of 2 data-parallel ranks)."""
+    folder = checkpoints(tmp_path, steps)
+    for step in steps:
+        (Path(folder) / f"step-{step}" / "__1_0.distcp").write_bytes(os.urandom(random.randint(1000, 5000)))
+        write_manifest(f"{folder}/step-{step}", data_parallel_degree=2)
+    return folder
+
+
+def test_the_manifest_records_sizes_checksums_and_the_data_parallel_degree_and_finds_any_change(tmp_path):
+    folder = manifested(tmp_path, [4])
+    step = Path(folder) / "step-4"
+    manifest = read_manifest(str(step))
+    assert manifest["data_parallel_degree"] == 2 and sorted(manifest["files"]) == [".metadata", "__0_0.distcp",
+                                                                                   "__1_0.distcp"]
+    data = step / "__1_0.distcp"
+    assert manifest["files"]["__1_0.distcp"] == {"bytes": data.stat().st_size, "crc32": crc32(str(data))}
+    assert manifest_faults(str(step), manifest) == []
+    offset = random.randrange(data.stat().st_size - 64)
+    with open(data, "r+b") as f:  # zeroed bytes inside: same size, another checksum
+        f.seek(offset)
+        f.write(bytes(64))
+    assert manifest_faults(str(step), manifest) == ["__1_0.distcp fails its checksum"]
+    assert manifest_faults(str(step), manifest, checksums=False) == []  # the switch: sizes only
+    with open(step / "__0_0.distcp", "ab") as f:
+        f.write(b"x")
+    (step / ".metadata").unlink()
+    assert manifest_faults(str(step), manifest) == [".metadata is missing", "__0_0.distcp holds 33 bytes, the save "
+                                                    "wrote 32", "__1_0.distcp fails its checksum"]
+    (step / MANIFEST).write_text("{not json")
+    assert read_manifest(str(step)) is None
+
+
+def test_a_damaged_checkpoint_is_skipped_before_loading_naming_the_file_and_unfinished_saves_are_named(tmp_path,
+                                                                                                        caplog):
+    folder = manifested(tmp_path, [2, 4, 6])
+    (Path(folder) / "step-8").mkdir()  # a save that never finished
+    with open(Path(folder) / "step-6" / "__1_0.distcp", "r+b") as f:
+        f.write(bytes(16))
+    load = FakeLoad(damaged=[])
+    with caplog.at_level(logging.WARNING):
+        assert load_newest_intact(load, folder) is True
+    assert load.asked == [4]  # step-6 never reached DCP
+    assert unfinished_steps(folder) == [8]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{folder}: step-8 has no .metadata (a save that did not finish): not a checkpoint to resume from",
+        f"{folder}/step-6 is damaged: __1_0.distcp fails its checksum; trying step-4"]
+    with pytest.raises(CheckpointError, match=rf"^{folder}/step-6 is damaged: __1_0.distcp fails its checksum$"):
+        load_newest_intact(FakeLoad(damaged=[]), folder, step=6)  # a step asked for by number: no fallback
+    with pytest.raises(CheckpointError, match=r"^checkpoint.initial_load_path: .*/step-6 is damaged"):
+        load_newest_intact(FakeLoad(damaged=[]), str(tmp_path / "fresh"), initial_load_path=f"{folder}/step-6")
+
+
+def test_a_checkpoint_without_a_manifest_loads_with_a_warning(tmp_path, caplog):
+    folder = checkpoints(tmp_path, [2])
+    with caplog.at_level(logging.WARNING):
+        assert load_newest_intact(FakeLoad(damaged=[]), folder) is True
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{folder}/step-2 has no {MANIFEST} (written by an older recipe, or its save ended just before it): loading "
+        "it unverified"]
+
+
+def test_another_data_parallel_degree_is_named_and_never_falls_back_to_an_older_step(tmp_path):
+    folder = manifested(tmp_path, [2, 4])
+
+    def load(step):
+        load.asked.append(step)
+        raise RuntimeError("Missing key in checkpoint state_dict: dataloader.dp_rank_1.")
+
+    load.asked = []
+    with pytest.raises(DataParallelMismatch, match=rf"^{folder}/step-4 was written by a run with another number of "
+                                                   r"data-parallel ranks \(RuntimeError: Missing key"):
+        load_newest_intact(load, folder)
+    assert load.asked == [4]
 
 
 def test_a_save_on_a_full_disk_says_so_and_other_failures_pass_through(tmp_path, monkeypatch):
@@ -153,3 +232,67 @@ def test_ctrl_c_during_training_ends_train_py_in_one_line(tmp_path):
     assert re.fullmatch(r"error: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the latest complete "
                         r"checkpoint", err.splitlines()[-1]), err[-3000:]
     assert "Traceback" not in err
+
+
+# python -c: train.py, except that each checkpoint save takes 3 s more once its data files are written (before
+# DCP writes `.metadata`), after creating the file `signal`.
+SLOW_SAVE = """\
+import pathlib, runpy, time
+from torch.distributed.checkpoint.filesystem import FileSystemWriter
+finish = FileSystemWriter.finish
+def slow_finish(self, *args, **kwargs):
+    pathlib.Path({signal!r}).touch()
+    time.sleep(3)
+    finish(self, *args, **kwargs)
+FileSystemWriter.finish = slow_finish
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_step_and_exits_143_and_ctrl_c_during_a_save_lets_it_finish(tmp_path):
+    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "SLURM_JOB_ID": "4242"}  # under SLURM, [resilience] save_on_sigterm = "auto" saves
+    env.pop("LIGHTHOUSE_DEBUG", None)
+    run, metrics = tmp_path / "run", tmp_path / "run" / "metrics.jsonl"
+    args = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run), "--training.steps", "1000",
+            "--training.seq_len", "128", "--checkpoint.enable"]
+
+    def start(program, *extra):
+        return subprocess.Popen([sys.executable, *program, *args, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def signal_when(job, ready, signum):
+        deadline = time.monotonic() + 300
+        try:
+            while not ready():
+                assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+                time.sleep(0.05)
+            job.send_signal(signum)
+            return job.communicate(timeout=120)
+        finally:
+            job.kill()
+
+    job = start(["train.py"], "--checkpoint.interval", "1000")  # no save of its own before the signal
+    _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 2, signal.SIGTERM)
+    assert job.returncode == 143, err[-3000:]
+    line = err.splitlines()[-1]
+    match = re.fullmatch(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart "
+                         r"resumes from step-\1", line)
+    assert match and "Traceback" not in err, err[-3000:]
+    saved = int(match.group(1))
+    assert complete_steps(str(run / "checkpoint")) == [saved]
+
+    flag = tmp_path / "saving"
+    job = start(["-c", SLOW_SAVE.format(signal=str(flag))], "--checkpoint.interval", "1")
+    out, err = signal_when(job, flag.exists, signal.SIGINT)
+    assert job.returncode == 130, err[-3000:]
+    assert f"Training starts at step {saved + 1}" in out  # resumed from the step SIGTERM saved
+    step = saved + 1
+    assert err.splitlines()[-1] == (f"error: interrupted (Ctrl-C) at step {step} (during the save of step {step}, "
+                                    "which finished first); a restart resumes from the latest complete checkpoint")
+    assert "Traceback" not in err
+    assert complete_steps(str(run / "checkpoint")) == [step, saved]
+    step_folder = str(run / "checkpoint" / f"step-{step}")
+    assert manifest_faults(step_folder, read_manifest(step_folder)) == []

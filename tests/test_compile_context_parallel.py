@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 
 from lighthouse.context_parallel import context_parallel_lighthouse_attention, ring_causal_attention
 
-from .cp_cases import NORM, NORM_CAUSAL
+from .cp_cases import NORM, NORM_CAUSAL, NORM_STRICT
 from .helpers import fresh_seed
 
 
@@ -50,6 +50,7 @@ def _check_compiled_equals_eager(mesh, config, seed):
 CASES = [
     pytest.param("fused", NORM_CAUSAL, id="fused-causal"),
     pytest.param("fused", NORM, id="fused-paper", marks=pytest.mark.slow),
+    pytest.param("fused", NORM_STRICT, id="fused-strict", marks=pytest.mark.slow),
     pytest.param("reference", NORM_CAUSAL, id="reference-causal", marks=pytest.mark.slow),
     pytest.param("reference", NORM, id="reference-paper", marks=pytest.mark.slow),
 ]

@@ -30,7 +30,10 @@ from lighthouse.context_parallel import (
     shard_selections,
 )
 
-from .cp_cases import DILATED, DILATED_CAUSAL, NORM, NORM_CAUSAL, PARITY, rising_norm_inputs, shard_positions
+from .cp_cases import (
+    DILATED, DILATED_CAUSAL, DILATED_STRICT, NORM, NORM_CAUSAL, NORM_STRICT, PARITY, rising_norm_inputs,
+    shard_positions, strict_cases_slow,
+)
 from .helpers import fresh_seed, random_qkv
 
 
@@ -145,7 +148,7 @@ def _check_model_parity(mesh, seed):
 
 
 @pytest.mark.parametrize("degree", [2, 1], ids=["cp2", "cp1"])
-@pytest.mark.parametrize("name", list(PARITY))
+@pytest.mark.parametrize("name", strict_cases_slow(list(PARITY)))
 def test_cp_layer_equals_the_single_device_layer_forward_and_backward(ranks, name, degree):
     config, seq_len, heads, kv_heads, dtype, tol = PARITY[name]
     ranks.run(_check_layer_parity, degree, config, seq_len, heads, kv_heads, dtype, tol, "allgather", fresh_seed())
@@ -160,9 +163,10 @@ def test_alltoall_rotation_gives_the_same_layer(ranks):
     "config, inputs",
     # Rising norms: only the prefix guarantee expands a tile's first entry, so CP must apply it to chunk 0 only.
     # (Not for the dilated scorer: its scores would then tie up to float rounding.)
-    [(NORM, "random"), (NORM, "rising-norms"), (DILATED, "random"), (NORM_CAUSAL, "random"),
-     (DILATED_CAUSAL, "random")],
-    ids=["norm-random", "norm-rising-norms", "dilated-random", "norm-causal-random", "dilated-causal-random"],
+    strict_cases_slow([(NORM, "random"), (NORM, "rising-norms"), (DILATED, "random"), (NORM_CAUSAL, "random"),
+                       (DILATED_CAUSAL, "random"), (NORM_STRICT, "random"), (DILATED_STRICT, "random")]),
+    ids=["norm-random", "norm-rising-norms", "dilated-random", "norm-causal-random", "dilated-causal-random",
+         "norm-strict-random", "dilated-strict-random"],
 )
 def test_each_rank_selects_its_slices_of_the_single_device_selection(ranks, config, inputs):
     ranks.run(_check_selection_slices, 2, config, 256, inputs, fresh_seed())

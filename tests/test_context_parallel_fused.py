@@ -25,7 +25,10 @@ from lighthouse.context_parallel import context_parallel_lighthouse_attention, s
 from lighthouse.pipeline import pipeline_for
 from lighthouse.testing import assert_close
 
-from .cp_cases import DILATED, DILATED_CAUSAL, NORM, NORM_CAUSAL, PARITY, rising_norm_inputs, shard_positions
+from .cp_cases import (
+    DILATED, DILATED_CAUSAL, DILATED_STRICT, NORM, NORM_CAUSAL, NORM_STRICT, PARITY, rising_norm_inputs,
+    shard_positions, strict_cases_slow,
+)
 from .helpers import fresh_seed, vectors_with_norms
 
 DTYPE = torch.float32  # the CPU ring runs float32; the interpreter compares 16-bit dtypes less faithfully
@@ -89,9 +92,11 @@ def _check_dispatch(mesh, seed):
 
 @pytest.mark.parametrize(
     "config, inputs",
-    [(NORM, "distinct-norms"), (NORM, "rising-norms"), (DILATED, "distinct-norms"), (NORM_CAUSAL, "distinct-norms"),
-     (DILATED_CAUSAL, "distinct-norms")],
-    ids=["norm-random", "norm-rising-norms-prefix", "dilated-random", "norm-causal-random", "dilated-causal-random"],
+    strict_cases_slow([(NORM, "distinct-norms"), (NORM, "rising-norms"), (DILATED, "distinct-norms"),
+                       (NORM_CAUSAL, "distinct-norms"), (DILATED_CAUSAL, "distinct-norms"),
+                       (NORM_STRICT, "distinct-norms"), (DILATED_STRICT, "distinct-norms")]),
+    ids=["norm-random", "norm-rising-norms-prefix", "dilated-random", "norm-causal-random", "dilated-causal-random",
+         "norm-strict-random", "dilated-strict-random"],
 )
 def test_fused_per_chunk_selection_equals_the_reference_index_for_index(ranks, config, inputs):
     ranks.run(_check_selection, 2, config, 256, inputs, fresh_seed())
@@ -99,7 +104,7 @@ def test_fused_per_chunk_selection_equals_the_reference_index_for_index(ranks, c
 
 # The CP parity cases (cp_cases.PARITY) with levels >= 2 (the fused path), in float32.
 LAYER_CASES = ["L3-p2-k16-m4-MHA", "L3-p4-k8-m2-GQA-halo15", "L4-p2-k8-m2-MQA", "L3-p2-dilated",
-               "L3-p4-k8-m2-GQA-causal"]
+               "L3-p4-k8-m2-GQA-causal", "L3-p4-k8-m2-GQA-strict"]
 
 
 def _layer_case(name: str):
@@ -107,7 +112,7 @@ def _layer_case(name: str):
     return config, seq_len, heads, kv_heads
 
 
-@pytest.mark.parametrize("name", LAYER_CASES)
+@pytest.mark.parametrize("name", strict_cases_slow(LAYER_CASES))
 def test_fused_cp_layer_equals_the_reference_cp_layer_forward_and_backward(ranks, name):
     ranks.run(_check_layer, 2, *_layer_case(name), fresh_seed())
 

@@ -90,6 +90,10 @@ ROWS = [
         f"the paper model on 8 GPUs: {GPU}; its configuration passes the start-up checks here"),
     Row(r"python scripts/sweep\.py summary ", "help", "reads the logs of trained sweep points"),
     Row(r"python scripts/cp_throughput\.py ", "help", f"times the paper model with CP: {GPU}"),
+    Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 train\.py --job\.config_file "
+        r"configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2\.toml ", "check",
+        f"1M tokens on 2 GPUs of 141 GB: {GPU}; its configuration passes the start-up checks here"),
+    Row(r"python scripts/max_context\.py ", "help", f"searches the longest context of the paper model: {GPU}"),
     Row(r"torchrun --nproc_per_node=2 --local-ranks-filter 0 scripts/cp_parity\.py$", "help",
         "the README's CP=2 parity run at the default length, which the run row above covers on CPU"),
     Row(r"torchrun --nproc_per_node=4 --local-ranks-filter 0 scripts/cp_parity\.py ", "help",
@@ -125,8 +129,12 @@ ROWS = [
     Row(r"python scripts/train_throughput\.py ", "skip", f"times the paper model: {GPU}"),
     Row(r"(SP=<site-packages>; |CORPUS_SOURCES=|STEPS=\d+ scripts/replicate\.sh |scripts/time_to_quality\.sh )", "skip",
         f"a study of GPU hours (placeholders for the corpus sources): {GPU}"),
-    Row(r"(DEVICE=.* )?scripts/time_to_quality_long\.sh (corpus|run|report)$", "skip",
+    Row(r"(DEVICE=.* |RUN=outputs/payoff )?scripts/time_to_quality_long\.sh (corpus|run|report)$", "skip",
         f"the 131,072-token study on a 4-GPU machine: {GPU} (tests/test_gpu_queue.py checks its queue)"),
+    Row(r"python scripts/payoff_map\.py tasks configs/payoff/", "run", "prints the study's queue, trains nothing"),
+    Row(r"python scripts/payoff_map\.py (run|report) configs/payoff/", "help",
+        f"trains or reports the 131,072-token study: {GPU} (tests/test_payoff_map.py runs a CPU-sized study)"),
+    Row(r"python scripts/payoff_map\.py submit ", "skip", "submits SLURM jobs (tests/test_payoff_map.py)"),
 ]
 
 

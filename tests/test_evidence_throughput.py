@@ -45,36 +45,55 @@ def test_amdahl_view_without_a_dense_run_keeps_the_per_layer_speedup_only():
     assert "speedup" not in out and "amdahl_ceiling" not in out
 
 
-def test_a_variant_that_runs_out_of_memory_is_recorded_not_raised(monkeypatch, tmp_path):
-    def fake_run(*args, **kwargs):
-        return subprocess.CompletedProcess(args, 1, stdout="", stderr="torch.OutOfMemoryError: CUDA out of memory.")
-
-    monkeypatch.setattr(throughput.subprocess, "run", fake_run)
+def test_a_variant_that_runs_out_of_memory_or_past_its_time_is_recorded_not_raised(monkeypatch, tmp_path):
+    monkeypatch.setattr(throughput, "run_job", lambda *args: (1, "torch.OutOfMemoryError: CUDA out of memory."))
     assert throughput.run_variant([], tmp_path, 3) == {"error": "out of memory"}
+    line = "error: out of memory at step 1 (CUDA out of memory. Tried to allocate 2.00 GiB): training.seq_len=..."
+    monkeypatch.setattr(throughput, "run_job", lambda *args: (1, f"[rank0] starting\n{line}\n"))
+    assert throughput.run_variant([], tmp_path, 3) == {"error": "out of memory", "line": line}
+    monkeypatch.setattr(throughput, "run_job", lambda *args: (None, "step 1 ..."))
+    assert throughput.run_variant([], tmp_path, 3, timeout_s=60) == {"error": "timeout", "timeout_s": 60}
 
-    def fake_crash(*args, **kwargs):
-        return subprocess.CompletedProcess(args, 1, stdout="", stderr="ValueError: topk=3")
-
-    monkeypatch.setattr(throughput.subprocess, "run", fake_crash)
+    monkeypatch.setattr(throughput, "run_job", lambda *args: (1, "ValueError: topk=3"))
     with pytest.raises(RuntimeError, match="ValueError: topk=3"):
         throughput.run_variant([], tmp_path, 3)
+
+
+def test_a_job_past_its_time_is_ended_with_every_process_it_started(tmp_path):
+    grandchild = tmp_path / "grandchild.pid"
+    code = ("import subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+            f"open({str(grandchild)!r}, 'w').write(str(p.pid)); print('started', flush=True); time.sleep(120)")
+    start = time.monotonic()
+    exit_code, output = throughput.run_job([sys.executable, "-c", code], dict(os.environ), timeout_s=3)
+    assert exit_code is None and "started" in output and time.monotonic() - start < 60
+    pid = int(grandchild.read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z":
+        assert time.monotonic() < deadline, "the job's own child outlived the timeout"
+        time.sleep(0.05)
 
 
 def test_only_the_steps_after_the_warm_up_are_timed_as_total_tokens_over_total_time(monkeypatch, tmp_path):
     per_step = [10.0, 20.0, 100.0, 50.0]  # tok/s of steps 1-4; steps 1 and 2 are warm-up
 
-    def fake_run(*args, **kwargs):
-        rows = [{"step": i + 1, throughput.TPS_TAG: tps, throughput.MEMORY_TAG: 2.0, "memory/max_active(GiB)": 1.5,
-                 "tflops": 3.0} for i, tps in enumerate(per_step)]
-        (tmp_path / throughput.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
-        return subprocess.CompletedProcess(args, 0, stdout="", stderr="")
+    def fake_run(first_step: int):
+        def run_job(*args):
+            rows = [{"step": first_step + i, throughput.TPS_TAG: tps, throughput.MEMORY_TAG: 2.0,
+                     "memory/max_active(GiB)": 1.5, "tflops": 3.0, throughput.LOSS_TAG: 5.0 - i}
+                    for i, tps in enumerate(per_step)]
+            (tmp_path / throughput.METRICS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+            return 0, ""
+        return run_job
 
-    monkeypatch.setattr(throughput.subprocess, "run", fake_run)
+    monkeypatch.setattr(throughput, "run_job", fake_run(1))
     run = throughput.run_variant([], tmp_path, 4)
     assert throughput.WARMUP_STEPS == 2
     assert run["tok_s"] == pytest.approx(2 / (1 / 100.0 + 1 / 50.0))  # 66.7, not the mean 75 nor with warm-up
-    assert run["tok_s_per_step"] == per_step
+    assert run["tok_s_per_step"] == per_step and run["loss_per_step"] == [5.0, 4.0, 3.0, 2.0]
     assert run["peak_gib"] == 2.0
+    monkeypatch.setattr(throughput, "run_job", fake_run(11))  # a job resumed at step 10: its first two steps too
+    assert throughput.run_variant([], tmp_path, 14)["tok_s"] == pytest.approx(2 / (1 / 100.0 + 1 / 50.0))
 
 
 def test_too_few_steps_to_time_is_refused_naming_the_value():

@@ -76,3 +76,25 @@ def test_the_input_checks_trace_without_a_break_when_sizes_are_symbolic():
     checked = torch.compile(lambda q, k, v: check_inputs(q, k, v) or q + 1, backend="eager", fullgraph=True,
                             dynamic=True)
     assert torch.equal(checked(q, k, v), q + 1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the inputs here are on the CPU")
+@pytest.mark.parametrize("setting, message", [
+    ({"v": None}, r"^v is None: Lighthouse attention needs the values v \[B, N, G, D\] beside q and k$"),
+    ({"implementation": "fused"}, r"^implementation='fused' needs CUDA inputs \(q is on cpu\) or TRITON_INTERPRET=1 "
+                                  r"\(Triton's interpreter, for tests\); use implementation='auto' or 'reference'$"),
+    ({"backend": "cudnn"}, r"^backend='cudnn' needs CUDA inputs \(they are on cpu\); use 'auto', 'flash' or 'math'$"),
+    ({"backend": "efficient"}, r"^backend='efficient' needs CUDA inputs \(they are on cpu\)"),
+], ids=["v-none", "fused-on-cpu", "cudnn-on-cpu", "efficient-on-cpu"])
+def test_a_call_that_cannot_run_here_is_one_value_error_naming_the_argument(setting, message, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the fused kernels' CPU stand-in is for tests only
+    q, k, v = random_qkv(1, 64, 4, 2, 8)
+    v = setting.pop("v", v)
+    with pytest.raises(ValueError, match=message):
+        lighthouse_attention(q, k, v, LighthouseConfig(**VALID, **setting))
+
+
+def test_levels_beyond_the_sequence_are_named_without_computing_the_huge_span():
+    with pytest.raises(ValueError, match=r"^levels=1000000 is too many for seq_len=64: pool\*\*\(levels-1\) \(pool=2\) "
+                                         "must divide seq_len$"):
+        LighthouseConfig(**{**VALID, "levels": 1000000}).validate(64)

@@ -20,6 +20,7 @@ from .helpers import DEVICE, REPO, child_env, fresh_seed, random_qkv, vectors_wi
 ROWS, SEQ_LEN, HEADS, KV_HEADS, DIM = 4, 256, 4, 2, 8
 PAPER = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")
 CAUSAL = LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal")
+STRICT = LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="strict")
 
 
 def _distinct_norm_qkv(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -47,7 +48,7 @@ def _caller_scores(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
                  for _ in range(2))
 
 
-@pytest.mark.parametrize("config", [PAPER, CAUSAL], ids=["paper", "causal"])
+@pytest.mark.parametrize("config", [PAPER, CAUSAL, STRICT], ids=["paper", "causal", "strict"])
 @pytest.mark.parametrize("prefixes", [(True,), (True, False), (False, True)], ids=["one-group", "TF", "FT"])
 @pytest.mark.parametrize("scores", ["pooling-pass", "caller"])
 def test_naive_and_fused_plans_select_the_same_entries(config, prefixes, scores):

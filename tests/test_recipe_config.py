@@ -18,7 +18,7 @@ from models.llama3_lighthouse import FLAVORS, LighthouseLlama
 from recipe import paper_configs
 from recipe.cli import ConfigError
 from recipe.job_config import check_initial_load
-from recipe.trainer import LighthouseTrainer, check_job
+from recipe.trainer import LighthouseTrainer, check_job, check_start_up
 
 REPO = Path(__file__).resolve().parent.parent
 DEBUG = str(REPO / "configs" / "debug.toml")
@@ -196,6 +196,42 @@ def test_long_context_configs_keep_the_paper_step_and_pass_the_cp_start_up_check
     assert t.seq_len * t.global_batch_size == 98304 * 32  # the paper's tokens per step
     assert (section.levels, section.pool, section.topk, section.scorer) == (3, 4, 2048, "norm")
     assert section.to_config().num_tiles % (2 * run.cp_degree) == 0  # tiles never cross a CP chunk
+
+
+ONE_NODE_RUNS = [run for run in paper_configs.LONG_CONTEXT_RUNS if run.card]
+
+
+def test_one_million_tokens_fit_one_node_at_cp_2_and_4_each_header_naming_its_card_and_memory():
+    assert [(run.seq_len, run.cp_degree) for run in ONE_NODE_RUNS] == [(1_048_576, 2), (1_048_576, 4)]
+    for run in ONE_NODE_RUNS:
+        text = (paper_configs.LONG_CONTEXT_DIR / f"{run.name}.toml").read_text()
+        header = text[:text.index("[job]")]
+        assert f"torchrun --nproc_per_node={run.cp_degree} " in header and run.card in header
+        assert parse(config_file=str(paper_configs.LONG_CONTEXT_DIR / f"{run.name}.toml")).compile.enable
+    cp2, cp4 = ONE_NODE_RUNS
+    assert "141 GB (H200)" in cp2.card and "80 GB (H100)" in cp4.card
+    assert "12,222-12,327 tok/s per GPU" in " ".join(cp2.measured) and "commit 5d87520" in " ".join(cp2.measured)
+    assert cp4.measured == ("Not measured yet (tok/s, peak memory).",)
+
+
+# The one-node geometry (16 tiles over 2*CP chunks, 3 sequences accumulated, no FSDP) at the debug model's size.
+CPU_SIZED = ("--model.flavor", "debug", "--training.seq_len", "4096", "--lighthouse.topk", "256",
+             "--lighthouse.tile_budget", "16", "--lighthouse.dense_layers", "0", "3", "--training.dataset", "synthetic",
+             "--compile.no-enable")
+
+
+@pytest.mark.parametrize("run", ONE_NODE_RUNS, ids=lambda run: run.name)
+def test_one_node_configs_pass_every_start_up_check_on_their_gpu_count_at_a_cpu_sized_override(run, tmp_path,
+                                                                                               monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", str(run.cp_degree))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config_file = str(paper_configs.LONG_CONTEXT_DIR / f"{run.name}.toml")
+    config = parse(*CPU_SIZED, "--job.dump_folder", str(tmp_path), config_file=config_file)
+    check_start_up(config)
+    assert config.lighthouse.to_config().num_tiles == 16 and config.training.global_batch_size == 3
+    monkeypatch.setenv("WORLD_SIZE", "8")  # the header's GPU count is the only one that splits the batch of 3
+    with pytest.raises(ConfigError, match=r"global_batch_size=3 is not a multiple"):
+        check_start_up(parse(*CPU_SIZED, "--job.dump_folder", str(tmp_path), config_file=config_file))
 
 
 @pytest.mark.slow

@@ -147,6 +147,8 @@ def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
     ("train_throughput.py", [], r"; --allow-cpu runs a smoke run of a small config \(--config configs/debug.toml\)"),
     ("cp_throughput.py", [], r"; --allow-cpu runs a smoke run of a small config with gloo \(--config "
                              r"configs/debug.toml\)"),
+    ("max_context.py", [], r"; --allow-cpu runs a smoke run of a small config with gloo \(--config "
+                           r"configs/debug.toml\)"),
 ])
 def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -256,3 +258,48 @@ def test_cp_parity_names_a_timing_it_cannot_take_instead_of_printing_nan(monkeyp
                            {"CP Lighthouse fwd": 2.0}, [reason], 0.0)
     out = capsys.readouterr().out
     assert "nan" not in out and f"\nnot timed: {reason}\n" in out and "| CP Lighthouse fwd | 2.00 | 1,024,000 |" in out
+
+
+TORCH_OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 139.81 GiB of which 1.2 "
+             "GiB is free.\nOf the allocated memory 130 GiB is allocated by PyTorch")
+
+
+def test_an_out_of_memory_line_names_the_length_per_rank_and_the_knobs_that_can_still_move():
+    from recipe.trainer import out_of_memory_line
+
+    config = parse_job_config(["--job.config_file", str(REPO / "configs" / "long_context" /
+                                                      "stage1_L3_p4_k2048_norm_1m_cp2.toml")])
+    line = out_of_memory_line(config, 3, torch.OutOfMemoryError(TORCH_OOM))
+    assert line == ("out of memory at step 3 (CUDA out of memory. Tried to allocate 2.00 GiB): training.seq_len="
+                    "1,048,576 is 524,288 tokens per rank at parallelism.context_parallel_degree=2, "
+                    "activation_checkpoint.mode='full', training.local_batch_size=1; raise "
+                    "parallelism.context_parallel_degree (more GPUs) or lower training.seq_len")
+    config.activation_checkpoint.mode, config.training.local_batch_size = "selective", 2
+    assert out_of_memory_line(config, 1, torch.OutOfMemoryError("")).endswith(
+        "(OutOfMemoryError): training.seq_len=1,048,576 is 524,288 tokens per rank at "
+        "parallelism.context_parallel_degree=2, activation_checkpoint.mode='selective', training.local_batch_size=2; "
+        "raise parallelism.context_parallel_degree (more GPUs), set activation_checkpoint.mode='full', lower "
+        "training.local_batch_size or lower training.seq_len")
+
+
+@pytest.mark.slow
+def test_out_of_memory_during_training_ends_in_one_line_and_exit_code_1(tmp_path):
+    code = (
+        "import recipe.compat; recipe.compat.install()\n"
+        "import torch\n"
+        "from recipe.trainer import LighthouseTrainer, main\n"
+        "def out_of_memory(self, *args, **kwargs):\n"
+        f"    raise torch.OutOfMemoryError({TORCH_OOM!r})\n"
+        "LighthouseTrainer.forward_backward_step = out_of_memory\n"
+        f"main(['--job.config_file', 'configs/debug.toml', '--job.dump_folder', {str(tmp_path)!r}])\n"
+    )
+    env = {**child_env(), **single_process_env()}
+    env.pop(DEBUG_ENV, None)
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert run.stderr.splitlines()[-1] == (
+        "error: out of memory at step 1 (CUDA out of memory. Tried to allocate 2.00 GiB): training.seq_len=512 is 512 "
+        "tokens per rank at parallelism.context_parallel_degree=1, activation_checkpoint.mode='none', "
+        "training.local_batch_size=2; raise parallelism.context_parallel_degree (more GPUs), set "
+        "activation_checkpoint.mode='full', lower training.local_batch_size or lower training.seq_len")
+    assert "Traceback" not in run.stdout + run.stderr

@@ -100,3 +100,14 @@ def test_the_report_names_every_key_of_the_docs_layout_and_the_speedup(tmp_path)
     # dense passes 2.5 halfway between its step-4 (4 s, 3.0) and step-8 (8 s, 2.0) points: 6 s, as fast
     assert paper["dense_seconds_to_this_loss"] == 6.0 and paper["time_to_quality_speedup"] == 1.0
     assert paper["stage1_step_speedup"] == 2.0
+
+
+def test_a_stage_2_that_trained_no_step_is_incomplete_not_an_arm_ending_at_its_switch(tmp_path):
+    write(tmp_path / "dense_s0", steps(1, 8, 1.0) + shadow((1, 5.0), (4, 3.0), (8, 2.0)))
+    write(tmp_path / "causal_s0", steps(1, 4, 0.5) + shadow((1, 5.0), (4, 3.5)))
+    write(tmp_path / "causal_s0_switch4_rewarm2", [{"event": "run_start", "step": 5}])  # failed at its resume
+    incomplete: list[str] = []
+    assert [a.name for a in load_arms(tmp_path, incomplete)] == ["dense_s0"]
+    assert incomplete == ["causal_s0_switch4_rewarm2"]
+    with pytest.raises(ValueError, match="causal_s0_switch4_rewarm2"):
+        load_arms(tmp_path)

@@ -7,8 +7,9 @@ the concatenation of the chunks' gathered parts in chunk order: laid out [head p
 sharded exactly like the dense sequence and goes through torch's stock ring attention (causal, load
 balanced). Scatter-back ranges spill up to pool**(levels-1) - 1 positions into the next chunk; that halo is
 sent to the chunk's owner (`halos.FoldHalos`). The prefix guarantee applies to chunk 0 only (global token 0).
-With selection="causal" an entry scores the p**l tokens ending at its first token, so a chunk's first entries
-reach up to p**(L-1) - 1 tokens into the previous chunk: each rank all-gathers the level-0 scores of its
+With selection="causal" or "strict" an entry scores the p**l tokens ending at its first token, so a chunk's
+first entries reach up to p**(L-1) - 1 tokens into the previous chunk (strict's online rule reads nothing else
+outside its tile): each rank all-gathers the level-0 scores of its
 chunks' last p**(L-1) - 1 tokens (`halos.score_histories`), the same owner map as the output halos, and
 every chunk pools with the exact scores the single device sees.
 The dilated scorer attends over strided sub-sequences of the whole sequence; with chunks divisible by the
@@ -50,10 +51,10 @@ def shard_token_scores(
 
 
 def shard_score_history(config: LighthouseConfig, mesh: DeviceMesh) -> ScoreHistory | None:
-    """This rank's `ScoreHistory` for selection="causal": chunk rows [2B, G, C] (row 2b + half) in, the level-0
-    scores of the p**(L-1) - 1 tokens before each chunk out (`halos.score_histories`, one all-gather: the same
-    owner map as the output halos). None for "paper", which reads no token outside the chunk."""
-    if config.selection == "paper":
+    """This rank's `ScoreHistory` for selection="causal" or "strict": chunk rows [2B, G, C] (row 2b + half) in,
+    the level-0 scores of the p**(L-1) - 1 tokens before each chunk out (`halos.score_histories`, one all-gather:
+    the same owner map as the output halos). None for "paper", which reads no token outside the chunk."""
+    if not config.trailing_scores:
         return None
     halo = config.coarsest_span - 1
 

@@ -5,8 +5,8 @@ Under context parallelism a rank holds two chunks of C tokens laid out
 (row 2b + half). Pooling windows and tiles never cross a chunk, so pooling, scores, gather and scatter-back
 run on that batch exactly as on 2B sequences of C tokens, with the per-chunk config (topk / 2W). Only the
 prefix guarantee tells the chunks apart (it belongs to the chunk holding token 0), so selection runs once
-per half, and, with selection="causal", the trailing windows of a chunk's first entries, which reach
-p**(L-1) - 1 tokens into the previous chunk: the caller's `history` supplies those tokens' level-0 scores.
+per half, and, with selection="causal" or "strict", the trailing windows of a chunk's first entries, which
+reach p**(L-1) - 1 tokens into the previous chunk: the caller's `history` supplies those tokens' level-0 scores.
 Scatter-back keeps each chunk's spill for the caller's halo exchange. Both steps are the single-device
 layer's own calls, `plan` and `attend` of the implementation the caller passes (`lighthouse.pipeline`), on
 the chunk rows.
@@ -42,11 +42,13 @@ def shard_plan(pipeline: Pipeline, q: torch.Tensor, k: torch.Tensor, v: torch.Te
     q [B, 2C, H, D], k/v [B, 2C, G, D] hold a head and a tail chunk; `config` is the per-chunk config
     (valid for C tokens). `prefixes[half]` says whether that chunk keeps the prefix guarantee.
     `token_scores`: the shard's level-0 scores (sq, sk [B, G, 2C]) where a chunk's own tokens do not give
-    them (the dilated scorer's), else None; pooled per chunk as `config.selection` says (causal: with
+    them (the dilated scorer's), else None; pooled per chunk as `config.selection` says (causal, strict: with
     `history`, the scores before each chunk row, needed then).
     """
-    if config.selection == "causal" and history is None:
-        raise ValueError('selection="causal" on a shard needs `history`: the scores of the tokens before each chunk')
+    if config.trailing_scores and history is None:
+        raise ValueError(
+            f'selection="{config.selection}" on a shard needs `history`: the scores of the tokens before each chunk'
+        )
     rows = None if token_scores is None else tuple(chunk_scores(s) for s in token_scores)
     return pipeline.plan(*(chunk_rows(x) for x in (q, k, v)), config, prefixes, rows, history)
 

@@ -25,10 +25,11 @@ CONFIG_IDS = [f"L{c[0]}-p{c[1]}-k{c[2]}-m{c[3]}-N{c[4]}" for c in CONFIGS]
 
 
 def _score_pyramids(shape, seq_len, config, ties):
-    """Max-pooled score pyramids of fresh random token scores; `ties` draws from 3 values only."""
+    """Score pyramids of fresh random token scores, pooled as `config.selection` says; `ties` draws from 3
+    values only."""
     def one():
         s = torch.rand(*shape, seq_len, device=DEVICE)
-        return pyramid_scores((s * 3).floor() if ties else s, config.pool, config.levels)
+        return pyramid_scores((s * 3).floor() if ties else s, config.pool, config.levels, config.selection)
     return one(), one()
 
 
@@ -38,10 +39,11 @@ def _assert_same_selection(fast, ref):
     assert torch.equal(fast.expanded, ref.expanded), "expanded flags differ"
 
 
+@pytest.mark.parametrize("selection", ["paper", "strict"], ids=["ranking", "strict-online"])
 @pytest.mark.parametrize("ties", [False, True], ids=["distinct", "ties"])
 @pytest.mark.parametrize("levels, pool, topk, budget, n", CONFIGS, ids=CONFIG_IDS)
-def test_kernel_descent_equals_reference(levels, pool, topk, budget, n, ties):
-    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection="paper")
+def test_kernel_descent_equals_reference(levels, pool, topk, budget, n, ties, selection):
+    config = LighthouseConfig(levels=levels, pool=pool, topk=topk, tile_budget=budget, selection=selection)
     sq, sk = _score_pyramids((1, 2), n, config, ties)
     order = select_gather_order(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
     _assert_same_selection(selection_of(order.packed, config), descend(sq, sk, config))
@@ -62,7 +64,7 @@ def test_prefix_guarantee_follows_the_flag(prefix):
     assert token0_chain_expanded.sum().item() == (2 * (config.levels - 1) if prefix else 0)
 
 
-@pytest.mark.parametrize("selection", ["paper", "causal"])
+@pytest.mark.parametrize("selection", ["paper", "causal", "strict"])
 @pytest.mark.parametrize("scorer", ["norm", "dilated"])
 def test_kernel_descent_on_qkv_scores_with_gqa_equals_reference(scorer, selection):
     config = LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8, scorer=scorer, dilation=2, selection=selection)
@@ -122,3 +124,28 @@ def test_inverse_map_does_not_depend_on_what_its_memory_held(monkeypatch):
     poisoned = select_order(*args)
     assert torch.equal(poisoned.slots, clean.slots) and torch.equal(poisoned.packed, clean.packed)
     assert (clean.slots == -1).any()
+
+
+
+@pytest.mark.parametrize("coarse_block", [8, 32], ids=lambda b: f"block{b}")
+def test_kernel_strict_rule_carries_its_counts_and_window_across_coarsest_blocks(coarse_block):
+    # 24 coarsest entries per tile, window 2*24/8 - 1 = 5: records and caps cross the blocks of 8;
+    # NaN scores (counted as +inf) at a coarsest entry and at level 1
+    config = LighthouseConfig(levels=3, pool=4, topk=16, tile_budget=8, selection="strict")
+    sq, sk = _score_pyramids((2, 2), 768, config, ties=False)
+    sq[1][0, 0, 5] = float("nan")
+    for s in (sq, sk):
+        s[2][..., 3] = float("nan")
+    order = select_order(torch.cat(sq, -1), torch.cat(sk, -1), 768, config.pool, config.levels, config.topk,
+                         config.tile_budget, coarse_block=coarse_block, strict=True)
+    _assert_same_selection(selection_of(order.packed, config), descend(sq, sk, config))
+
+
+@pytest.mark.parametrize("prefix", [True, False], ids=["prefix", "shard"])
+def test_kernel_strict_descent_ignores_the_prefix_flag_as_the_reference_does(prefix):
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="strict")
+    sq, sk = _score_pyramids((2, 1), 128, config, ties=False)
+    for s in sq + sk:
+        s[..., 0] = -1.0
+    order = select_gather_order(torch.cat(sq, -1), torch.cat(sk, -1), 128, config, prefix=prefix)
+    _assert_same_selection(selection_of(order.packed, config), descend(sq, sk, config, prefix=True))

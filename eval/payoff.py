@@ -1,0 +1,158 @@
+"""The pay-off map's report: distributions of final held-out loss over seeds, not means.
+
+Input: the time-to-quality records of every run (`eval.time_to_quality.report_records`, each paired with the
+dense run of its seed), possibly joined by earlier records of the same study. Output: per arm, every seed's final
+loss and its group (below or above a threshold fixed in advance), the paired differences to dense (and to a
+baseline arm) with a bootstrap interval over seeds, and per-seed time to quality.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+import numpy as np
+
+from eval.time_to_quality import arm_label
+
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def bootstrap_interval(values: list[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0
+                       ) -> tuple[float, float] | None:
+    """95% percentile interval of the mean of `values` over resampled seeds; None for fewer than 2 values."""
+    if len(values) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    samples = rng.choice(np.asarray(values, dtype=np.float64), size=(resamples, len(values)), replace=True)
+    low, high = np.percentile(samples.mean(axis=1), [2.5, 97.5])
+    return float(low), float(high)
+
+
+def largest_gap_split(losses: list[float]) -> float | None:
+    """The midpoint of the largest gap between consecutive sorted losses (a description, decides nothing)."""
+    ordered = sorted(losses)
+    if len(ordered) < 2:
+        return None
+    i = max(range(len(ordered) - 1), key=lambda j: ordered[j + 1] - ordered[j])
+    return (ordered[i] + ordered[i + 1]) / 2
+
+
+def by_arm(records: list[dict]) -> dict[str, dict[int, dict]]:
+    """{arm label: {seed: record}} (the dense records of seed 0 are named plain `dense` in older files)."""
+    arms: dict[str, dict[int, dict]] = defaultdict(dict)
+    for r in records:
+        arms[arm_label(r["name"])][r["seed"]] = r
+    return dict(arms)
+
+
+def paired(arms: dict[str, dict[int, dict]], arm: str, reference: str) -> dict:
+    """`arm` minus `reference` on the seeds both ran: each seed's difference of final loss, their mean, the
+    bootstrap interval and how many are below 0."""
+    seeds = sorted(set(arms[arm]) & set(arms.get(reference, {})))
+    diffs = [arms[arm][s]["final_heldout_loss"] - arms[reference][s]["final_heldout_loss"] for s in seeds]
+    interval = bootstrap_interval(diffs)
+    return {"arm": arm, "reference": reference, "seeds": seeds, "differences": [round(d, 4) for d in diffs],
+            "mean": round(statistics.mean(diffs), 4) if diffs else None,
+            "interval95": None if interval is None else [round(v, 4) for v in interval],
+            "below_zero": sum(d < 0 for d in diffs)}
+
+
+def distributions(records: list[dict], threshold: float | None, baseline: str | None = None) -> dict:
+    """Every arm's finals by seed with their group, group counts, time to quality per seed, and the paired
+    differences to dense and to `baseline`."""
+    arms = by_arm(records)
+    finals = [r["final_heldout_loss"] for r in records]
+    summary: dict = {"threshold": threshold, "largest_gap_split": largest_gap_split(finals), "arms": {},
+                     "paired": []}
+    for arm, seeds in sorted(arms.items(), key=lambda item: (item[0] != "dense", item[0])):
+        rows = {s: {"final": round(r["final_heldout_loss"], 4), "commit": r.get("commit"), "device": r.get("device"),
+                    **({"group": "lower" if r["final_heldout_loss"] < threshold else "upper"}
+                       if threshold is not None else {}),
+                    **({"time_to_quality": r["time_to_quality_speedup"]} if "time_to_quality_speedup" in r else {})}
+                for s, r in sorted(seeds.items())}
+        entry: dict = {"seeds": rows}
+        if threshold is not None:
+            entry["lower"] = sum(row["group"] == "lower" for row in rows.values())
+            entry["upper"] = len(rows) - entry["lower"]
+        speedups = [row["time_to_quality"] for row in rows.values() if row.get("time_to_quality") is not None]
+        if speedups:
+            entry["time_to_quality_median"] = round(statistics.median(speedups), 4)
+        summary["arms"][arm] = entry
+        if arm != "dense" and "dense" in arms:
+            summary["paired"].append(paired(arms, arm, "dense"))
+    if baseline in arms:
+        summary["paired"] += [paired(arms, arm, baseline) for arm in sorted(arms) if arm not in ("dense", baseline)]
+    return summary
+
+
+def separation_step(dense_curves: dict[int, list[tuple[float, float]]], lower: set[int]) -> int | None:
+    """The first validated step from which every lower-group dense seed stays below every upper-group one
+    (curves: seed -> [(step, loss)] on the same steps); None if they never separate or a group is empty."""
+    upper = set(dense_curves) - lower
+    if not lower or not upper:
+        return None
+    steps = [step for step, _ in next(iter(dense_curves.values()))]
+    losses = {seed: dict(curve) for seed, curve in dense_curves.items()}
+    separated = [max(losses[s][t] for s in lower) < min(losses[s][t] for s in upper) for t in steps]
+    for i, step in enumerate(steps):
+        if all(separated[i:]):
+            return int(step)
+    return None
+
+
+def markdown(summary: dict) -> str:
+    """Tables: every seed's final loss by arm (group and time to quality), then the paired differences."""
+    seeds = sorted({s for arm in summary["arms"].values() for s in arm["seeds"]})
+    lines = ["| arm | " + " | ".join(f"seed {s}" for s in seeds) + " | lower / upper | median time to quality |",
+             "|---|" + "---|" * (len(seeds) + 2)]
+    for arm, entry in summary["arms"].items():
+        cells = []
+        for s in seeds:
+            row = entry["seeds"].get(s)
+            if row is None:
+                cells.append("-")
+                continue
+            mark = {"lower": " (L)", "upper": ""}.get(row.get("group"), "")
+            tq = f", {row['time_to_quality']:.2f}x" if row.get("time_to_quality") is not None else ""
+            cells.append(f"{row['final']:.4f}{mark}{tq}")
+        groups = f"{entry['lower']} / {entry['upper']}" if "lower" in entry else "-"
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {groups} | {entry.get('time_to_quality_median', '-')} |")
+    lines += ["", "| arm - reference | seeds | differences | mean | 95% bootstrap interval | below 0 |",
+              "|---|---|---|---|---|---|"]
+    for p in summary["paired"]:
+        interval = "-" if p["interval95"] is None else f"[{p['interval95'][0]:+.4f}, {p['interval95'][1]:+.4f}]"
+        mean = "-" if p["mean"] is None else f"{p['mean']:+.4f}"
+        lines.append(f"| {p['arm']} - {p['reference']} | {','.join(map(str, p['seeds']))} | "
+                     f"{' '.join(f'{d:+.3f}' for d in p['differences'])} | {mean} | {interval} | "
+                     f"{p['below_zero']}/{len(p['seeds'])} |")
+    return "\n".join(lines)
+
+
+def plot_finals(summary: dict, path: str, title: str) -> None:
+    """Every run's final held-out loss, one column per arm, one point per seed (earlier records hollow), the
+    group threshold dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = list(summary["arms"])
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(arms), 4.5))
+    commits = sorted({row["commit"] for entry in summary["arms"].values() for row in entry["seeds"].values()}, key=str)
+    newest = commits[-1] if commits else None
+    for x, arm in enumerate(arms):
+        rows = summary["arms"][arm]["seeds"]
+        for i, (seed, row) in enumerate(sorted(rows.items())):
+            jitter = (i - (len(rows) - 1) / 2) * 0.06
+            hollow = len(commits) > 1 and row["commit"] != newest
+            ax.plot(x + jitter, row["final"], "o", ms=6, mfc="none" if hollow else "tab:blue", mec="tab:blue")
+            ax.annotate(str(seed), (x + jitter, row["final"]), fontsize=6, xytext=(4, -2), textcoords="offset points")
+    if summary["threshold"] is not None:
+        ax.axhline(summary["threshold"], color="grey", ls="--", lw=0.8, label=f"group threshold {summary['threshold']}")
+        ax.legend(fontsize=7)
+    ax.set_xticks(range(len(arms)), arms, rotation=15, fontsize=7)
+    ax.set_ylabel("final held-out loss, dense attention (nats/byte)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,224 @@
+"""The pay-off map's study: which runs a study TOML asks for, and the `train.py` calls that train them.
+
+A study file (`configs/payoff/*.toml`) names one job config, the seeds, and one or more `[[grid]]` blocks; each
+block is the product of its values, the study the union of the blocks:
+
+    [study]
+    config = "configs/time_to_quality/tiny_128k.toml"   # every run's job config
+    run = "outputs/payoff/tiny_128k"                     # one folder per run, the queue's logs, the report
+    corpus = "outputs/payoff/corpus"                     # <corpus>/train and <corpus>/heldout
+    steps = 720                                          # every run's steps, on one LR schedule
+    warmup_steps = 72
+    seeds = [0, 1, 2, 3]
+    dense = true                                         # a dense run of every seed: the reference
+
+    [[grid]]
+    topk = [1024, 2048]           # default: the config's        (stage 1)
+    dense_layers = [[0, 7], []]   # default: the config's        (stage 1)
+    selection = ["causal"]        # default: the config's        (stage 1)
+    switch = [180, 360]           # default: steps / 2           (the step of the switch to dense attention)
+    rewarm_steps = [0, 36]        # default: 0                   (an LR re-warm at the switch)
+
+Runs of one seed that differ only after the switch share one stage-1 run, trained to the last switch any of
+them needs (checkpoints at the config's interval must fall on every switch). Folder names follow
+`eval.time_to_quality`: `dense_s<seed>`; stage 1 `<selection>_s<seed>` plus `_k<topk>` and
+`_dl<layers joined by ->` (`_dlnone`: no dense layer) where they differ from the config; stage 2 that plus
+`_switch<step>` and `_rewarm<steps>`. The report's optional keys: `group_threshold` (the final loss below
+which a run is in the lower group), `baseline` (the arm that the other Lighthouse arms are paired with),
+`anatomy_windows` and `niah_lengths` (the per-token analysis of every seed's final models).
+"""
+from __future__ import annotations
+
+import itertools
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .toml_config import get_key, load_toml
+
+STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
+              "anatomy_windows", "niah_lengths"}
+GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps"}
+
+
+@dataclass(frozen=True)
+class Stage1:
+    selection: str
+    topk: int
+    dense_layers: tuple[int, ...]
+    seed: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training process of the study: `kind` dense, stage1 or stage2 (resuming `stage1` at `switch`)."""
+
+    name: str
+    kind: str
+    seed: int
+    stage1: Stage1 | None = None
+    switch: int = 0
+    rewarm_steps: int = 0
+    steps: int = 0
+    after: tuple[str, ...] = ()
+
+
+@dataclass
+class Study:
+    path: Path
+    config: str
+    run: Path
+    corpus: Path
+    steps: int
+    warmup_steps: int
+    seeds: list[int]
+    dense: bool
+    grid: list[dict[str, list[Any]]]
+    base: dict[str, Any] = field(repr=False)
+    group_threshold: float | None = None
+    baseline: str | None = None
+    anatomy_windows: int = 0
+    niah_lengths: list[int] = field(default_factory=list)
+
+
+def _fail(path: Path, message: str) -> ValueError:
+    return ValueError(f"{path}: {message}")
+
+
+def _int_list(path: Path, key: str, value: Any, minimum: int) -> list[int]:
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in value)):
+        raise _fail(path, f"{key} = {value!r} must be a non-empty list of integers >= {minimum}")
+    if len(set(value)) != len(value):
+        raise _fail(path, f"{key} = {value!r} repeats a value")
+    return value
+
+
+def load_study(path: Path) -> Study:
+    """The study of a TOML file; ValueError naming the file, the key and the value of any mistake."""
+    try:
+        raw = load_toml(path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: cannot read the study file: {err}") from err
+    study, blocks = raw.get("study"), raw.get("grid")
+    if not isinstance(study, dict) or not isinstance(blocks, list) or not blocks:
+        raise _fail(path, "needs a [study] table and at least one [[grid]] block")
+    if unknown := sorted(set(raw) - {"study", "grid"}) + sorted(f"study.{k}" for k in set(study) - STUDY_KEYS):
+        raise _fail(path, f"unknown keys {unknown}")
+    for key in ("config", "run", "corpus", "steps", "seeds"):
+        if key not in study:
+            raise _fail(path, f"[study] needs {key}")
+    config = Path(study["config"])
+    if not config.is_file():
+        raise _fail(path, f"study.config = {str(config)!r} is not a file")
+    steps = study["steps"]
+    if not isinstance(steps, int) or steps < 2:
+        raise _fail(path, f"study.steps = {steps!r} must be an integer >= 2")
+    base = load_toml(config)
+    parsed = Study(
+        path=path, config=str(config), run=Path(study["run"]), corpus=Path(study["corpus"]), steps=steps,
+        warmup_steps=study.get("warmup_steps", get_key(base, "lr_scheduler.warmup_steps", 0)),
+        seeds=_int_list(path, "study.seeds", study["seeds"], 0), dense=study.get("dense", True), grid=[], base=base,
+        group_threshold=study.get("group_threshold"), baseline=study.get("baseline"),
+        anatomy_windows=study.get("anatomy_windows", 0), niah_lengths=study.get("niah_lengths", []))
+    interval = get_key(base, "checkpoint.interval", 0)
+    for number, block in enumerate(blocks, 1):
+        if unknown := sorted(set(block) - GRID_KEYS):
+            raise _fail(path, f"[[grid]] block {number} has unknown keys {unknown} (known: {sorted(GRID_KEYS)})")
+        axes = {
+            "selection": block.get("selection", [get_key(base, "lighthouse.selection", "causal")]),
+            "topk": _int_list(path, f"grid {number} topk", block.get("topk", [get_key(base, "lighthouse.topk")]), 1),
+            "dense_layers": block.get("dense_layers", [get_key(base, "lighthouse.dense_layers", [])]),
+            "switch": _int_list(path, f"grid {number} switch", block.get("switch", [steps // 2]), 1),
+            "rewarm_steps": _int_list(path, f"grid {number} rewarm_steps", block.get("rewarm_steps", [0]), 0),
+        }
+        if late := [s for s in axes["switch"] if s >= steps]:
+            raise _fail(path, f"grid {number} switch {late} must be below study.steps = {steps}")
+        if interval and (off := [s for s in axes["switch"] if s % interval]):
+            raise _fail(path, f"grid {number} switch {off} must be multiples of checkpoint.interval = {interval} "
+                              f"in {config} (stage 2 resumes the checkpoint saved at the switch)")
+        if any(not isinstance(d, list) for d in axes["dense_layers"]):
+            raise _fail(path, f"grid {number} dense_layers = {axes['dense_layers']!r} must be a list of lists")
+        parsed.grid.append(axes)
+    return parsed
+
+
+def _layers_suffix(layers: tuple[int, ...]) -> str:
+    return "_dl" + ("-".join(map(str, layers)) if layers else "none")
+
+
+def stage1_of(study: Study, selection: str, topk: int, dense_layers: list[int], seed: int) -> Stage1:
+    """The stage-1 run of these settings, named by what differs from the config."""
+    name = f"{selection}_s{seed}"
+    if topk != get_key(study.base, "lighthouse.topk"):
+        name += f"_k{topk}"
+    if list(dense_layers) != list(get_key(study.base, "lighthouse.dense_layers", [])):
+        name += _layers_suffix(tuple(dense_layers))
+    return Stage1(selection, topk, tuple(dense_layers), seed, name)
+
+
+def plan_runs(study: Study) -> list[Run]:
+    """Every run of the study in queue order: block by block, seed by seed, each seed's stage-1 runs and its dense
+    run first, then its stage-2 runs; a run that an earlier block already holds is not repeated."""
+    stage2: dict[str, Run] = {}
+    last_switch: dict[Stage1, int] = {}
+    order: list[tuple[str, Any]] = []
+    for axes in study.grid:
+        for seed in study.seeds:
+            for selection, topk, layers in itertools.product(axes["selection"], axes["topk"], axes["dense_layers"]):
+                stage1 = stage1_of(study, selection, topk, layers, seed)
+                if stage1 not in last_switch:
+                    order.append(("stage1", stage1))
+                last_switch[stage1] = max(last_switch.get(stage1, 0), max(axes["switch"]))
+            if study.dense and ("dense", seed) not in order:
+                order.append(("dense", seed))
+            for selection, topk, layers, switch, rewarm in itertools.product(
+                    axes["selection"], axes["topk"], axes["dense_layers"], axes["switch"], axes["rewarm_steps"]):
+                stage1 = stage1_of(study, selection, topk, layers, seed)
+                name = f"{stage1.name}_switch{switch}" + (f"_rewarm{rewarm}" if rewarm else "")
+                if name not in stage2:
+                    stage2[name] = Run(name, "stage2", seed, stage1, switch, rewarm, study.steps, (stage1.name,))
+                    order.append(("stage2", name))
+    runs = []
+    for kind, item in order:
+        if kind == "stage1":
+            runs.append(Run(item.name, "stage1", item.seed, item, steps=last_switch[item]))
+        elif kind == "dense":
+            runs.append(Run(f"dense_s{item}", "dense", item, steps=study.steps))
+        else:
+            runs.append(stage2[item])
+    return runs
+
+
+def train_command(study: Study, run: Run, python: str = "python3") -> str:
+    """The shell command (from the repository root) that trains `run`; rerun, it resumes its latest checkpoint."""
+    argv = [python, "train.py", "--job.config_file", study.config,
+            "--training.dataset_path", str(study.corpus / "train"),
+            "--validation.dataset_path", str(study.corpus / "heldout"),
+            "--lr_scheduler.warmup_steps", str(study.warmup_steps), "--lr_scheduler.total_steps", str(study.steps),
+            "--lighthouse.no-log-stats", "--debug.seed", str(run.seed), "--job.dump_folder", str(study.run / run.name),
+            "--training.steps", str(run.steps)]
+    if run.kind == "stage1":
+        stage1 = run.stage1
+        argv += ["--lighthouse.selection", stage1.selection, "--lighthouse.topk", str(stage1.topk),
+                 "--lighthouse.dense_layers", *map(str, stage1.dense_layers)]
+    else:
+        argv += ["--lighthouse.no-enable"]
+    if run.kind == "stage2":
+        argv += ["--checkpoint.initial_load_path", str(study.run / run.stage1.name / "checkpoint" / f"step-{run.switch}"),
+                 "--checkpoint.no-initial-load-model-only"]
+        if run.rewarm_steps:
+            argv += ["--lr_scheduler.rewarm_at_step", str(run.switch), "--lr_scheduler.rewarm_steps",
+                     str(run.rewarm_steps)]
+    return shlex.join(argv)
+
+
+def final_models(runs: list[Run]) -> dict[int, list[str]]:
+    """Each seed's runs that end at the study's last step (dense and stage 2), in queue order."""
+    finals: dict[int, list[str]] = {}
+    for run in runs:
+        if run.kind != "stage1":
+            finals.setdefault(run.seed, []).append(run.name)
+    return finals

@@ -1,0 +1,144 @@
+"""The longest context 1, 2 and 4 GPUs train, Lighthouse and dense: a search over lengths, each probe a job.
+
+    python scripts/max_context.py --json docs/max_context.json --markdown docs/max_context.md   # 4 GPUs: 1, 2, 4
+    python scripts/max_context.py --gpus 2 --start 1048576 --json max_context_2gpu.json        # 2 GPUs from 1M
+    python scripts/max_context.py --config configs/debug.toml --gpus 1 --start 512 --resolution 256 \\
+        --max-len 1024 --compile off --allow-cpu                                     # CPU smoke run
+
+For each GPU count W in `--gpus` and each attention, trains the config (default: the paper model's stage 1
+with L=3, p=4, k=2048, norm scorer, layers 0, 1, 28, 29 dense; full activation checkpointing; compiled) on W
+processes with `parallelism.context_parallel_degree = W` (no FSDP), local batch 1, synthetic data, for
+`--steps` steps at each length probed: doubling from `--start` while a probe trains, then bisection to
+`--resolution` tokens between the longest that trained and the shortest that did not (out of memory, past
+`--timeout` seconds, or another failure, recorded with its reason). Each probe is its own job, so an
+out-of-memory probe cannot poison the next. Prints the markdown table of docs/context_parallel.md; `--json`
+is rewritten after every probe (each probe's length, outcome, peak memory), `--resume` keeps the probes it
+records and trains the others.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
+from eval.cli import OneLineParser
+from eval.device import pick_device, require_cuda
+from eval.max_context import ATTENTIONS, ProbeJob, check_lengths, find_longest, table
+from eval.records import command_line, environment
+from eval.throughput import positive_int, switch_values
+from recipe.cli import ConfigError, parse_job_config
+from recipe.run_record import REPO
+
+DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k2048_norm.toml"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Search every (GPU count, attention), print the table, write the JSON (and the table with --markdown)."""
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG))
+    parser.add_argument("--gpus", default="1,2,4", help="GPU counts (the CP degree of each), comma-separated")
+    parser.add_argument("--attentions", default=",".join(ATTENTIONS), help=f"comma-separated subset of {ATTENTIONS}")
+    parser.add_argument("--start", type=positive_int, default=131072, help="the first length probed (tokens)")
+    parser.add_argument("--resolution", type=positive_int, default=65536,
+                        help="bisection step (tokens; a multiple of the CP geometry's length step)")
+    parser.add_argument("--max-len", type=positive_int, default=16777216, help="the longest length probed")
+    parser.add_argument("--steps", type=positive_int, default=2, help="training steps per probe")
+    parser.add_argument("--timeout", type=positive_int, default=1800, help="seconds a probe may take")
+    parser.add_argument("--ac", default="full", choices=("none", "selective", "full"))
+    parser.add_argument("--compile", default="on", help="on or off: torch.compile the model")
+    parser.add_argument("--json", type=Path, help="write the record here (after every probe)")
+    parser.add_argument("--resume", action="store_true", help="keep the probes --json already records")
+    parser.add_argument("--markdown", type=Path, help="write the table here")
+    parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA too (gloo): a smoke run of a "
+                        "small config (otherwise the script needs CUDA)")
+    parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py arguments for every probe")
+    args = parser.parse_args(argv)
+    args.train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
+
+    try:
+        gpus = sorted({positive_int(x) for x in args.gpus.split(",")})
+    except argparse.ArgumentTypeError as err:
+        parser.error(f"--gpus={args.gpus}: {err}")
+    attentions = args.attentions.split(",")
+    if not set(attentions) <= set(ATTENTIONS):
+        parser.error(f"--attentions={args.attentions}: choose from {ATTENTIONS}")
+    try:
+        [compile_on] = switch_values("--compile", args.compile)
+    except ValueError as err:
+        parser.error(str(err).replace("comma-separated values of", "one of"))
+    if args.max_len < args.start:
+        parser.error(f"--max-len={args.max_len} is below --start={args.start}")
+    if args.resume and not args.json:
+        parser.error("--resume keeps the probes of --json: name it")
+    try:
+        layer = parse_job_config(["--job.config_file", args.config, *args.train_args]).lighthouse.to_config()
+        check_lengths(layer, args.start, args.resolution, gpus)
+    except (ConfigError, ValueError) as err:
+        parser.error(str(err))
+    if not args.allow_cpu:
+        require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
+
+    job = ProbeJob(args.config, args.ac, compile_on, args.steps, args.timeout, args.train_args)
+    settings = {"config": args.config, "activation_checkpointing": args.ac, "compile": compile_on,
+                "steps": args.steps, "timeout_s": args.timeout, "train_args": args.train_args,
+                "start": args.start, "resolution": args.resolution, "max_len": args.max_len}
+    plan = [(w, attention) for w in gpus for attention in attentions]
+    known: dict[tuple[int, str], dict[int, dict]] = {pair: {} for pair in plan}
+    record = {"settings": settings, "command": command_line(), "environment": environment(pick_device("auto")),
+              "results": []}
+    if args.resume and args.json.exists():
+        before = json.loads(args.json.read_text())
+        if before["settings"] != settings:
+            parser.error(f"--resume: {args.json} was searched with other settings ({before['settings']}); "
+                         "resume with the same ones or write another --json")
+        for result in before["results"] + ([before["searching"]] if "searching" in before else []):
+            pair = (result["gpus"], result["attention"])
+            if pair in known:
+                known[pair] = {p["seq_len"]: p for p in result["probes"]}
+            elif "longest" in result:  # a search of another call, kept in the file
+                record["results"].append(result)
+
+    def save() -> None:
+        shown = sorted(set(gpus) | {r["gpus"] for r in record["results"]})
+        record["table"] = table(record["results"], shown, args.max_len)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(record, indent=2) + "\n")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for w, attention in plan:
+            probes = known[w, attention]
+            record["searching"] = {"gpus": w, "attention": attention, "probes": list(probes.values())}
+
+            def on_probe(result: dict, w=w, attention=attention) -> None:
+                result["measured_by"] = {key: record[key] for key in ("command", "environment")}
+                record["searching"]["probes"].append(result)
+                print(f"{w} GPU(s) {attention:10s} {result}", flush=True)
+                save()
+
+            try:
+                result = find_longest(job, w, attention, args.start, args.resolution, args.max_len, Path(tmp),
+                                      probes, on_probe)
+            except RuntimeError as err:
+                print(f"error: {err}", file=sys.stderr, flush=True)
+                raise SystemExit(1) from None
+            del record["searching"]
+            record["results"].append(result)
+            save()
+    print(f"\n{args.config}, search from {args.start:,}, resolution {args.resolution:,}, {args.steps} "
+          f"step(s) a probe\n" + " | ".join(f"{k} {v}" for k, v in record["environment"].items()) + "\n"
+          + record["table"])
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(record["table"] + "\n")
+    return record
+
+
+if __name__ == "__main__":
+    main()

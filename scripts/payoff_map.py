@@ -1,0 +1,209 @@
+"""The pay-off map: train a grid of Lighthouse -> dense arms (k x switch x dense layers x LR re-warm) and
+dense over seeds from one study TOML, then report distributions over seeds (docs/recipe.md, "The pay-off map").
+
+    python scripts/payoff_map.py tasks  configs/payoff/tiny_128k_basin.toml        # print the queue
+    python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3   # one machine
+    python scripts/payoff_map.py submit configs/payoff/tiny_128k_basin.toml -- --partition=gpu --gres=gpu:1
+    python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml [--include docs/time_to_quality.json]
+
+The study file's format is `recipe.payoff_grid`'s docstring. `run` queues every run on the GPUs of this
+machine (`scripts/gpu_queue.py`: one run per GPU, each after the runs it resumes; rerun to continue a stopped
+queue); `submit` makes each run one SLURM job (`sbatch --dependency=afterok` on the runs it resumes; sbatch
+options after `--`). With `[study] anatomy_windows`, each seed's final models also get their per-token losses
+(and NIAH with `niah_lengths`) scored after that seed's runs (`scripts/loss_anatomy.py dump`). `report` writes
+`<run>/report/payoff.{json,md}`, `payoff_finals.png` (every final loss by arm), the curves, and with per-token
+dumps the loss anatomy of the lower vs the upper dense group.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
+from eval import loss_anatomy, payoff
+from eval.records import write_record
+from eval.time_to_quality import load_arms, plot_curves, plot_steps, report_records
+from recipe.cli import ConfigError, as_config_error, exit_on_config_error
+from recipe.payoff_grid import Study, final_models, load_study, plan_runs, train_command
+from recipe.run_record import source_commit
+
+QUEUE = "tasks.tsv"
+
+
+def anatomy_command(study: Study, seed: int, names: list[str], part: int, python: str) -> str:
+    """The per-token pass over the final models `names` of one seed (one process, dense attention)."""
+    argv = [python, "scripts/loss_anatomy.py", "dump", "--data", str(study.corpus / "heldout" / "*.jsonl"),
+            "--windows", str(study.anatomy_windows), "--out", str(study.run / "anatomy" / f"s{seed}_{part}")]
+    for name in names:
+        argv += ["--checkpoint", f"{name}={study.run / name / 'checkpoint' / f'step-{study.steps}'}"]
+    if study.niah_lengths:
+        argv += ["--niah-lengths", ",".join(map(str, study.niah_lengths))]
+    return shlex.join(argv + ["--job.config_file", study.config, "--lighthouse.no-enable",
+                              "--training.dataset_path", str(study.corpus / "train"),
+                              "--validation.dataset_path", str(study.corpus / "heldout")])
+
+
+def queue(study: Study, python: str = "python3") -> list[tuple[str, tuple[str, ...], str]]:
+    """(name, waits, command) of every task in queue order: the runs (`recipe.payoff_grid.plan_runs`), and with
+    `anatomy_windows` after each seed's runs of a grid block the per-token pass over its new final models."""
+    runs = plan_runs(study)
+    tasks, scored = [], set()
+    for i, run in enumerate(runs):
+        tasks.append((run.name, run.after, train_command(study, run, python)))
+        block_ends = i + 1 == len(runs) or runs[i + 1].seed != run.seed
+        if study.anatomy_windows and block_ends:
+            names = [n for n in final_models(runs[:i + 1]).get(run.seed, []) if n not in scored]
+            if names:
+                scored.update(names)
+                part = sum(1 for name, _, _ in tasks if name.startswith(f"anatomy_s{run.seed}_"))
+                tasks.append((f"anatomy_s{run.seed}_{part}", tuple(names),
+                              anatomy_command(study, run.seed, names, part, python)))
+    return tasks
+
+
+def write_queue(study: Study, python: str) -> Path:
+    study.run.mkdir(parents=True, exist_ok=True)
+    path = study.run / QUEUE
+    path.write_text("".join(f"{name}\t{','.join(after) or '-'}\t{command}\n"
+                            for name, after, command in queue(study, python)))
+    (study.run / "study.json").write_text(json.dumps(
+        {"study": str(study.path), "toml": study.path.read_text(), "commit": source_commit()}, indent=1) + "\n")
+    return path
+
+
+def check_corpus(study: Study) -> None:
+    missing = [str(study.corpus / part) for part in ("train", "heldout") if not (study.corpus / part).is_dir()]
+    if missing:
+        raise ConfigError(f"{study.path}: study.corpus = {str(study.corpus)!r} lacks {missing}; build it with "
+                          f"RUN={study.corpus.parent} scripts/time_to_quality_long.sh corpus, or make_corpus.py")
+
+
+def submit(study: Study, python: str, sbatch_options: list[str]) -> dict[str, str]:
+    """One SLURM job per task, each after the jobs of the tasks it waits for; prints and returns the job ids."""
+    repo = Path(__file__).resolve().parent.parent
+    jobs: dict[str, str] = {}
+    for name, after, command in queue(study, python):
+        argv = ["sbatch", "--parsable", f"--job-name={name}", f"--output={study.run / 'slurm' / name}.%j.log",
+                *sbatch_options]
+        if after:
+            argv += [f"--dependency=afterok:{':'.join(jobs[w] for w in after)}", "--kill-on-invalid-dep=yes"]
+        argv += ["--wrap", f"cd {shlex.quote(str(repo))} && {command}"]
+        out = subprocess.run(argv, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise ConfigError(f"sbatch failed for {name} (exit {out.returncode}): {out.stderr.strip()}")
+        jobs[name] = out.stdout.strip().split(";")[0]
+        print(f"{jobs[name]} {name}", flush=True)
+    return jobs
+
+
+def anatomy_pairs(summary: dict, dumps: set[str]) -> list[tuple[str, str]]:
+    """The pre-registered comparison: the lowest-numbered dense seed of each group (by the threshold; without
+    one, the two dense seeds farthest apart), and the baseline arm of those seeds against their dense run."""
+    dense = {s: row for s, row in summary["arms"].get("dense", {}).get("seeds", {}).items() if f"dense_s{s}" in dumps}
+    if len(dense) < 2:
+        return []
+    groups = {g: sorted(s for s, row in dense.items() if row.get("group") == g) for g in ("lower", "upper")}
+    if groups["lower"] and groups["upper"]:
+        low, high = groups["lower"][0], groups["upper"][0]
+    else:
+        low, high = min(dense, key=lambda s: dense[s]["final"]), max(dense, key=lambda s: dense[s]["final"])
+    pairs = [(f"dense_s{high}", f"dense_s{low}")]
+    baseline = summary.get("baseline")
+    for seed in (low, high):
+        name = baseline.replace("_", f"_s{seed}_", 1) if baseline else None
+        if name in dumps:
+            pairs.append((name, f"dense_s{seed}"))
+    return pairs
+
+
+def report(study: Study, out: Path, includes: list[Path], device: str, commit: str) -> dict:
+    """The distributions, tables and plots of every finished run (and the earlier records of `includes`)."""
+    incomplete: list[str] = []
+    arms = load_arms(study.run, incomplete)
+    seq_len = study.base["training"]["seq_len"]
+    records = report_records(arms, seq_len, device, commit, f"scripts/payoff_map.py run {study.path}")
+    for path in includes:
+        with as_config_error():
+            earlier = json.loads(path.read_text())
+        records = [r for r in earlier if r.get("seq_len") == seq_len] + records
+    if not records:
+        raise ConfigError(f"no finished run under {study.run} (and none included)")
+    summary = payoff.distributions(records, study.group_threshold, study.baseline)
+    summary.update({"study": str(study.path), "incomplete": incomplete, "baseline": study.baseline})
+    lower = {a.seed for a in arms if a.selection == "dense" and study.group_threshold is not None
+             and a.final_loss < study.group_threshold}
+    summary["separation_step"] = payoff.separation_step(
+        {a.seed: a.step_curve for a in arms if a.selection == "dense"}, lower)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_record(out, {"summary": summary, "records": records}, indent=1)
+    title = f"seq {seq_len:,}, {device}, {commit}"
+    payoff.plot_finals(summary, str(out.with_name(out.name + "_finals.png")), f"final held-out loss by arm, {title}")
+    if arms:
+        plot_curves(arms, str(out.with_name(out.name + "_curves.png")), f"held-out loss vs training seconds, {title}")
+        plot_steps(arms, str(out.with_name(out.name + "_steps.png")), f"held-out loss vs steps, {title}")
+    table = payoff.markdown(summary)
+    dumps = sorted((study.run / "anatomy").glob("*.npz"))
+    if dumps:
+        windows, losses, niah = loss_anatomy.read_dumps([d.with_suffix("") for d in dumps])
+        pairs = anatomy_pairs(summary, set(losses))
+        if pairs:
+            differences = [loss_anatomy.difference(losses, windows, high, low) for high, low in pairs]
+            write_record(out.with_name(out.name + "_anatomy"), {"pairs": pairs, "differences": differences,
+                                                                "describe": loss_anatomy.describe(losses, windows),
+                                                                "niah": niah}, indent=1)
+            loss_anatomy.plot(differences, str(out.with_name(out.name + "_anatomy.png")),
+                              f"what the loss differences are made of, {title}")
+            table += "\n\n" + loss_anatomy.markdown(differences)
+    if incomplete:
+        table += f"\n\nNot finished (left out): {', '.join(incomplete)}"
+    out.with_suffix(".md").write_text(table + "\n")
+    print(table)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    p.add_argument("command", choices=["tasks", "run", "submit", "report"])
+    p.add_argument("study", type=Path, help="the study TOML (configs/payoff/)")
+    p.add_argument("--gpus", default="0", help="run: comma-separated GPU indices, one run at a time on each")
+    p.add_argument("--python", default="python3", help="the interpreter of every run")
+    p.add_argument("--include", type=Path, action="append", default=[],
+                   help="report: earlier time-to-quality records of the same study to join (a JSON list)")
+    p.add_argument("--device", default="unknown", help="report: the card the runs ran on")
+    p.add_argument("--commit", help="report: the commit of the tree that ran them (default: the study's record)")
+    p.add_argument("--out", type=Path, help="report: output prefix (default <run>/report/payoff)")
+    args, rest = p.parse_known_args(argv)
+    if rest and (args.command != "submit" or rest[0] != "--"):
+        p.error(f"unrecognised arguments {rest} (sbatch options go after -- with submit)")
+    with as_config_error():
+        study = load_study(args.study)
+    if args.command == "tasks":
+        for name, after, command in queue(study, args.python):
+            print(f"{name}\t{','.join(after) or '-'}\t{command}")
+        return 0
+    if args.command == "submit":
+        check_corpus(study)
+        submit(study, args.python, rest[1:])
+        return 0
+    if args.command == "run":
+        check_corpus(study)
+        path = write_queue(study, args.python)
+        return subprocess.run([sys.executable, "scripts/gpu_queue.py", "--tasks", str(path), "--gpus", args.gpus,
+                               "--logs", str(study.run / "queue")], cwd=Path(__file__).resolve().parent.parent
+                              ).returncode
+    recorded = study.run / "study.json"
+    commit = args.commit or (json.loads(recorded.read_text())["commit"] if recorded.is_file() else source_commit())
+    report(study, args.out or study.run / "report" / "payoff", args.include, args.device, commit)
+    return 0
+
+
+if __name__ == "__main__":
+    with exit_on_config_error():
+        sys.exit(main(sys.argv[1:]))

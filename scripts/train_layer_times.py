@@ -1,0 +1,20 @@
+"""train.py, timing every transformer block's forward and backward on every step (`eval.layer_times`): the
+rank that logs metrics writes them to `<dump_folder>/layer_times.json`. `scripts/cp_throughput.py
+--layer-times` runs it in place of train.py; it takes train.py's arguments.
+
+    python scripts/train_layer_times.py --job.config_file configs/debug.toml --training.steps 3
+"""
+import os
+
+from recipe.compat import install
+
+install()  # the CPU compatibility layer, before torchtitan is imported
+
+from eval.layer_times import LayerTimedTrainer  # noqa: E402
+from recipe.launch import single_process_env  # noqa: E402
+from recipe.trainer import main  # noqa: E402
+
+if __name__ == "__main__":
+    if "RANK" not in os.environ:  # a plain `python` start is a one-process job, as for train.py
+        os.environ.update(single_process_env())
+    main(trainer_cls=LayerTimedTrainer)

@@ -1,0 +1,184 @@
+"""The pay-off map (scripts/payoff_map.py, recipe/payoff_grid.py, eval/payoff.py): a study TOML becomes the
+queue of runs that share their stage 1, mistakes name the key, and the report gives distributions over seeds."""
+from __future__ import annotations
+
+import json
+import random
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from eval import payoff
+from recipe.payoff_grid import load_study, plan_runs, train_command
+from recipe.toml_config import dump_toml, load_toml, set_key
+
+from .helpers import child_env
+
+REPO = Path(__file__).resolve().parents[1]
+BASIN = REPO / "configs" / "payoff" / "tiny_128k_basin.toml"
+
+
+def write_study(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "study.toml"
+    path.write_text(text)
+    return path
+
+
+STUDY = """[study]
+config = "configs/time_to_quality/tiny_128k.toml"
+run = "out"
+corpus = "corpus"
+steps = 720
+seeds = [3, 4]
+"""
+
+
+def test_the_basin_study_queues_each_seeds_runs_together_and_shares_stage_1_between_switches_and_rewarms():
+    runs = plan_runs(load_study(BASIN))
+    seed2 = [r.name for r in runs if r.seed == 2]
+    assert seed2 == ["causal_s2", "dense_s2", "causal_s2_switch360", "causal_s2_switch360_rewarm36",
+                     "causal_s2_switch180"]
+    assert [r.name for r in runs][:5] == seed2[:4] + ["causal_s3"], "block 1 runs seed by seed before block 2"
+    stage1 = next(r for r in runs if r.name == "causal_s2")
+    assert stage1.steps == 360, "stage 1 trains to the last switch any of its stage-2 runs needs"
+    assert {r.after for r in runs if r.kind == "stage2" and r.seed == 2} == {("causal_s2",)}
+
+
+def test_a_stage_2_run_resumes_stage_1_at_its_switch_with_the_rewarm_it_names():
+    study = load_study(BASIN)
+    run = next(r for r in plan_runs(study) if r.name == "causal_s4_switch360_rewarm36")
+    argv = shlex.split(train_command(study, run))
+    value = lambda key: argv[argv.index(key) + 1]  # noqa: E731
+    assert value("--checkpoint.initial_load_path") == "outputs/payoff/tiny_128k_basin/causal_s4/checkpoint/step-360"
+    assert (value("--lr_scheduler.rewarm_at_step"), value("--lr_scheduler.rewarm_steps")) == ("360", "36")
+    assert (value("--debug.seed"), value("--training.steps"), value("--lr_scheduler.total_steps")) == ("4", "720", "720")
+    assert "--lighthouse.no-enable" in argv and "--checkpoint.no-initial-load-model-only" in argv
+
+
+def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
+    study = load_study(write_study(tmp_path, STUDY + "[[grid]]\ntopk = [1024]\ndense_layers = [[], [0, 7]]\n"))
+    names = [r.name for r in plan_runs(study) if r.seed == 3]
+    assert names == ["causal_s3_k1024_dlnone", "causal_s3_k1024", "dense_s3", "causal_s3_k1024_dlnone_switch360",
+                     "causal_s3_k1024_switch360"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("[[grid]]\nswitch = [350]\n", r"grid 1 switch \[350\] must be multiples of checkpoint.interval = 60"),
+    ("[[grid]]\nswitch = [720]\n", r"grid 1 switch \[720\] must be below study.steps = 720"),
+    ("[[grid]]\ntopk = []\n", r"grid 1 topk = \[\] must be a non-empty list"),
+    ("[[grid]]\nwarmup = [1]\n", r"\[\[grid\]\] block 1 has unknown keys \['warmup'\]"),
+    ("", r"needs a \[study\] table and at least one \[\[grid\]\] block"),
+])
+def test_a_study_mistake_names_the_file_the_key_and_the_value(tmp_path, extra, message):
+    with pytest.raises(ValueError, match=message):
+        load_study(write_study(tmp_path, STUDY + extra))
+
+
+def test_the_command_line_refuses_a_bad_study_in_one_line_with_exit_2(tmp_path):
+    path = write_study(tmp_path, STUDY.replace("steps = 720", "steps = 1") + "[[grid]]\n")
+    out = subprocess.run([sys.executable, "scripts/payoff_map.py", "tasks", str(path)], cwd=REPO, env=child_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [f"error: {path}: study.steps = 1 must be an integer >= 2"]
+
+
+def test_the_bootstrap_interval_holds_the_mean_and_narrows_with_agreement():
+    rng = random.Random()
+    values = [rng.gauss(0.05, 0.03) for _ in range(8)]
+    low, high = payoff.bootstrap_interval(values)
+    assert low < np.mean(values) < high
+    tight = payoff.bootstrap_interval([0.05 + v / 100 for v in values])
+    assert tight[1] - tight[0] < (high - low) / 50
+    assert payoff.bootstrap_interval([0.1]) is None
+
+
+def record(name: str, seed: int, final: float, speedup: float | None = None) -> dict:
+    r = {"name": name, "seed": seed, "final_heldout_loss": final, "commit": "abc"}
+    if speedup is not None:
+        r["time_to_quality_speedup"] = speedup
+    return r
+
+
+def test_distributions_count_groups_and_pair_each_arm_with_dense_and_the_baseline_of_the_same_seeds():
+    records = [record("dense", 0, 2.33), record("dense_s1", 1, 2.24), record("dense_s2", 2, 2.25),
+               record("causal_s0_switch360", 0, 2.30, 1.4), record("causal_s1_switch360", 1, 2.31, 0.9),
+               record("causal_s2_switch360", 2, 2.32, 0.8), record("causal_s1_switch360_rewarm36", 1, 2.26, 0.7),
+               record("causal_s2_switch360_rewarm36", 2, 2.27, 0.6)]
+    summary = payoff.distributions(records, threshold=2.2877, baseline="causal_switch360")
+    assert (summary["arms"]["dense"]["lower"], summary["arms"]["dense"]["upper"]) == (2, 1)
+    assert summary["arms"]["causal_switch360"]["lower"] == 0
+    assert summary["arms"]["causal_switch360"]["time_to_quality_median"] == 0.9
+    pairs = {(p["arm"], p["reference"]): p for p in summary["paired"]}
+    assert pairs["causal_switch360", "dense"]["differences"] == [-0.03, 0.07, 0.07]
+    rewarm = pairs["causal_switch360_rewarm36", "causal_switch360"]
+    assert rewarm["seeds"] == [1, 2] and rewarm["differences"] == [-0.05, -0.05] and rewarm["below_zero"] == 2
+    assert payoff.largest_gap_split([2.24, 2.25, 2.33, 2.32]) == pytest.approx(2.285)
+    table = payoff.markdown(summary)
+    assert "| dense | 2.3300 | 2.2400 (L) | 2.2500 (L) | 2 / 1 |" in table
+
+
+def test_the_separation_step_is_where_the_lower_group_stays_below_the_upper_for_good():
+    curves = {0: [(1, 6.0), (60, 2.7), (120, 2.6), (180, 2.55), (240, 2.5)],
+              1: [(1, 6.1), (60, 2.6), (120, 2.62), (180, 2.45), (240, 2.4)],
+              2: [(1, 5.9), (60, 2.8), (120, 2.65), (180, 2.5), (240, 2.41)]}
+    assert payoff.separation_step(curves, lower={1, 2}) == 180
+    assert payoff.separation_step(curves, lower=set()) is None
+
+
+def tiny_config(tmp_path: Path) -> Path:
+    """The debug model at 256 tokens on local files, validated and saved every 2 steps."""
+    config = load_toml(REPO / "configs" / "debug.toml")
+    for key, value in [("training.dataset", "local"), ("training.seq_len", 256), ("training.local_batch_size", 1),
+                       ("training.global_batch_size", 1), ("validation.enable", True), ("validation.dataset", "local"),
+                       ("validation.seq_len", 256), ("validation.local_batch_size", 1), ("validation.freq", 2),
+                       ("validation.steps", 2), ("checkpoint.interval", 2), ("lighthouse.topk", 16),
+                       ("lighthouse.tile_budget", 8)]:
+        set_key(config, key, value)
+    path = tmp_path / "tiny.toml"
+    path.write_text(dump_toml(config))
+    return path
+
+
+@pytest.mark.slow
+def test_a_small_grid_runs_on_this_machine_and_reports_every_seed_and_what_the_difference_is_made_of(tmp_path):
+    from recipe.corpus import make_corpus
+
+    make_corpus([REPO / "lighthouse", REPO / "recipe"], tmp_path / "corpus", heldout_every=4)
+    study = write_study(tmp_path, f"""[study]
+config = "{tiny_config(tmp_path)}"
+run = "{tmp_path / 'run'}"
+corpus = "{tmp_path / 'corpus'}"
+steps = 8
+warmup_steps = 1
+seeds = [0, 1]
+group_threshold = 100.0
+baseline = "causal_switch4"
+anatomy_windows = 2
+
+[[grid]]
+switch = [4]
+rewarm_steps = [0, 2]
+""")
+    run = lambda *argv: subprocess.run([sys.executable, "scripts/payoff_map.py", *argv, str(study)], cwd=REPO,  # noqa: E731
+                                       env=child_env(), capture_output=True, text=True, timeout=900)
+    trained = run("run", "--gpus", "0,1")
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    reported = run("report", "--device", "cpu")
+    assert reported.returncode == 0, reported.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "report" / "payoff.json").read_text())["summary"]
+    assert set(summary["arms"]) == {"dense", "causal_switch4", "causal_switch4_rewarm2"}
+    assert all(set(arm["seeds"]) == {"0", "1"} for arm in summary["arms"].values())
+    assert summary["incomplete"] == []
+    pairs = {(p["arm"], p["reference"]) for p in summary["paired"]}
+    assert ("causal_switch4_rewarm2", "causal_switch4") in pairs
+    anatomy = json.loads((tmp_path / "run" / "report" / "payoff_anatomy.json").read_text())
+    carried = [c["carried"] for c in anatomy["differences"][0]["position"].values()]
+    assert sum(carried) == pytest.approx(1.0)
+    for name in ("payoff.md", "payoff_finals.png", "payoff_steps.png", "payoff_anatomy.png"):
+        assert (tmp_path / "run" / "report" / name).is_file(), name
+    stage2 = (tmp_path / "run" / "causal_s0_switch4_rewarm2" / "metrics.jsonl").read_text()
+    assert '"step": 5' in stage2 and '"step": 8' in stage2
