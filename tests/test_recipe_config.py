@@ -114,7 +114,7 @@ def test_a_length_mistake_names_the_length():
 
 def save_checkpoint(folder: Path, full: bool) -> str:
     """A DCP step folder with the keys of a model-only or of a full torchtitan checkpoint."""
-    state = {"tok_embeddings.weight": torch.zeros(4, 2)}
+    state = {"tok_embeddings.weight": torch.randn(FLAVORS["debug"].vocab_size, FLAVORS["debug"].dim)}  # the model's shape
     if full:
         state["train_state"] = {"step": torch.tensor(10)}
     dcp.save(state, checkpoint_id=str(folder))
@@ -224,6 +224,7 @@ CPU_SIZED = ("--model.flavor", "debug", "--training.seq_len", "4096", "--lightho
 def test_one_node_configs_pass_every_start_up_check_on_their_gpu_count_at_a_cpu_sized_override(run, tmp_path,
                                                                                                monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", str(run.cp_degree))
+    monkeypatch.setenv("MASTER_ADDR", "localhost")  # as torchrun sets it: the checks take this for a real job
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config_file = str(paper_configs.LONG_CONTEXT_DIR / f"{run.name}.toml")
     config = parse(*CPU_SIZED, "--job.dump_folder", str(tmp_path), config_file=config_file)
