@@ -68,11 +68,15 @@ def queue(study: Study, python: str = "python3") -> list[tuple[str, tuple[str, .
     return tasks
 
 
+def queue_lines(study: Study, python: str) -> list[str]:
+    """The queue as `scripts/gpu_queue.py` reads it: `name<TAB>waits or -<TAB>command`, one task a line."""
+    return [f"{name}\t{','.join(after) or '-'}\t{command}" for name, after, command in queue(study, python)]
+
+
 def write_queue(study: Study, python: str) -> Path:
     study.run.mkdir(parents=True, exist_ok=True)
     path = study.run / QUEUE
-    path.write_text("".join(f"{name}\t{','.join(after) or '-'}\t{command}\n"
-                            for name, after, command in queue(study, python)))
+    path.write_text("".join(line + "\n" for line in queue_lines(study, python)))
     (study.run / "study.json").write_text(json.dumps(
         {"study": str(study.path), "toml": study.path.read_text(), "commit": source_commit()}, indent=1) + "\n")
     return path
@@ -185,8 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     with as_config_error():
         study = load_study(args.study)
     if args.command == "tasks":
-        for name, after, command in queue(study, args.python):
-            print(f"{name}\t{','.join(after) or '-'}\t{command}")
+        print("\n".join(queue_lines(study, args.python)))
         return 0
     if args.command == "submit":
         check_corpus(study)
