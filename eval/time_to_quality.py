@@ -186,11 +186,31 @@ def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
     if arm.lighthouse_losses:
         record["stage1_lighthouse_curve"] = [[s, v] for s, v in sorted(arm.lighthouse_losses.items())]
     if dense is not None and arm is not dense:
-        reach = seconds_to_reach(dense.curve, arm.final_loss)
-        record["dense_seconds_to_this_loss"] = None if reach is None else round(reach, 3)
-        record["time_to_quality_speedup"] = None if reach is None else round(reach / arm.train_seconds, 4)
+        record.update(time_to_quality(dense.curve, arm.final_loss, arm.train_seconds))
         record.update(exchange_rates(arm, dense))
     return record
+
+
+def time_to_quality(dense_curve: list[tuple[float, float]], loss: float, seconds: float) -> dict:
+    """The seconds the dense curve needs to first reach `loss`, and that over the arm's `seconds` (None: never)."""
+    reach = seconds_to_reach(dense_curve, loss)
+    return {"dense_seconds_to_this_loss": None if reach is None else round(reach, 3),
+            "time_to_quality_speedup": None if reach is None else round(reach / seconds, 4)}
+
+
+def against_earlier_dense(records: list[dict], earlier: list[dict]) -> list[dict]:
+    """`records` whose seed has no dense run among them get their time to quality against the dense record of that
+    seed in `earlier` (same device only: seconds on other cards do not compare), marked `dense_from: earlier`."""
+    here = {r["seed"] for r in records if r["selection"] == "dense"}
+    dense = {r["seed"]: r for r in earlier if r["selection"] == "dense" and "curve" in r}
+    out = []
+    for r in records:
+        d = dense.get(r["seed"])
+        if r["selection"] != "dense" and r["seed"] not in here and d is not None and d["device"] == r["device"]:
+            r = {**r, **time_to_quality(d["curve"], r["final_heldout_loss"], r["train_seconds"]),
+                 "dense_from": "earlier"}
+        out.append(r)
+    return out
 
 
 def report_records(arms: list[Arm], seq_len: int, device: str, commit: str, command: str = ARMS_COMMAND) -> list[dict]:

@@ -25,10 +25,13 @@ them needs (checkpoints at the config's interval must fall on every switch). Fol
 `_dl<layers joined by ->` (`_dlnone`: no dense layer) where they differ from the config; stage 2 that plus
 `_switch<step>` and `_rewarm<steps>`. The report's optional keys: `group_threshold` (the final loss below
 which a run is in the lower group), `baseline` (the arm that the other Lighthouse arms are paired with),
-`anatomy_windows` and `niah_lengths` (the per-token analysis of every seed's final models).
+`anatomy_windows` and `niah_lengths` (the per-token analysis of every seed's final models); `reported` (names of
+dense or stage-2 runs whose results come from earlier records joined with `report --include`: not queued again,
+while the stage-1 runs that other arms resume still are).
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shlex
 from dataclasses import dataclass, field
@@ -38,7 +41,7 @@ from typing import Any
 from .toml_config import get_key, load_toml
 
 STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
-              "anatomy_windows", "niah_lengths"}
+              "anatomy_windows", "niah_lengths", "reported"}
 GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps"}
 
 
@@ -81,6 +84,7 @@ class Study:
     baseline: str | None = None
     anatomy_windows: int = 0
     niah_lengths: list[int] = field(default_factory=list)
+    reported: list[str] = field(default_factory=list)
 
 
 def _fail(path: Path, message: str) -> ValueError:
@@ -122,7 +126,8 @@ def load_study(path: Path) -> Study:
         warmup_steps=study.get("warmup_steps", get_key(base, "lr_scheduler.warmup_steps", 0)),
         seeds=_int_list(path, "study.seeds", study["seeds"], 0), dense=study.get("dense", True), grid=[], base=base,
         group_threshold=study.get("group_threshold"), baseline=study.get("baseline"),
-        anatomy_windows=study.get("anatomy_windows", 0), niah_lengths=study.get("niah_lengths", []))
+        anatomy_windows=study.get("anatomy_windows", 0), niah_lengths=study.get("niah_lengths", []),
+        reported=study.get("reported", []))
     interval = get_key(base, "checkpoint.interval", 0)
     for number, block in enumerate(blocks, 1):
         if unknown := sorted(set(block) - GRID_KEYS):
@@ -142,7 +147,22 @@ def load_study(path: Path) -> Study:
         if any(not isinstance(d, list) for d in axes["dense_layers"]):
             raise _fail(path, f"grid {number} dense_layers = {axes['dense_layers']!r} must be a list of lists")
         parsed.grid.append(axes)
+    _check_reported(parsed)
     return parsed
+
+
+def _check_reported(study: Study) -> None:
+    """`reported` must name final runs (dense or stage 2) of this study, each once."""
+    reported = study.reported
+    if not isinstance(reported, list) or not all(isinstance(n, str) for n in reported):
+        raise _fail(study.path, f"study.reported = {reported!r} must be a list of run names")
+    if len(set(reported)) != len(reported):
+        raise _fail(study.path, f"study.reported = {reported!r} repeats a name")
+    kinds = {run.name: run.kind for run in plan_runs(dataclasses.replace(study, reported=[]))}
+    if wrong := [n for n in reported if kinds.get(n, "stage1") == "stage1"]:
+        finals = sorted(n for n, kind in kinds.items() if kind != "stage1")
+        raise _fail(study.path, f"study.reported names {wrong}, which are not dense or stage-2 runs of this study "
+                                f"(those are {finals})")
 
 
 def _layers_suffix(layers: tuple[int, ...]) -> str:
@@ -161,7 +181,8 @@ def stage1_of(study: Study, selection: str, topk: int, dense_layers: list[int], 
 
 def plan_runs(study: Study) -> list[Run]:
     """Every run of the study in queue order: block by block, seed by seed, each seed's stage-1 runs and its dense
-    run first, then its stage-2 runs; a run that an earlier block already holds is not repeated."""
+    run first, then its stage-2 runs; a run that an earlier block already holds is not repeated, and a `reported`
+    run is left out (a stage-1 run only when none of its stage-2 runs is left to train)."""
     stage2: dict[str, Run] = {}
     last_switch: dict[Stage1, int] = {}
     order: list[tuple[str, Any]] = []
@@ -181,13 +202,18 @@ def plan_runs(study: Study) -> list[Run]:
                 if name not in stage2:
                     stage2[name] = Run(name, "stage2", seed, stage1, switch, rewarm, study.steps, (stage1.name,))
                     order.append(("stage2", name))
+    reported = set(study.reported)
+    needed = {run.stage1.name for name, run in stage2.items() if name not in reported}
     runs = []
     for kind, item in order:
+        if kind == "stage1" and item.name not in needed:
+            continue
         if kind == "stage1":
             runs.append(Run(item.name, "stage1", item.seed, item, steps=last_switch[item]))
         elif kind == "dense":
-            runs.append(Run(f"dense_s{item}", "dense", item, steps=study.steps))
-        else:
+            if f"dense_s{item}" not in reported:
+                runs.append(Run(f"dense_s{item}", "dense", item, steps=study.steps))
+        elif item not in reported:
             runs.append(stage2[item])
     return runs
 

@@ -29,7 +29,7 @@ install()  # the CPU compatibility layer, before torchtitan is imported
 
 from eval import loss_anatomy, payoff
 from eval.records import write_record
-from eval.time_to_quality import load_arms, plot_curves, plot_steps, report_records
+from eval.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
 from recipe.cli import ConfigError, as_config_error, exit_on_config_error
 from recipe.payoff_grid import Study, final_models, load_study, plan_runs, train_command
 from recipe.run_record import source_commit
@@ -132,11 +132,14 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     incomplete: list[str] = []
     arms = load_arms(study.run, incomplete)
     seq_len = study.base["training"]["seq_len"]
-    records = report_records(arms, seq_len, device, commit, f"scripts/payoff_map.py run {study.path}")
+    records, earlier = report_records(arms, seq_len, device, commit, f"scripts/payoff_map.py run {study.path}"), []
     for path in includes:
         with as_config_error():
-            earlier = json.loads(path.read_text())
-        records = [r for r in earlier if r.get("seq_len") == seq_len] + records
+            loaded = json.loads(path.read_text())
+        if isinstance(loaded, dict):  # an earlier report of this command: its records
+            loaded = loaded.get("records", [])
+        earlier += [r for r in loaded if r.get("seq_len") == seq_len]
+    records = earlier + against_earlier_dense(records, earlier)
     if not records:
         raise ConfigError(f"no finished run under {study.run} (and none included)")
     summary = payoff.distributions(records, study.group_threshold, study.baseline)
@@ -179,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", default="0", help="run: comma-separated GPU indices, one run at a time on each")
     p.add_argument("--python", default="python3", help="the interpreter of every run")
     p.add_argument("--include", type=Path, action="append", default=[],
-                   help="report: earlier time-to-quality records of the same study to join (a JSON list)")
+                   help="report: earlier records of the same study to join (a JSON list, or an earlier "
+                        "report's payoff.json)")
     p.add_argument("--device", default="unknown", help="report: the card the runs ran on")
     p.add_argument("--commit", help="report: the commit of the tree that ran them (default: the study's record)")
     p.add_argument("--out", type=Path, help="report: output prefix (default <run>/report/payoff)")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from eval import payoff
+from eval.time_to_quality import against_earlier_dense
 from recipe.payoff_grid import load_study, plan_runs, train_command
 from recipe.toml_config import dump_toml, load_toml, set_key
 
@@ -39,13 +40,42 @@ seeds = [3, 4]
 
 def test_the_basin_study_queues_each_seeds_runs_together_and_shares_stage_1_between_switches_and_rewarms():
     runs = plan_runs(load_study(BASIN))
-    seed2 = [r.name for r in runs if r.seed == 2]
-    assert seed2 == ["causal_s2", "dense_s2", "causal_s2_switch360", "causal_s2_switch360_rewarm36",
-                     "causal_s2_switch180"]
-    assert [r.name for r in runs][:5] == seed2[:4] + ["causal_s3"], "block 1 runs seed by seed before block 2"
-    stage1 = next(r for r in runs if r.name == "causal_s2")
+    seed4 = [r.name for r in runs if r.seed == 4]
+    assert seed4 == ["causal_s4", "dense_s4", "causal_s4_switch360", "causal_s4_switch360_rewarm36",
+                     "causal_s4_switch180"]
+    assert [r.name for r in runs if r.seed == 2] == ["causal_s2", "causal_s2_switch360_rewarm36",
+                                                     "causal_s2_switch180"], "reported runs are not trained again"
+    assert [r.name for r in runs][:5] == ["causal_s2", "causal_s2_switch360_rewarm36", "causal_s3",
+                                          "causal_s3_switch360_rewarm36", "causal_s4"], \
+        "block 1 runs seed by seed before block 2"
+    stage1 = next(r for r in runs if r.name == "causal_s4")
     assert stage1.steps == 360, "stage 1 trains to the last switch any of its stage-2 runs needs"
-    assert {r.after for r in runs if r.kind == "stage2" and r.seed == 2} == {("causal_s2",)}
+    assert {r.after for r in runs if r.kind == "stage2" and r.seed == 4} == {("causal_s4",)}
+
+
+def test_reported_runs_are_left_out_and_so_is_a_stage_1_that_nothing_left_resumes(tmp_path):
+    grid = "[[grid]]\nrewarm_steps = [0, 36]\n"
+    some = load_study(write_study(tmp_path, STUDY + 'reported = ["dense_s3", "causal_s3_switch360"]\n' + grid))
+    assert [r.name for r in plan_runs(some) if r.seed == 3] == ["causal_s3", "causal_s3_switch360_rewarm36"]
+    assert [r.name for r in plan_runs(some) if r.seed == 4] == ["causal_s4", "dense_s4", "causal_s4_switch360",
+                                                                "causal_s4_switch360_rewarm36"]
+    every = load_study(write_study(tmp_path, STUDY + 'reported = ["dense_s3", "causal_s3_switch360", '
+                                                     '"causal_s3_switch360_rewarm36"]\n' + grid))
+    assert [r.name for r in plan_runs(every) if r.seed == 3] == []
+
+
+def test_time_to_quality_against_an_earlier_dense_run_of_the_seed_only_on_the_same_device():
+    dense = {"name": "dense_s2", "selection": "dense", "seed": 2, "device": "4x H200",
+             "curve": [[100.0, 2.6], [200.0, 2.4], [300.0, 2.3]]}
+    arm = {"name": "causal_s2_switch180", "selection": "causal", "seed": 2, "device": "4x H200",
+           "train_seconds": 250.0, "final_heldout_loss": 2.35}
+    elsewhere = {**arm, "device": "4x H100"}
+    joined, other = against_earlier_dense([arm, elsewhere], [dense])
+    assert joined["dense_seconds_to_this_loss"] == pytest.approx(250.0)  # halfway between 2.4 and 2.3
+    assert joined["time_to_quality_speedup"] == pytest.approx(1.0) and joined["dense_from"] == "earlier"
+    assert "time_to_quality_speedup" not in other, "seconds on another card do not compare"
+    here = {**dense, "name": "dense_s2", "device": "4x H200", "train_seconds": 300.0, "final_heldout_loss": 2.3}
+    assert "dense_from" not in against_earlier_dense([arm, here], [dense])[0], "a dense run of its own comes first"
 
 
 def test_a_stage_2_run_resumes_stage_1_at_its_switch_with_the_rewarm_it_names():
@@ -72,6 +102,9 @@ def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
     ("[[grid]]\ntopk = []\n", r"grid 1 topk = \[\] must be a non-empty list"),
     ("[[grid]]\nwarmup = [1]\n", r"\[\[grid\]\] block 1 has unknown keys \['warmup'\]"),
     ("", r"needs a \[study\] table and at least one \[\[grid\]\] block"),
+    ('reported = ["causal_s3"]\n[[grid]]\n', r"study.reported names \['causal_s3'\], which are not dense or stage-2"),
+    ('reported = ["dense_s9"]\n[[grid]]\n', r"names \['dense_s9'\].*those are \['causal_s3_switch360', "),
+    ('reported = ["dense_s3", "dense_s3"]\n[[grid]]\n', r"study.reported = .* repeats a name"),
 ])
 def test_a_study_mistake_names_the_file_the_key_and_the_value(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
