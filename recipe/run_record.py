@@ -34,11 +34,18 @@ LIBRARIES = ("torch", "torchtitan", "torchdata", "triton", "flash-attn", "datase
 NOT_INSTALLED = "not installed"
 
 
+COMMIT_ENV = "LIGHTHOUSE_SOURCE_COMMIT"
+
+
 def source_commit(repo: Path = REPO) -> str:
     """Short hash of `repo`'s HEAD, with "-dirty" when tracked files differ from it; "unknown" outside git.
 
-    "-dirty" matters when a tree is copied to another machine: the HEAD there may not be the code that ran.
+    "-dirty" matters when a tree is copied to another machine: the HEAD there may not be the code that ran. A copy
+    whose git metadata is missing or stale names its commit in the environment variable COMMIT_ENV, which wins.
     """
+    if named := os.environ.get(COMMIT_ENV, "").strip():
+        return named
+
     def git(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True)
 

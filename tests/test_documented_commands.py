@@ -131,6 +131,8 @@ ROWS = [
         f"a study of GPU hours (placeholders for the corpus sources): {GPU}"),
     Row(r"(DEVICE=.* |RUN=outputs/payoff )?scripts/time_to_quality_long\.sh (corpus|run|report)$", "skip",
         f"the 131,072-token study on a 4-GPU machine: {GPU} (tests/test_gpu_queue.py checks its queue)"),
+    Row(r"python scripts/causality_audit\.py --checkpoint outputs/payoff/", "help",
+        f"audits a 131,072-token checkpoint of the basin study: {GPU}"),
     Row(r"python scripts/payoff_map\.py tasks configs/payoff/", "run", "prints the study's queue, trains nothing"),
     Row(r"python scripts/payoff_map\.py (run|report) configs/payoff/", "help",
         f"trains or reports the 131,072-token study: {GPU} (tests/test_payoff_map.py runs a CPU-sized study)"),

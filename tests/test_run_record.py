@@ -15,7 +15,7 @@ from recipe.compat import cpu as cpu_compat
 from recipe.cli import parse_job_config, tomllib
 from recipe.launch import single_process_env
 from recipe.metrics import METRICS_FILE, JsonlLogger, read_metrics
-from recipe.run_record import (CONFIG_FILE, LIBRARIES, NOT_INSTALLED, RUN_FILE, RUN_START, RUNS_FOLDER,
+from recipe.run_record import (COMMIT_ENV, CONFIG_FILE, LIBRARIES, NOT_INSTALLED, RUN_FILE, RUN_START, RUNS_FOLDER,
                                library_versions, run_start_record, source_commit, to_toml, write_run_record)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -159,3 +159,11 @@ def test_the_log_is_free_of_colour_codes_and_of_gpu_warnings_on_cpu(started_twic
         for noise in ("lspci", "fallback to A100", "model.safetensors.index.json", "CPU autocast"):
             assert noise not in log
         assert log.count(cpu_compat.CpuLogFilter.MFU_NOTE) == 1
+
+
+def test_a_copied_tree_names_its_commit_in_the_environment_over_stale_git_metadata(monkeypatch, tmp_path):
+    monkeypatch.setenv(COMMIT_ENV, "4770319")
+    assert source_commit(tmp_path) == "4770319", "outside git"
+    assert source_commit(REPO) == "4770319", "inside a repository whose HEAD may not be the code that ran"
+    monkeypatch.setenv(COMMIT_ENV, " ")
+    assert source_commit(tmp_path) == "unknown"
