@@ -218,6 +218,15 @@ def plan_runs(study: Study) -> list[Run]:
     return runs
 
 
+def long_first(runs: list[Run]) -> list[Run]:
+    """`runs` reordered to pack a fixed amount of machine time: dense runs first, then every stage 1 (so the stage-2
+    runs can start), then stage 2 by its dense steps, most first; ties keep the study's order."""
+    def key(run: Run) -> tuple[int, int]:
+        return {"dense": (0, 0), "stage1": (1, 0)}.get(run.kind, (2, run.switch - run.steps))
+
+    return sorted(runs, key=key)
+
+
 def train_command(study: Study, run: Run, python: str = "python3") -> str:
     """The shell command (from the repository root) that trains `run`; rerun, it resumes its latest checkpoint."""
     argv = [python, "train.py", "--job.config_file", study.config,

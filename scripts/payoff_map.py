@@ -3,6 +3,7 @@ dense over seeds from one study TOML, then report distributions over seeds (docs
 
     python scripts/payoff_map.py tasks  configs/payoff/tiny_128k_basin.toml        # print the queue
     python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3   # one machine
+    python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3 --order long-first
     python scripts/payoff_map.py submit configs/payoff/tiny_128k_basin.toml -- --partition=gpu --gres=gpu:1
     python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml [--include docs/time_to_quality.json]
 
@@ -31,7 +32,7 @@ from eval import loss_anatomy, payoff
 from eval.records import write_record
 from eval.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
 from recipe.cli import ConfigError, as_config_error, exit_on_config_error
-from recipe.payoff_grid import Study, final_models, load_study, plan_runs, train_command
+from recipe.payoff_grid import Study, final_models, load_study, long_first, plan_runs, train_command
 from recipe.run_record import source_commit
 
 QUEUE = "tasks.tsv"
@@ -50,9 +51,21 @@ def anatomy_command(study: Study, seed: int, names: list[str], part: int, python
                               "--validation.dataset_path", str(study.corpus / "heldout")])
 
 
-def queue(study: Study, python: str = "python3") -> list[tuple[str, tuple[str, ...], str]]:
-    """(name, waits, command) of every task in queue order: the runs (`recipe.payoff_grid.plan_runs`), and with
-    `anatomy_windows` after each seed's runs of a grid block the per-token pass over its new final models."""
+ORDERS = ("seed", "long-first")
+
+
+def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tuple[str, tuple[str, ...], str]]:
+    """(name, waits, command) of every task in queue order. "seed": the runs as `recipe.payoff_grid.plan_runs`
+    orders them, and with `anatomy_windows` after each seed's runs of a grid block the per-token pass over its new
+    final models. "long-first": the runs as `recipe.payoff_grid.long_first` orders them (to fit a study into a
+    lease of fixed length), then each seed's per-token pass."""
+    if order == "long-first":
+        runs = long_first(plan_runs(study))
+        tasks = [(run.name, run.after, train_command(study, run, python)) for run in runs]
+        if study.anatomy_windows:
+            tasks += [(f"anatomy_s{seed}_0", tuple(names), anatomy_command(study, seed, names, 0, python))
+                      for seed, names in final_models(runs).items()]
+        return tasks
     runs = plan_runs(study)
     tasks, scored = [], set()
     for i, run in enumerate(runs):
@@ -68,17 +81,18 @@ def queue(study: Study, python: str = "python3") -> list[tuple[str, tuple[str, .
     return tasks
 
 
-def queue_lines(study: Study, python: str) -> list[str]:
+def queue_lines(study: Study, python: str, order: str = "seed") -> list[str]:
     """The queue as `scripts/gpu_queue.py` reads it: `name<TAB>waits or -<TAB>command`, one task a line."""
-    return [f"{name}\t{','.join(after) or '-'}\t{command}" for name, after, command in queue(study, python)]
+    return [f"{name}\t{','.join(after) or '-'}\t{command}" for name, after, command in queue(study, python, order)]
 
 
-def write_queue(study: Study, python: str) -> Path:
+def write_queue(study: Study, python: str, order: str = "seed") -> Path:
     study.run.mkdir(parents=True, exist_ok=True)
     path = study.run / QUEUE
-    path.write_text("".join(line + "\n" for line in queue_lines(study, python)))
+    path.write_text("".join(line + "\n" for line in queue_lines(study, python, order)))
     (study.run / "study.json").write_text(json.dumps(
-        {"study": str(study.path), "toml": study.path.read_text(), "commit": source_commit()}, indent=1) + "\n")
+        {"study": str(study.path), "toml": study.path.read_text(), "order": order, "commit": source_commit()},
+        indent=1) + "\n")
     return path
 
 
@@ -89,11 +103,11 @@ def check_corpus(study: Study) -> None:
                           f"RUN={study.corpus.parent} scripts/time_to_quality_long.sh corpus, or make_corpus.py")
 
 
-def submit(study: Study, python: str, sbatch_options: list[str]) -> dict[str, str]:
+def submit(study: Study, python: str, sbatch_options: list[str], order: str = "seed") -> dict[str, str]:
     """One SLURM job per task, each after the jobs of the tasks it waits for; prints and returns the job ids."""
     repo = Path(__file__).resolve().parent.parent
     jobs: dict[str, str] = {}
-    for name, after, command in queue(study, python):
+    for name, after, command in queue(study, python, order):
         argv = ["sbatch", "--parsable", f"--job-name={name}", f"--output={study.run / 'slurm' / name}.%j.log",
                 *sbatch_options]
         if after:
@@ -181,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("study", type=Path, help="the study TOML (configs/payoff/)")
     p.add_argument("--gpus", default="0", help="run: comma-separated GPU indices, one run at a time on each")
     p.add_argument("--python", default="python3", help="the interpreter of every run")
+    p.add_argument("--order", choices=ORDERS, default="seed",
+                   help="tasks, run, submit: seed by seed (default), or long-first: dense, then stage 1, then stage 2 "
+                        "by its dense steps, most first (packs a lease of fixed length)")
     p.add_argument("--include", type=Path, action="append", default=[],
                    help="report: earlier records of the same study to join (a JSON list, or an earlier "
                         "report's payoff.json)")
@@ -193,15 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     with as_config_error():
         study = load_study(args.study)
     if args.command == "tasks":
-        print("\n".join(queue_lines(study, args.python)))
+        print("\n".join(queue_lines(study, args.python, args.order)))
         return 0
     if args.command == "submit":
         check_corpus(study)
-        submit(study, args.python, rest[1:])
+        submit(study, args.python, rest[1:], args.order)
         return 0
     if args.command == "run":
         check_corpus(study)
-        path = write_queue(study, args.python)
+        path = write_queue(study, args.python, args.order)
         return subprocess.run([sys.executable, "scripts/gpu_queue.py", "--tasks", str(path), "--gpus", args.gpus,
                                "--logs", str(study.run / "queue")], cwd=Path(__file__).resolve().parent.parent
                               ).returncode

@@ -14,7 +14,7 @@ import pytest
 
 from eval import payoff
 from eval.time_to_quality import against_earlier_dense
-from recipe.payoff_grid import load_study, plan_runs, train_command
+from recipe.payoff_grid import load_study, long_first, plan_runs, train_command
 from recipe.toml_config import dump_toml, load_toml, set_key
 
 from .helpers import child_env
@@ -224,3 +224,20 @@ rewarm_steps = [0, 2]
         assert (tmp_path / "run" / "report" / name).is_file(), name
     stage2 = (tmp_path / "run" / "causal_s0_switch4_rewarm2" / "metrics.jsonl").read_text()
     assert '"step": 5' in stage2 and '"step": 8' in stage2
+
+
+def test_long_first_starts_dense_then_every_stage_1_then_stage_2_by_its_dense_steps(tmp_path):
+    study = load_study(write_study(tmp_path, STUDY + "anatomy_windows = 2\n[[grid]]\nswitch = [360]\n"
+                                                     "rewarm_steps = [0, 36]\n[[grid]]\nswitch = [180]\n"))
+    runs = long_first(plan_runs(study))
+    assert [r.name for r in runs] == [
+        "dense_s3", "dense_s4", "causal_s3", "causal_s4", "causal_s3_switch180", "causal_s4_switch180",
+        "causal_s3_switch360", "causal_s3_switch360_rewarm36", "causal_s4_switch360", "causal_s4_switch360_rewarm36"]
+    assert sorted(runs, key=lambda r: r.name) == sorted(plan_runs(study), key=lambda r: r.name), "the same runs"
+    out = subprocess.run([sys.executable, "scripts/payoff_map.py", "tasks", str(study.path), "--order", "long-first"],
+                         cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    names = [line.split("\t")[0] for line in out.stdout.splitlines()]
+    assert names == [r.name for r in runs] + ["anatomy_s3_0", "anatomy_s4_0"], "each seed's per-token pass comes last"
+    waits = dict(line.split("\t")[:2] for line in out.stdout.splitlines())
+    assert waits["anatomy_s3_0"] == "dense_s3,causal_s3_switch180,causal_s3_switch360,causal_s3_switch360_rewarm36"
