@@ -81,6 +81,10 @@ def exit_on_config_error() -> Iterator[None]:
         if not error_file:
             raise SystemExit(code) from None
         if not rank_0:
+            # torchelastic's @record on torchtitan's Trainer.train has already written this error's traceback
+            # there, dated before rank 0's line: the summary would head with it when torchrun stops this rank
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(error_file)
             time.sleep(OTHER_RANKS_WAIT_S)
         # torchrun's own record format; its summary shows py_callstack, here the one line
         record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}
