@@ -10,7 +10,7 @@ block is the product of its values, the study the union of the blocks:
     steps = 720                                          # every run's steps, on one LR schedule
     warmup_steps = 72
     seeds = [0, 1, 2, 3]
-    dense = true                                         # a dense run of every seed: the reference
+    dense = true                                         # a dense run of every seed of a block: the reference
 
     [[grid]]
     topk = [1024, 2048]           # default: the config's        (stage 1)
@@ -18,6 +18,7 @@ block is the product of its values, the study the union of the blocks:
     selection = ["causal"]        # default: the config's        (stage 1)
     switch = [180, 360]           # default: steps / 2           (the step of the switch to dense attention)
     rewarm_steps = [0, 36]        # default: 0                   (an LR re-warm at the switch)
+    seeds = [0, 1]                # default: the study's seeds   (a block on some seeds only)
 
 Runs of one seed that differ only after the switch share one stage-1 run, trained to the last switch any of
 them needs (checkpoints at the config's interval must fall on every switch). Folder names follow
@@ -42,7 +43,7 @@ from .toml_config import get_key, load_toml
 
 STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
               "anatomy_windows", "niah_lengths", "reported"}
-GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps"}
+GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps", "seeds"}
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,10 @@ def load_study(path: Path) -> Study:
             "dense_layers": block.get("dense_layers", [get_key(base, "lighthouse.dense_layers", [])]),
             "switch": _int_list(path, f"grid {number} switch", block.get("switch", [steps // 2]), 1),
             "rewarm_steps": _int_list(path, f"grid {number} rewarm_steps", block.get("rewarm_steps", [0]), 0),
+            "seeds": _int_list(path, f"grid {number} seeds", block.get("seeds", parsed.seeds), 0),
         }
+        if other := [s for s in axes["seeds"] if s not in parsed.seeds]:
+            raise _fail(path, f"grid {number} seeds {other} are not among study.seeds = {parsed.seeds}")
         if late := [s for s in axes["switch"] if s >= steps]:
             raise _fail(path, f"grid {number} switch {late} must be below study.steps = {steps}")
         if interval and (off := [s for s in axes["switch"] if s % interval]):
@@ -187,7 +191,7 @@ def plan_runs(study: Study) -> list[Run]:
     last_switch: dict[Stage1, int] = {}
     order: list[tuple[str, Any]] = []
     for axes in study.grid:
-        for seed in study.seeds:
+        for seed in axes["seeds"]:
             for selection, topk, layers in itertools.product(axes["selection"], axes["topk"], axes["dense_layers"]):
                 stage1 = stage1_of(study, selection, topk, layers, seed)
                 if stage1 not in last_switch:

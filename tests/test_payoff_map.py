@@ -111,6 +111,7 @@ def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
     ("[[grid]]\ntopk = []\n", r"grid 1 topk = \[\] must be a non-empty list"),
     ("[[grid]]\nwarmup = [1]\n", r"\[\[grid\]\] block 1 has unknown keys \['warmup'\]"),
     ("", r"needs a \[study\] table and at least one \[\[grid\]\] block"),
+    ("[[grid]]\nseeds = [3, 9]\n", r"grid 1 seeds \[9\] are not among study.seeds = \[3, 4\]"),
     ('reported = ["causal_s3"]\n[[grid]]\n', r"study.reported names \['causal_s3'\], which are not dense or stage-2"),
     ('reported = ["dense_s9"]\n[[grid]]\n', r"names \['dense_s9'\].*those are \['causal_s3_switch360', "),
     ('reported = ["dense_s3", "dense_s3"]\n[[grid]]\n', r"study.reported = .* repeats a name"),
@@ -241,3 +242,11 @@ def test_long_first_starts_dense_then_every_stage_1_then_stage_2_by_its_dense_st
     assert names == [r.name for r in runs] + ["anatomy_s3_0", "anatomy_s4_0"], "each seed's per-token pass comes last"
     waits = dict(line.split("\t")[:2] for line in out.stdout.splitlines())
     assert waits["anatomy_s3_0"] == "dense_s3,causal_s3_switch180,causal_s3_switch360,causal_s3_switch360_rewarm36"
+
+
+def test_a_grid_block_on_some_seeds_only_adds_its_arms_there_and_every_seed_of_a_block_gets_dense(tmp_path):
+    study = load_study(write_study(tmp_path, STUDY + "[[grid]]\nrewarm_steps = [0, 36]\nseeds = [3]\n"
+                                                     "[[grid]]\nswitch = [180]\nseeds = [4]\n"))
+    assert [r.name for r in plan_runs(study)] == ["causal_s3", "dense_s3", "causal_s3_switch360",
+                                                  "causal_s3_switch360_rewarm36", "causal_s4", "dense_s4",
+                                                  "causal_s4_switch180"]
