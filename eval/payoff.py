@@ -57,6 +57,16 @@ def paired(arms: dict[str, dict[int, dict]], arm: str, reference: str) -> dict:
             "below_zero": sum(d < 0 for d in diffs)}
 
 
+def time_to_quality_bound(record: dict, dense: dict | None) -> dict:
+    """For a run whose final loss the dense run of its seed never reaches: its time to quality is at least dense's
+    whole training time over the run's (`time_to_quality_at_least`). Leaving such runs out of the median would
+    drop exactly the seeds where the arm did best."""
+    if (record.get("selection") == "dense" or dense is None or "dense_seconds_to_this_loss" not in record
+            or record["dense_seconds_to_this_loss"] is not None):
+        return {}
+    return {"time_to_quality_at_least": round(dense["train_seconds"] / record["train_seconds"], 4)}
+
+
 def distributions(records: list[dict], threshold: float | None, baseline: str | None = None) -> dict:
     """Every arm's finals by seed with their group, group counts, time to quality per seed, and the paired
     differences to dense and to `baseline`."""
@@ -68,21 +78,43 @@ def distributions(records: list[dict], threshold: float | None, baseline: str | 
         rows = {s: {"final": round(r["final_heldout_loss"], 4), "commit": r.get("commit"), "device": r.get("device"),
                     **({"group": "lower" if r["final_heldout_loss"] < threshold else "upper"}
                        if threshold is not None else {}),
-                    **({"time_to_quality": r["time_to_quality_speedup"]} if "time_to_quality_speedup" in r else {})}
+                    **({"time_to_quality": r["time_to_quality_speedup"]} if "time_to_quality_speedup" in r else {}),
+                    **time_to_quality_bound(r, arms.get("dense", {}).get(s))}
                 for s, r in sorted(seeds.items())}
         entry: dict = {"seeds": rows}
         if threshold is not None:
             entry["lower"] = sum(row["group"] == "lower" for row in rows.values())
             entry["upper"] = len(rows) - entry["lower"]
         speedups = [row["time_to_quality"] for row in rows.values() if row.get("time_to_quality") is not None]
-        if speedups:
-            entry["time_to_quality_median"] = round(statistics.median(speedups), 4)
+        bounds = [row["time_to_quality_at_least"] for row in rows.values() if "time_to_quality_at_least" in row]
+        if speedups or bounds:
+            median = statistics.median(speedups + bounds)
+            entry["time_to_quality_median"] = round(median, 4)
+            if any(bound <= median for bound in bounds):
+                entry["time_to_quality_median_at_least"] = True
         summary["arms"][arm] = entry
         if arm != "dense" and "dense" in arms:
             summary["paired"].append(paired(arms, arm, "dense"))
     if baseline in arms:
         summary["paired"] += [paired(arms, arm, baseline) for arm in sorted(arms) if arm not in ("dense", baseline)]
     return summary
+
+
+def dense_step_curves(records: list[dict], validation_freq: int) -> dict[int, list[tuple[float, float]]]:
+    """Every dense record's held-out loss by step, seed -> [(step, loss)]: its `step_curve`, or, for a record
+    written before that key, its seconds curve on the steps the config validates (step 1 and every
+    `validation_freq`-th up to the last), when it has exactly one point for each of them."""
+    curves = {}
+    for record in records:
+        if record["selection"] != "dense":
+            continue
+        if "step_curve" in record:
+            curves[record["seed"]] = [(float(s), v) for s, v in record["step_curve"]]
+            continue
+        steps = [1] + list(range(validation_freq, record["total_steps"] + 1, validation_freq))
+        if len(steps) == len(record["curve"]):
+            curves[record["seed"]] = [(float(s), v) for s, (_, v) in zip(steps, record["curve"])]
+    return curves
 
 
 def separation_step(dense_curves: dict[int, list[tuple[float, float]]], lower: set[int]) -> int | None:
@@ -113,10 +145,13 @@ def markdown(summary: dict) -> str:
                 cells.append("-")
                 continue
             mark = {"lower": " (L)", "upper": ""}.get(row.get("group"), "")
-            tq = f", {row['time_to_quality']:.2f}x" if row.get("time_to_quality") is not None else ""
+            tq = (f", {row['time_to_quality']:.2f}x" if row.get("time_to_quality") is not None
+                  else f", >= {row['time_to_quality_at_least']:.2f}x" if "time_to_quality_at_least" in row else "")
             cells.append(f"{row['final']:.4f}{mark}{tq}")
         groups = f"{entry['lower']} / {entry['upper']}" if "lower" in entry else "-"
-        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {groups} | {entry.get('time_to_quality_median', '-')} |")
+        median = (">= " if entry.get("time_to_quality_median_at_least") else "") + str(
+            entry.get("time_to_quality_median", "-"))
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {groups} | {median} |")
     lines += ["", "| arm - reference | seeds | differences | mean | 95% bootstrap interval | below 0 |",
               "|---|---|---|---|---|---|"]
     for p in summary["paired"]:
@@ -128,9 +163,9 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_finals(summary: dict, path: str, title: str) -> None:
-    """Every run's final held-out loss, one column per arm, one point per seed (earlier records hollow), the
-    group threshold dashed."""
+def plot_finals(summary: dict, path: str, title: str, newest: str | None = None) -> None:
+    """Every run's final held-out loss, one column per arm, one point per seed (runs of other commits than
+    `newest`, the report's own, hollow), the group threshold dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -138,13 +173,11 @@ def plot_finals(summary: dict, path: str, title: str) -> None:
 
     arms = list(summary["arms"])
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(arms), 4.5))
-    commits = sorted({row["commit"] for entry in summary["arms"].values() for row in entry["seeds"].values()}, key=str)
-    newest = commits[-1] if commits else None
     for x, arm in enumerate(arms):
         rows = summary["arms"][arm]["seeds"]
         for i, (seed, row) in enumerate(sorted(rows.items())):
             jitter = (i - (len(rows) - 1) / 2) * 0.06
-            hollow = len(commits) > 1 and row["commit"] != newest
+            hollow = newest is not None and row["commit"] != newest
             ax.plot(x + jitter, row["final"], "o", ms=6, mfc="none" if hollow else "tab:blue", mec="tab:blue")
             ax.annotate(str(seed), (x + jitter, row["final"]), fontsize=6, xytext=(4, -2), textcoords="offset points")
     if summary["threshold"] is not None:

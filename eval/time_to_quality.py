@@ -182,7 +182,8 @@ def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
               "switch_step": arm.switch_step, "total_steps": arm.total_steps, "seq_len": seq_len, "seed": arm.seed,
               "device": device,
               "train_seconds": round(arm.train_seconds, 3), "final_heldout_loss": arm.final_loss,
-              "curve": [[round(t, 3), v] for t, v in arm.curve]}
+              "curve": [[round(t, 3), v] for t, v in arm.curve],
+              "step_curve": [[int(step), v] for step, v in arm.step_curve]}
     if arm.lighthouse_losses:
         record["stage1_lighthouse_curve"] = [[s, v] for s, v in sorted(arm.lighthouse_losses.items())]
     if dense is not None and arm is not dense:

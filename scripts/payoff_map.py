@@ -158,14 +158,15 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         raise ConfigError(f"no finished run under {study.run} (and none included)")
     summary = payoff.distributions(records, study.group_threshold, study.baseline)
     summary.update({"study": str(study.path), "incomplete": incomplete, "baseline": study.baseline})
-    lower = {a.seed for a in arms if a.selection == "dense" and study.group_threshold is not None
-             and a.final_loss < study.group_threshold}
+    dense = summary["arms"].get("dense", {}).get("seeds", {})
     summary["separation_step"] = payoff.separation_step(
-        {a.seed: a.step_curve for a in arms if a.selection == "dense"}, lower)
+        payoff.dense_step_curves(records, study.base["validation"]["freq"]),
+        {seed for seed, row in dense.items() if row.get("group") == "lower"})
     out.parent.mkdir(parents=True, exist_ok=True)
     write_record(out, {"summary": summary, "records": records}, indent=1)
     title = f"seq {seq_len:,}, {device}, {commit}"
-    payoff.plot_finals(summary, str(out.with_name(out.name + "_finals.png")), f"final held-out loss by arm, {title}")
+    payoff.plot_finals(summary, str(out.with_name(out.name + "_finals.png")), f"final held-out loss by arm, {title}",
+                       newest=commit)
     if arms:
         plot_curves(arms, str(out.with_name(out.name + "_curves.png")), f"held-out loss vs training seconds, {title}")
         plot_steps(arms, str(out.with_name(out.name + "_steps.png")), f"held-out loss vs steps, {title}")

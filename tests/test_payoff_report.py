@@ -1,0 +1,56 @@
+"""The pay-off map's report over joined records: censored time to quality and the separation step."""
+import random
+
+from eval import payoff
+
+
+def run(name: str, seed: int, final: float, seconds: float, reached: float | None = None) -> dict:
+    r = {"name": name, "seed": seed, "selection": "dense" if name.startswith("dense") else "causal",
+         "final_heldout_loss": final, "train_seconds": seconds, "commit": "abc"}
+    if not name.startswith("dense"):
+        r["dense_seconds_to_this_loss"] = reached
+        if reached is not None:
+            r["time_to_quality_speedup"] = round(reached / seconds, 4)
+    return r
+
+
+def test_a_run_dense_never_matches_counts_as_a_lower_bound_in_the_median_not_as_missing():
+    records = [run("dense_s0", 0, 2.33, 490.0), run("dense_s1", 1, 2.24, 480.0), run("dense_s2", 2, 2.25, 500.0),
+               run("causal_s0_switch360", 0, 2.30, 350.0), run("causal_s1_switch360", 1, 2.31, 400.0, reached=320.0),
+               run("causal_s2_switch360", 2, 2.32, 250.0, reached=200.0)]
+    arm = payoff.distributions(records, threshold=2.2877)["arms"]["causal_switch360"]
+    assert arm["seeds"][0]["time_to_quality_at_least"] == 1.4  # 490 s of dense over 350 s
+    assert "time_to_quality" not in arm["seeds"][0] and arm["seeds"][1]["time_to_quality"] == 0.8
+    assert arm["time_to_quality_median"] == 0.8  # of 0.8, 0.8 and >= 1.4: exact, the bound lies above it
+    assert "time_to_quality_median_at_least" not in arm
+    table = payoff.markdown(payoff.distributions(records, threshold=2.2877))
+    assert "2.3000, >= 1.40x" in table
+
+
+def test_a_median_resting_on_a_bound_is_reported_as_at_least():
+    records = [run("dense_s0", 0, 2.33, 300.0), run("dense_s1", 1, 2.24, 300.0),
+               run("causal_s0_switch360", 0, 2.30, 300.0), run("causal_s1_switch360", 1, 2.31, 150.0, reached=300.0)]
+    arm = payoff.distributions(records, threshold=None)["arms"]["causal_switch360"]
+    assert arm["time_to_quality_median"] == 1.5 and arm["time_to_quality_median_at_least"] is True
+    assert "| >= 1.5 |" in payoff.markdown(payoff.distributions(records, threshold=None))
+
+
+def test_the_separation_step_reads_earlier_records_without_step_curves_on_the_validated_steps():
+    rng = random.Random()
+    steps = [1, 60, 120, 180, 240]
+    lower = {seed: [6.0, 2.7, 2.6, 2.45 - rng.random() / 100, 2.40] for seed in (1, 3)}
+    upper = {seed: [6.0, 2.7, 2.6, 2.52 + rng.random() / 100, 2.47] for seed in (0, 2)}
+    records = []
+    for seed, losses in {**lower, **upper}.items():
+        r = run(f"dense_s{seed}", seed, losses[-1], 100.0)
+        r["total_steps"] = 240
+        if seed < 2:  # written before step curves were recorded: seconds only
+            r["curve"] = [[10.0 * i, v] for i, v in enumerate(losses)]
+        else:
+            r["step_curve"] = [[s, v] for s, v in zip(steps, losses)]
+        records.append(r)
+    curves = payoff.dense_step_curves(records, validation_freq=60)
+    assert sorted(curves) == [0, 1, 2, 3] and [s for s, _ in curves[0]] == steps
+    assert payoff.separation_step(curves, lower=set(lower)) == 180
+    short = {**records[0], "curve": records[0]["curve"][:-1]}  # not one point per validated step: left out
+    assert 0 not in payoff.dense_step_curves([short], validation_freq=60)
