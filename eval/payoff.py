@@ -45,6 +45,13 @@ def by_arm(records: list[dict]) -> dict[str, dict[int, dict]]:
     return dict(arms)
 
 
+def join(records: list[dict], earlier: list[dict]) -> list[dict]:
+    """`earlier` records (joined from earlier reports) of runs not among `records`, then `records`: a run's own
+    folder wins over its copy in a report that is joined again."""
+    here = {(arm_label(r["name"]), r["seed"]) for r in records}
+    return [r for r in earlier if (arm_label(r["name"]), r["seed"]) not in here] + records
+
+
 def paired(arms: dict[str, dict[int, dict]], arm: str, reference: str) -> dict:
     """`arm` minus `reference` on the seeds both ran: each seed's difference of final loss, their mean, the
     bootstrap interval and how many are below 0."""
@@ -186,6 +193,33 @@ def plot_finals(summary: dict, path: str, title: str, newest: str | None = None)
     ax.set_xticks(range(len(arms)), arms, rotation=15, fontsize=7)
     ax.set_ylabel("final held-out loss, dense attention (nats/byte)")
     ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_dense_groups(curves: dict[int, list[tuple[float, float]]], lower: set[int], separation: int | None,
+                      path: str, title: str) -> None:
+    """Every dense seed's held-out loss against steps, lower group in blue, upper in grey, and the separation
+    step: where and how the seeds part."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for seed, curve in sorted(curves.items()):
+        steps, losses = zip(*curve[1:])  # from the second validation: step 1 sits far above the rest
+        group = "lower" if seed in lower else "upper"
+        color = "tab:blue" if group == "lower" else "dimgrey"
+        ax.plot(steps, losses, "-o", ms=2.5, lw=1, color=color, label=f"seed {seed} ({group})")
+        ax.annotate(str(seed), (steps[-1], losses[-1]), fontsize=7, xytext=(4, 0), textcoords="offset points")
+    if separation is not None:
+        ax.axvline(separation, color="tab:blue", ls=":", lw=0.8, label=f"separated from step {separation}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("held-out loss, dense attention (nats/byte)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

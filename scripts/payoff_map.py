@@ -153,20 +153,23 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         if isinstance(loaded, dict):  # an earlier report of this command: its records
             loaded = loaded.get("records", [])
         earlier += [r for r in loaded if r.get("seq_len") == seq_len]
-    records = earlier + against_earlier_dense(records, earlier)
+    records = payoff.join(against_earlier_dense(records, earlier), earlier)
     if not records:
         raise ConfigError(f"no finished run under {study.run} (and none included)")
     summary = payoff.distributions(records, study.group_threshold, study.baseline)
     summary.update({"study": str(study.path), "incomplete": incomplete, "baseline": study.baseline})
     dense = summary["arms"].get("dense", {}).get("seeds", {})
-    summary["separation_step"] = payoff.separation_step(
-        payoff.dense_step_curves(records, study.base["validation"]["freq"]),
-        {seed for seed, row in dense.items() if row.get("group") == "lower"})
+    curves = payoff.dense_step_curves(records, study.base["validation"]["freq"])
+    lower = {seed for seed, row in dense.items() if row.get("group") == "lower"}
+    summary["separation_step"] = payoff.separation_step(curves, lower)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_record(out, {"summary": summary, "records": records}, indent=1)
     title = f"seq {seq_len:,}, {device}, {commit}"
     payoff.plot_finals(summary, str(out.with_name(out.name + "_finals.png")), f"final held-out loss by arm, {title}",
                        newest=commit)
+    if curves:
+        payoff.plot_dense_groups(curves, lower, summary["separation_step"],
+                                 str(out.with_name(out.name + "_dense_steps.png")), f"dense seeds by group, {title}")
     if arms:
         plot_curves(arms, str(out.with_name(out.name + "_curves.png")), f"held-out loss vs training seconds, {title}")
         plot_steps(arms, str(out.with_name(out.name + "_steps.png")), f"held-out loss vs steps, {title}")

@@ -54,3 +54,11 @@ def test_the_separation_step_reads_earlier_records_without_step_curves_on_the_va
     assert payoff.separation_step(curves, lower=set(lower)) == 180
     short = {**records[0], "curve": records[0]["curve"][:-1]}  # not one point per validated step: left out
     assert 0 not in payoff.dense_step_curves([short], validation_freq=60)
+
+
+def test_joining_an_earlier_report_again_keeps_one_record_per_run_and_the_run_folder_wins():
+    earlier = [run("dense", 0, 2.33, 490.0), run("dense_s1", 1, 2.24, 480.0), run("causal_s1_switch360", 1, 2.31, 400.0)]
+    here = [run("dense_s0", 0, 2.3317, 491.0), run("causal_s2_switch360", 2, 2.35, 342.0)]
+    joined = payoff.join(here, earlier)
+    assert [(r["name"], r["final_heldout_loss"]) for r in joined] == [
+        ("dense_s1", 2.24), ("causal_s1_switch360", 2.31), ("dense_s0", 2.3317), ("causal_s2_switch360", 2.35)]
