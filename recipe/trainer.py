@@ -98,6 +98,17 @@ class OutOfMemory(RunStopped):
     """The device ran out of memory during training (exit code 1)."""
 
 
+ALLOCATION_FAILURES = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """torch's OutOfMemoryError, or a RuntimeError that says a device allocation failed where torch's caching
+    allocator does not see it (NCCL buffers, cuBLAS/cuDNN workspaces, `CUDA error: out of memory`)."""
+    return isinstance(err, torch.OutOfMemoryError) or (
+        isinstance(err, RuntimeError) and not isinstance(err, RunStopped)
+        and any(text in str(err) for text in ALLOCATION_FAILURES))
+
+
 def out_of_memory_line(job_config: JobConfig, step: int, err: BaseException) -> str:
     """One line for an out-of-memory error at `step`: the first two sentences of torch's message, the length per
     rank and the knobs that set memory (context parallel degree, activation checkpointing, batch), with those
@@ -326,7 +337,9 @@ def main(argv: Sequence[str] | None = None, trainer_cls: type[LighthouseTrainer]
             else:
                 trainer.train()
             finished = True
-        except torch.OutOfMemoryError as err:
+        except RuntimeError as err:
+            if not is_out_of_memory(err):
+                raise
             raise OutOfMemory(out_of_memory_line(config, trainer.step if trainer is not None else 0, err)) from None
         except KeyboardInterrupt as err:
             step = trainer.step if trainer is not None else 0

@@ -282,6 +282,23 @@ def test_an_out_of_memory_line_names_the_length_per_rank_and_the_knobs_that_can_
         "training.local_batch_size or lower training.seq_len")
 
 
+@pytest.mark.parametrize("message, expected", [
+    ("CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported", True),  # a raw CUDA call
+    ("NCCL error in: ProcessGroupNCCL.cpp:1, unhandled cuda error, NCCL version 2.27.3\nCuda failure 'out of memory'",
+     True),
+    ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
+    ("cuDNN error: CUDNN_STATUS_ALLOC_FAILED", True),
+    ("The size of tensor a (4) must match the size of tensor b (3) at non-singleton dimension 1", False),
+])
+def test_a_failed_device_allocation_outside_torchs_allocator_also_counts_as_out_of_memory(message, expected):
+    from recipe.errors import RunStopped
+    from recipe.trainer import is_out_of_memory
+
+    assert is_out_of_memory(RuntimeError(message)) is expected
+    assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory."))
+    assert not is_out_of_memory(RunStopped("stopped: out of memory twice"))  # already one line: passed through
+
+
 @pytest.mark.slow
 def test_out_of_memory_during_training_ends_in_one_line_and_exit_code_1(tmp_path):
     code = (
