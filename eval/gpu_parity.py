@@ -37,7 +37,8 @@ from lighthouse import (
 from lighthouse.testing import ERROR_RATIO, error_ratio
 
 # (B, N, H, G, D, dtype, LighthouseConfig kwargs); the paper's selection, whose scores the pooling pass computes,
-# and last the strict selection's online kernel (SPEC section 3a) on its trailing-window scores
+# then the causal selection (the recipe's default; causal pyramid scores) and last the strict selection's online
+# kernel (SPEC section 3a) on its trailing-window scores
 CASES = [
     (1, 8192, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=128, selection="paper")),
     (2, 65536, 8, 2, 128, torch.bfloat16, dict(levels=3, pool=4, topk=2048, selection="paper")),
@@ -48,9 +49,11 @@ CASES = [
      dict(levels=3, pool=4, topk=256, scorer="dilated", dilation=4, selection="paper")),
     (1, 524288, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=2048, selection="paper")),
     (1, 524288, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=8192, selection="paper")),
+    (2, 65536, 8, 2, 128, torch.bfloat16, dict(levels=3, pool=4, topk=2048, selection="causal")),
+    (1, 524288, 8, 8, 128, torch.bfloat16, dict(levels=3, pool=4, topk=2048, selection="causal")),
     (2, 65536, 8, 2, 128, torch.bfloat16, dict(levels=3, pool=4, topk=2048, selection="strict")),
 ]
-QUICK = [0, 1, 3, 6]
+QUICK = [0, 1, 3, 6, 8]
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -14,10 +14,12 @@ CASES = [
     (1, 256, 4, 2, 16, torch.float32, dict(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")),
     (1, 128, 2, 1, 16, torch.float16, dict(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=2,
                                            selection="paper")),
+    (1, 128, 2, 1, 16, torch.float32, dict(levels=3, pool=2, topk=8, tile_budget=4, selection="causal")),
+    (1, 128, 2, 1, 16, torch.float32, dict(levels=3, pool=2, topk=8, tile_budget=4, selection="strict")),
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=["norm-float32", "dilated-float16"])
+@pytest.mark.parametrize("case", CASES, ids=["norm-float32", "dilated-float16", "causal", "strict"])
 def test_every_check_of_a_small_case_passes_on_cpu(case, capsys):
     assert run_case(*case, device=DEVICE.type)
     line = capsys.readouterr().out
