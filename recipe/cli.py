@@ -55,6 +55,16 @@ def as_config_error() -> Iterator[None]:
 OTHER_RANKS_WAIT_S = 5.0  # how long a rank other than 0 leaves rank 0 to end the job first (same mistake)
 
 
+def drop_recorded_traceback() -> None:
+    """On a rank other than 0 under torchrun: remove the traceback torchelastic's @record on torchtitan's
+    Trainer.train wrote to this rank's error file when a stop left it. Dated before rank 0's line, it would head
+    torchrun's summary if torchrun stopped this rank before it reached its own exit."""
+    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if error_file and os.environ.get("RANK", "0") != "0":
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(error_file)
+
+
 @contextlib.contextmanager
 def exit_on_config_error() -> Iterator[None]:
     """Print a ConfigError (or RunStopped) raised inside as `error: <message>` on stderr and exit with code 2
@@ -81,13 +91,12 @@ def exit_on_config_error() -> Iterator[None]:
         if not error_file:
             raise SystemExit(code) from None
         if not rank_0:
-            # torchelastic's @record on torchtitan's Trainer.train has already written this error's traceback
-            # there, dated before rank 0's line: the summary would head with it when torchrun stops this rank
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(error_file)
+            drop_recorded_traceback()
             time.sleep(OTHER_RANKS_WAIT_S)
-        # torchrun's own record format; its summary shows py_callstack, here the one line
-        record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(time.time()))}}
+        # torchrun's own record format; its summary shows py_callstack, here the one line, dated when the stop
+        # was decided (not after the trainer closed): torchrun heads its summary with the earliest record
+        stamp = min(time.time(), getattr(err, "raised_at", time.time()))
+        record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(stamp))}}
         with open(error_file, "w", encoding="utf-8") as f:
             json.dump({"message": record}, f)
         sys.stdout.flush()

@@ -23,7 +23,8 @@ from . import train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSp
 from .checkpoint_guard import complete_steps, load_newest_intact, save_or_stop
 from .checkpoint_manifest import write_manifest
 from .checks import check_environment, check_settings, check_size, data_parallel_degree
-from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
+from .cli import (ConfigError, RunStopped, as_config_error, drop_recorded_traceback, exit_on_config_error,
+                  parse_job_config)
 from .dump_lock import DumpFolderLock
 from .finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state, recorded_grad_norms
 from .job_config import check_initial_load, check_job_config
@@ -337,6 +338,9 @@ def main(argv: Sequence[str] | None = None, trainer_cls: type[LighthouseTrainer]
             else:
                 trainer.train()
             finished = True
+        except RunStopped:
+            drop_recorded_traceback()  # now, before closing the trainer takes seconds
+            raise
         except RuntimeError as err:
             if not is_out_of_memory(err):
                 raise
