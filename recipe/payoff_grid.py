@@ -151,6 +151,9 @@ def load_study(path: Path) -> Study:
         if any(not isinstance(d, list) for d in axes["dense_layers"]):
             raise _fail(path, f"grid {number} dense_layers = {axes['dense_layers']!r} must be a list of lists")
         parsed.grid.append(axes)
+    if not parsed.dense and (idle := [s for s in parsed.seeds if not any(s in axes["seeds"] for axes in parsed.grid)]):
+        raise _fail(path, f"study.seeds {idle} are in no [[grid]] block's seeds and study.dense = false: nothing "
+                          "would run on them")
     _check_reported(parsed)
     return parsed
 

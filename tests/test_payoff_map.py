@@ -114,6 +114,7 @@ def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
     ("[[grid]]\nwarmup = [1]\n", r"\[\[grid\]\] block 1 has unknown keys \['warmup'\]"),
     ("", r"needs a \[study\] table and at least one \[\[grid\]\] block"),
     ("[[grid]]\nseeds = [3, 9]\n", r"grid 1 seeds \[9\] are not among study.seeds = \[3, 4\]"),
+    ("dense = false\n[[grid]]\nseeds = [3]\n", r"study.seeds \[4\] are in no \[\[grid\]\] block's seeds"),
     ('reported = ["causal_s3"]\n[[grid]]\n', r"study.reported names \['causal_s3'\], which are not dense or stage-2"),
     ('reported = ["dense_s9"]\n[[grid]]\n', r"names \['dense_s9'\].*those are \['causal_s3_switch360', "),
     ('reported = ["dense_s3", "dense_s3"]\n[[grid]]\n', r"study.reported = .* repeats a name"),

@@ -57,7 +57,8 @@ def test_the_separation_step_reads_earlier_records_without_step_curves_on_the_va
 
 
 def test_joining_an_earlier_report_again_keeps_one_record_per_run_and_the_run_folder_wins():
-    earlier = [run("dense", 0, 2.33, 490.0), run("dense_s1", 1, 2.24, 480.0), run("causal_s1_switch360", 1, 2.31, 400.0)]
+    earlier = [run("dense", 0, 2.33, 490.0), run("dense_s1", 1, 2.24, 480.0),
+               run("causal_s1_switch360", 1, 2.31, 400.0)]
     here = [run("dense_s0", 0, 2.3317, 491.0), run("causal_s2_switch360", 2, 2.35, 342.0)]
     joined = payoff.join(here, earlier)
     assert [(r["name"], r["final_heldout_loss"]) for r in joined] == [
