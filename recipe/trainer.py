@@ -166,6 +166,7 @@ class LighthouseTrainer(Trainer):
                                                                     checksums)
         self.checkpointer.save = lambda curr_step, last_step=False: self.save_checkpoint(save, curr_step, last_step)
         self.last_save_s: float | None = None  # how long this process's latest save took
+        self.async_save_step: int | None = None  # an asynchronous save still being written (no manifest yet)
         if job_config.comm.mode == "default":  # a dry run's fake process group has no other ranks to ask
             self.sigterm.join_ranks()
         self.switch_step = job_config.lighthouse.switch_to_dense_at_step
@@ -180,7 +181,8 @@ class LighthouseTrainer(Trainer):
 
     def save_checkpoint(self, save, curr_step: int, last_step: bool = False) -> None:
         """torchtitan's `save` on the steps it saves, after checking that what it would save is finite, with
-        Ctrl-C held back until the save has finished; then the step's manifest (`recipe.checkpoint_manifest`)."""
+        Ctrl-C held back until the save has finished; then the manifest (`recipe.checkpoint_manifest`) of every
+        save whose files are now all written."""
         if not (checkpoint_due(self.job_config, curr_step) or (last_step and self.job_config.checkpoint.enable)):
             save(curr_step, last_step)
             return
@@ -192,11 +194,25 @@ class LighthouseTrainer(Trainer):
         begin = time.monotonic()
         with finish_save_first(curr_step):
             save_or_stop(save, self.checkpoint_folder, curr_step, last_step)
-            if self.checkpointer.async_mode == AsyncMode.DISABLED:  # else its files are still being written
-                write_manifest(os.path.join(self.checkpoint_folder, f"step-{curr_step}"),
+            for step in self.saves_written(curr_step, last_step):
+                write_manifest(os.path.join(self.checkpoint_folder, f"step-{step}"),
                                data_parallel_degree(self.job_config, int(os.environ.get("WORLD_SIZE", "1"))),
                                self.job_config.resilience.checksums)
         self.last_save_s = time.monotonic() - begin
+
+    def saves_written(self, curr_step: int, last_step: bool) -> list[int]:
+        """The saves whose files are all written once torchtitan's save of `curr_step` has returned: the
+        asynchronous save before it (torchtitan waits for that first), and this one unless it is asynchronous
+        too (torchtitan saves the last step synchronously); one purged meanwhile (`keep_latest_k`) is left out.
+        The newest asynchronous save gets its manifest at the next save: a job that ends before that leaves it
+        without one, and a resume from it warns that it is unverified."""
+        written = [] if self.async_save_step is None else [self.async_save_step]
+        self.async_save_step = None
+        if self.checkpointer.async_mode == AsyncMode.DISABLED or last_step:
+            written.append(curr_step)
+        else:
+            self.async_save_step = curr_step
+        return [step for step in written if os.path.isdir(os.path.join(self.checkpoint_folder, f"step-{step}"))]
 
     def should_continue_training(self) -> bool:
         if self.sigterm.requested():
