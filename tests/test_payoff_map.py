@@ -198,16 +198,16 @@ def test_a_small_grid_runs_on_this_machine_and_reports_every_seed_and_what_the_d
 config = "{tiny_config(tmp_path)}"
 run = "{tmp_path / 'run'}"
 corpus = "{tmp_path / 'corpus'}"
-steps = 8
+steps = 4
 warmup_steps = 1
 seeds = [0, 1]
 group_threshold = 100.0
-baseline = "causal_switch4"
+baseline = "causal_switch2"
 anatomy_windows = 2
 
 [[grid]]
-switch = [4]
-rewarm_steps = [0, 2]
+switch = [2]
+rewarm_steps = [0, 1]
 """)
     run = lambda *argv: subprocess.run([sys.executable, "scripts/payoff_map.py", *argv, str(study)], cwd=REPO,  # noqa: E731
                                        env=child_env(), capture_output=True, text=True, timeout=900)
@@ -216,18 +216,18 @@ rewarm_steps = [0, 2]
     reported = run("report", "--device", "cpu")
     assert reported.returncode == 0, reported.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "report" / "payoff.json").read_text())["summary"]
-    assert set(summary["arms"]) == {"dense", "causal_switch4", "causal_switch4_rewarm2"}
+    assert set(summary["arms"]) == {"dense", "causal_switch2", "causal_switch2_rewarm1"}
     assert all(set(arm["seeds"]) == {"0", "1"} for arm in summary["arms"].values())
     assert summary["incomplete"] == []
     pairs = {(p["arm"], p["reference"]) for p in summary["paired"]}
-    assert ("causal_switch4_rewarm2", "causal_switch4") in pairs
+    assert ("causal_switch2_rewarm1", "causal_switch2") in pairs
     anatomy = json.loads((tmp_path / "run" / "report" / "payoff_anatomy.json").read_text())
     carried = [c["carried"] for c in anatomy["differences"][0]["position"].values()]
     assert sum(carried) == pytest.approx(1.0)
     for name in ("payoff.md", "payoff_finals.png", "payoff_steps.png", "payoff_anatomy.png"):
         assert (tmp_path / "run" / "report" / name).is_file(), name
-    stage2 = (tmp_path / "run" / "causal_s0_switch4_rewarm2" / "metrics.jsonl").read_text()
-    assert '"step": 5' in stage2 and '"step": 8' in stage2
+    stage2 = (tmp_path / "run" / "causal_s0_switch2_rewarm1" / "metrics.jsonl").read_text()
+    assert '"step": 3' in stage2 and '"step": 4' in stage2
 
 
 def test_long_first_starts_dense_then_every_stage_1_then_stage_2_by_its_dense_steps(tmp_path):
