@@ -68,8 +68,8 @@ def time_to_quality_bound(record: dict, dense: dict | None) -> dict:
     """For a run whose final loss the dense run of its seed never reaches: its time to quality is at least dense's
     whole training time over the run's (`time_to_quality_at_least`). Leaving such runs out of the median would
     drop exactly the seeds where the arm did best."""
-    if (record.get("selection") == "dense" or dense is None or "dense_seconds_to_this_loss" not in record
-            or record["dense_seconds_to_this_loss"] is not None):
+    never_reached = "dense_seconds_to_this_loss" in record and record["dense_seconds_to_this_loss"] is None
+    if dense is None or not never_reached:  # dense runs have no such key
         return {}
     return {"time_to_quality_at_least": round(dense["train_seconds"] / record["train_seconds"], 4)}
 

@@ -95,7 +95,7 @@ def exit_on_config_error() -> Iterator[None]:
             time.sleep(OTHER_RANKS_WAIT_S)
         # torchrun's own record format; its summary shows py_callstack, here the one line, dated when the stop
         # was decided (not after the trainer closed): torchrun heads its summary with the earliest record
-        stamp = min(time.time(), getattr(err, "raised_at", time.time()))
+        stamp = getattr(err, "raised_at", None) or time.time()
         record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(stamp))}}
         with open(error_file, "w", encoding="utf-8") as f:
             json.dump({"message": record}, f)
