@@ -14,7 +14,7 @@ import pytest
 
 from eval import payoff
 from eval.time_to_quality import against_earlier_dense
-from recipe.payoff_grid import load_study, long_first, plan_runs, train_command
+from recipe.payoff_grid import final_models, load_study, long_first, plan_runs, train_command
 from recipe.toml_config import dump_toml, load_toml, set_key
 
 from .helpers import child_env
@@ -48,6 +48,17 @@ corpus = "corpus"
 steps = 720
 seeds = [3, 4]
 """
+
+
+def test_every_checked_in_study_loads_and_the_niah_study_scores_the_analysis_pairs_final_models():
+    """Each study under configs/payoff plans runs; the NIAH study (addendum 1g) trains dense and the defaults of
+    seeds 2 and 3 again and scores exactly those final models at 8,192 and 131,072 tokens."""
+    studies = {path.name: load_study(path) for path in sorted((REPO / "configs" / "payoff").glob("*.toml"))}
+    assert all(plan_runs(study) for study in studies.values()), sorted(studies)
+    niah = studies["tiny_128k_basin_niah.toml"]
+    assert niah.niah_lengths == [8192, 131072] and niah.anatomy_windows > 0
+    assert final_models(plan_runs(niah)) == {2: ["dense_s2", "causal_s2_switch360"],
+                                             3: ["dense_s3", "causal_s3_switch360"]}
 
 
 def test_the_basin_study_queues_each_seeds_runs_together_and_shares_stage_1_between_switches_and_rewarms(tmp_path):
