@@ -18,7 +18,7 @@ from typing import Callable
 
 from eval.device import pick_device
 from eval.layer_times import LAYER_TIMES_FILE, summarize_layer_times
-from eval.records import command_line, environment
+from eval.records import command_line, environment, shown_path
 from eval.throughput import WARMUP_STEPS, fmt, job_args, run_variant
 from recipe.run_record import REPO
 
@@ -114,10 +114,9 @@ def summarize(runs: dict[Variant, dict], degrees: list[int]) -> list[dict]:
 
 def shared_settings(job: CpThroughputJob) -> dict:
     """The settings every record of `job` carries (what `--resume` compares)."""
-    config_path = Path(job.config).resolve()
-    shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
-    return {"config": str(shown), "tokens_per_rank": job.tokens_per_rank, "activation_checkpointing": job.ac,
-            "topk_override": job.topk, "train_args": job.train_args, "layer_times": job.layer_times}
+    return {"config": shown_path(job.config), "tokens_per_rank": job.tokens_per_rank,
+            "activation_checkpointing": job.ac, "topk_override": job.topk, "train_args": job.train_args,
+            "layer_times": job.layer_times}
 
 
 def measured_runs(records: list[dict], job: CpThroughputJob) -> dict[Variant, dict]:
@@ -299,12 +298,14 @@ def plot(records: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, 2 if timed else 1, figsize=(11 if timed else 6, 4.2), squeeze=False)
     ax = axes[0][0]
     shown = [a for a in ATTENTIONS if any(r[f"{a}_tok_s_per_rank"] for r in records)]
+    kept = any(r[f"{a}_kept_of_cp1"] is not None for r in records for a in ATTENTIONS)
     width = 0.76 / max(len(shown), 1)
     for i, attention in enumerate(shown):
         xs = [j + (i - (len(shown) - 1) / 2) * width for j in range(len(records))]
         ys = [r[f"{attention}_tok_s_per_rank"] or 0 for r in records]
         bars = ax.bar(xs, ys, width, label=attention)
-        ax.bar_label(bars, labels=[fmt(r[f"{attention}_kept_of_cp1"], ".0%") for r in records], fontsize=8)
+        if kept:
+            ax.bar_label(bars, labels=[fmt(r[f"{attention}_kept_of_cp1"], ".0%") for r in records], fontsize=8)
     ax.set_xticks(range(len(records)), [label(r) for r in records], fontsize=7)
     ax.set_ylabel("tok/s per rank")
     ax.legend()
@@ -317,11 +318,14 @@ def plot(records: list[dict], path: Path) -> None:
                     label={"dense": "dense layers", "lighthouse": "Lighthouse layers", "rest": "rest"}[part])
             left = [a + b for a, b in zip(left, widths)]
         ax.set_yticks(range(len(timed)), [label(r).replace("\n", " ") for r in timed], fontsize=7)
-        ax.set_xlabel("seconds per Lighthouse step (backward includes recompute)")
+        ax.set_xlabel("s per Lighthouse step (backward includes the recompute)", fontsize=8)
         ax.legend(fontsize=7)
     env, first = records[0]["environment"], records[0]
-    fig.suptitle(f"{env['device']}, commit {env['commit']}, {first['tokens_per_rank']:,} tokens per rank\n"
-                 f"{first.get('command', describe(first))}\n(bar labels: share of the CP=1 tok/s kept)", fontsize=7)
+    calls = {run["measured_by"]["command"] for r in records for run in r["runs"].values() if "measured_by" in run}
+    how = (first.get("command", describe(first)) if len(calls) <= 1
+           else f"{describe(first)}: {len(calls)} calls, each variant's command in the JSON (measured_by)")
+    fig.suptitle(f"{env['device']}, commit {env['commit']}, {first['tokens_per_rank']:,} tokens per rank\n{how}"
+                 + ("\n(bar labels: share of the CP=1 tok/s kept)" if kept else ""), fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)

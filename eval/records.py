@@ -16,12 +16,19 @@ import torchtitan
 from torchtitan.config import JobConfig
 
 from eval.checkpoint import lighthouse_setting
-from recipe.run_record import source_commit
+from recipe.run_record import REPO, source_commit
 
 
 def command_line() -> str:
     """This process's command line, the script named without its folder."""
     return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
+
+
+def shown_path(path: str | Path) -> str:
+    """`path` as a record names it: relative to the repository when inside it, so records do not name the
+    machine's checkout."""
+    resolved = Path(path).resolve()
+    return str(resolved.relative_to(REPO) if resolved.is_relative_to(REPO) else resolved)
 
 
 def provenance(checkpoint: str | Path, job_config: JobConfig, device: torch.device) -> dict[str, Any]:

@@ -94,9 +94,9 @@ LONG_CONTEXT_RUNS = (
     LongContextRun(K2048_NORM, 262_144, 4),
     LongContextRun(K2048_NORM, 1_048_576, 8),
     LongContextRun(K2048_NORM, 1_048_576, 2, "2 GPUs of 141 GB (H200)", (
-        "Measured on 2x H200 at commit 5d87520 (issue 32; global batch 1, synthetic data), paper model:",
-        "  Lighthouse, compiled: 12,222-12,327 tok/s per GPU (steps 2-6, 42.8 s a step), peak 82.4 GiB;",
-        "  dense (--lighthouse.no-enable), eager, one step: 1,778 tok/s per GPU (295 s), peak 65.6 GiB.",
+        "Measured on 2x H200 at commit 945215e (global batch 1, synthetic data; docs/context_parallel.md):",
+        "  Lighthouse, compiled: 12,198-12,234 tok/s per GPU (steps 2-4, 43 s a step), peak 90.1 GiB reserved;",
+        "  dense, eager, one step: 1,761 tok/s per GPU (298 s), peak 67.1 GiB. 1,572,864 tokens fit, 2M do not.",
     )),
     LongContextRun(K2048_NORM, 1_048_576, 4, "4 GPUs of 80 GB (H100)", (
         "Not measured yet (tok/s, peak memory).",

@@ -30,7 +30,7 @@ install()  # the CPU compatibility layer, before torchtitan is imported
 from eval.cli import OneLineParser
 from eval.device import pick_device, require_cuda
 from eval.max_context import ATTENTIONS, ProbeJob, check_lengths, find_longest, table
-from eval.records import command_line, environment
+from eval.records import command_line, environment, shown_path
 from eval.throughput import positive_int, switch_values
 from recipe.cli import ConfigError, parse_job_config
 from recipe.run_record import REPO
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
         require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
 
     job = ProbeJob(args.config, args.ac, compile_on, args.steps, args.timeout, args.train_args)
-    settings = {"config": args.config, "activation_checkpointing": args.ac, "compile": compile_on,
+    settings = {"config": shown_path(args.config), "activation_checkpointing": args.ac, "compile": compile_on,
                 "steps": args.steps, "timeout_s": args.timeout, "train_args": args.train_args,
                 "start": args.start, "resolution": args.resolution, "max_len": args.max_len}
     plan = [(w, attention) for w in gpus for attention in attentions]

@@ -41,10 +41,9 @@ from torchtitan.config import ConfigManager
 from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.device import require_cuda
-from eval.records import environment
+from eval.records import environment, shown_path
 from eval.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, positive_int,
                              run_variant, switch_values, too_few_steps)
-from recipe.run_record import REPO
 
 CPU_STEPS = 3  # the first two are not timed
 
@@ -108,9 +107,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     times = attention_times(model_args, job.lighthouse.to_config(), args.seq_len, device)
 
     env = environment(device)
-    config_path = Path(args.config).resolve()
-    shown = config_path.relative_to(REPO) if config_path.is_relative_to(REPO) else config_path
-    model = (f"{shown} ({job.model.flavor}: d {model_args.dim}, {model_args.n_layers} layers, "
+    model = (f"{shown_path(args.config)} ({job.model.flavor}: d {model_args.dim}, {model_args.n_layers} layers, "
              f"{model_args.n_heads} heads; dense layers {list(job.lighthouse.dense_layers)}; "
              f"L={job.lighthouse.levels} p={job.lighthouse.pool} k={job.lighthouse.topk} {job.lighthouse.scorer})")
     records = []

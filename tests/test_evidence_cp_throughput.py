@@ -219,3 +219,36 @@ def test_a_failed_variant_is_recorded_with_its_error_and_the_sweep_goes_on(monke
     assert cp2["runs"]["lighthouse"]["measured_by"]["environment"] == {"device": "test"}
     assert cp2["lighthouse_tok_s_per_rank"] is None and cp2["dense_tok_s_per_rank"] == 200.0
     assert cp1["compile"] is cp2["compile"] is True
+
+
+def test_the_checked_in_1m_records_back_the_tables_and_numbers_of_the_docs(tmp_path):
+    """docs/context_parallel.md's 1M-on-one-node section quotes its records: the block-time table verbatim,
+    each variant's tok/s, the dense step and the speedups; every record names the card and commit."""
+    records = json.loads((REPO / "docs" / "cp_throughput_1m_cp2.json").read_text())
+    stage2 = json.loads((REPO / "docs" / "cp_stage2_1m_cp2.json").read_text())
+    text = (REPO / "docs" / "context_parallel.md").read_text()
+    assert cp_throughput.layer_times_table(records) in text
+    dense = stage2["runs"]["stage2"]["tok_s"]
+    for r in records:
+        assert r["seq_len"] == 1_048_576 and r["config"] == "configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2.toml"
+        shown = f"{r['lighthouse_tok_s_per_rank']:,.0f}"
+        assert f"{shown} tok/s" in text or f"{shown} /" in text
+        run = r["runs"]["lighthouse"]["measured_by"]["environment"]
+        assert (run["device"], run["commit"]) == ("NVIDIA H200", "945215e")
+    compiled, eager = records[0]["lighthouse_tok_s_per_rank"], records[-1]["lighthouse_tok_s_per_rank"]
+    assert f"{dense:,.0f} tok/s ({524_288 / dense:.1f} s a step)" in text
+    assert f"{compiled / dense:.2f}x compiled, {eager / dense:.2f}x eager" in text
+    assert stage2["runs"]["stage1"]["loss_per_step"] + stage2["runs"]["stage2"]["loss_per_step"] == pytest.approx(
+        records[0]["runs"]["lighthouse"]["loss_per_step"][:2], abs=2e-3)  # stage 2 went on from step 1's state
+    cp_throughput.plot(records, tmp_path / "1m.png")
+    assert (tmp_path / "1m.png").stat().st_size > 0
+
+
+def test_the_checked_in_2_gpu_probes_back_the_longest_context_cell():
+    """The two single-length probes at 1M+ on 2 GPUs: 1,572,864 trains, 2,097,152 runs out of memory."""
+    probes = [p for record in json.loads((REPO / "docs" / "max_context_2gpu_probes.json").read_text())
+              for result in record["results"] for p in result["probes"]]
+    assert [(p["seq_len"], p["fits"], p.get("error")) for p in probes] == [(2_097_152, False, "out of memory"),
+                                                                            (1_572_864, True, None)]
+    text = (REPO / "docs" / "context_parallel.md").read_text()
+    assert f"**at least 1,572,864** (2 steps trained, peak {probes[1]['peak_gib']:.1f} GiB)" in text

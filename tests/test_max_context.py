@@ -152,8 +152,8 @@ def test_the_json_is_kept_whole_across_calls_and_a_resume_trains_only_new_probes
     probe, trained = fake_probes({2048: {"error": "out of memory"}, 1536: {"error": "out of memory"}})
     monkeypatch.setattr(max_context, "probe", probe)
     out = tmp_path / "max_context.json"
-    argv = ["--config", "configs/debug.toml", "--start", "512", "--resolution", "256", "--max-len", "4096",
-            "--compile", "off", "--allow-cpu", "--json", str(out), "--resume", "--attentions", "lighthouse"]
+    argv = ["--config", str(REPO / "configs" / "debug.toml"), "--start", "512", "--resolution", "256", "--max-len",
+            "4096", "--compile", "off", "--allow-cpu", "--json", str(out), "--resume", "--attentions", "lighthouse"]
 
     def search(*more: str) -> None:
         monkeypatch.setattr(sys, "argv", ["scripts/max_context.py", *argv, *more, "--", "--lighthouse.topk", "64"])
@@ -163,6 +163,7 @@ def test_the_json_is_kept_whole_across_calls_and_a_resume_trains_only_new_probes
     search("--gpus", "2")
     assert trained == [512, 1024, 2048, 1536, 1280] * 2
     record = json.loads(out.read_text())
+    assert record["settings"]["config"] == "configs/debug.toml"  # not the machine's checkout
     assert [(r["gpus"], r["longest"], r["shortest_failed"]) for r in record["results"]] == [(1, 1280, 1536),
                                                                                           (2, 1280, 1536)]
     assert record["results"][0]["probes"][0]["measured_by"]["command"].startswith("max_context.py --config")
