@@ -11,6 +11,7 @@ from contextlib import ExitStack
 from typing import Iterator, Sequence
 
 import torch
+import torch.distributed as dist
 from torchtitan.components.checkpoint import AsyncMode
 from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
@@ -195,17 +196,15 @@ class LighthouseTrainer(Trainer):
         with finish_save_first(curr_step):
             save_or_stop(save, self.checkpoint_folder, curr_step, last_step)
             for step in self.saves_written(curr_step, last_step):
-                write_manifest(os.path.join(self.checkpoint_folder, f"step-{step}"),
-                               data_parallel_degree(self.job_config, int(os.environ.get("WORLD_SIZE", "1"))),
-                               self.job_config.resilience.checksums)
+                self.write_manifest(step)
         self.last_save_s = time.monotonic() - begin
 
     def saves_written(self, curr_step: int, last_step: bool) -> list[int]:
         """The saves whose files are all written once torchtitan's save of `curr_step` has returned: the
         asynchronous save before it (torchtitan waits for that first), and this one unless it is asynchronous
         too (torchtitan saves the last step synchronously); one purged meanwhile (`keep_latest_k`) is left out.
-        The newest asynchronous save gets its manifest at the next save: a job that ends before that leaves it
-        without one, and a resume from it warns that it is unverified."""
+        The newest asynchronous save gets its manifest at the next save or at SIGTERM (`finish_async_save`); a
+        job that fails before either leaves it without one, and a resume from it warns that it is unverified."""
         written = [] if self.async_save_step is None else [self.async_save_step]
         self.async_save_step = None
         if self.checkpointer.async_mode == AsyncMode.DISABLED or last_step:
@@ -213,6 +212,24 @@ class LighthouseTrainer(Trainer):
         else:
             self.async_save_step = curr_step
         return [step for step in written if os.path.isdir(os.path.join(self.checkpoint_folder, f"step-{step}"))]
+
+    def finish_async_save(self) -> None:
+        """Wait for the asynchronous save still being written and write its manifest, so a job that stops
+        before its next save (SIGTERM) leaves its newest checkpoint verified. Every rank calls it alike."""
+        if self.async_save_step is None:
+            return
+        step, self.async_save_step = self.async_save_step, None
+        self.checkpointer._async_wait()  # torchtitan's wait for its save future
+        if dist.is_initialized():
+            dist.barrier()  # rank 0's future includes `.metadata`: every rank lists the folder after it
+        if os.path.isdir(os.path.join(self.checkpoint_folder, f"step-{step}")):  # not purged meanwhile
+            self.write_manifest(step)
+
+    def write_manifest(self, step: int) -> None:
+        """The manifest of the checkpoint of `step`, whose files are all written (`recipe.checkpoint_manifest`)."""
+        write_manifest(os.path.join(self.checkpoint_folder, f"step-{step}"),
+                       data_parallel_degree(self.job_config, int(os.environ.get("WORLD_SIZE", "1"))),
+                       self.job_config.resilience.checksums)
 
     def should_continue_training(self) -> bool:
         if self.sigterm.requested():
@@ -222,6 +239,7 @@ class LighthouseTrainer(Trainer):
     def stop_on_sigterm(self) -> None:
         """Save this step if `[resilience]` says so and the save fits in the grace, then raise Terminated."""
         resilience, checkpointer = self.job_config.resilience, self.checkpointer
+        self.finish_async_save()
         latest = max(complete_steps(self.checkpoint_folder), default=None)
         since = self.sigterm.slowest(self.sigterm.seconds_since())  # every rank decides alike
         if latest == self.step or self.step == 0:

@@ -1,12 +1,16 @@
 """Shared test inputs: fresh random q, k, v of a given geometry, vectors of given norms, where kernels run,
-and the environment of a child process that runs the recipe, or a script run in this process to its exit."""
+the environment of a child process that runs the recipe, a script run in this process to its exit, and a signal
+sent to a running job once it is ready."""
 from __future__ import annotations
 
 import os
 import random
 import runpy
+import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -74,3 +78,17 @@ def sharp_random_model(job_argv: list[str]):
         for param in model.parameters():
             param.normal_(0.0, 0.2)
     return job_config, model
+
+
+def signal_when(job: subprocess.Popen, ready: Callable[[], bool], signum: int, wait_s: float = 300) -> tuple[str, str]:
+    """Send `signum` to the running `job` once `ready()` (failing if the job ends or `wait_s` passes first);
+    its stdout and stderr to the end. The job is killed if anything goes wrong."""
+    deadline = time.monotonic() + wait_s
+    try:
+        while not ready():
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+            time.sleep(0.05)
+        job.send_signal(signum)
+        return job.communicate(timeout=120)
+    finally:
+        job.kill()

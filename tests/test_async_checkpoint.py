@@ -1,5 +1,8 @@
 """Asynchronous checkpoints (`--checkpoint.async_mode async`) get their manifests too: each asynchronous save's at the
-next save (torchtitan waits for its files first), the last step's (saved synchronously) at once."""
+next save (torchtitan waits for its files first) or at SIGTERM, the last step's (saved synchronously) at once."""
+import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +12,7 @@ import pytest
 from recipe.checkpoint_manifest import manifest_faults, read_manifest
 from recipe.launch import single_process_env
 
-from .helpers import child_env
+from .helpers import child_env, signal_when
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,3 +30,33 @@ def test_every_asynchronous_save_of_a_finished_run_has_a_manifest_its_files_pass
         manifest = read_manifest(folder)
         assert manifest is not None, f"step-{step} has no manifest"
         assert manifest_faults(folder, manifest) == [] and ".metadata" in manifest["files"]
+
+
+@pytest.mark.slow
+def test_sigterm_that_saves_nothing_still_completes_the_asynchronous_save_and_its_manifest(tmp_path):
+    """Outside SLURM SIGTERM does not save (`save_on_sigterm = "auto"`); the newest asynchronous save, still
+    being written or unverified when the signal comes, is waited for and gets its manifest, and the restart
+    resumes from it."""
+    env = {**child_env(), **single_process_env(), "OMP_NUM_THREADS": "1"}
+    env.pop("SLURM_JOB_ID", None)
+    metrics = tmp_path / "metrics.jsonl"
+    job = subprocess.Popen([sys.executable, "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder",
+                            str(tmp_path), "--training.steps", "1000", "--training.seq_len", "128",
+                            "--checkpoint.enable", "--checkpoint.interval", "2", "--checkpoint.async_mode", "async",
+                            "--checkpoint.keep_latest_k", "0"],
+                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = signal_when(job, lambda: metrics.exists() and '"step": 3,' in metrics.read_text(),  # after step 2's save
+                         signal.SIGTERM)
+    assert job.returncode == 143, err[-3000:]
+    # the signal lands on a step that saved (asynchronously) or on one between saves
+    match = re.fullmatch(r"error: terminated \(SIGTERM\) at step (\d+); (?:step \1 is saved|not saved \(\[resilience\] "
+                         r"save_on_sigterm='auto' outside SLURM\)); a restart resumes from step-(\d+)",
+                         err.splitlines()[-1])
+    assert match, err[-3000:]
+    newest = int(match.group(2))
+    assert newest % 2 == 0 and newest >= 2
+    saves = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "checkpoint").iterdir())
+    assert saves[-1] == newest, "the newest save, asynchronous and unfinished at the signal, is complete"
+    folder = str(tmp_path / "checkpoint" / f"step-{newest}")
+    manifest = read_manifest(folder)
+    assert manifest is not None and manifest_faults(folder, manifest) == [] and ".metadata" in manifest["files"]

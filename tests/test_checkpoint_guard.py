@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections import namedtuple
 from pathlib import Path
 
@@ -22,7 +21,9 @@ from recipe import checkpoint_guard, trainer
 from recipe.checkpoint_guard import (CheckpointError, DataParallelMismatch, complete_steps, load_newest_intact,
                                      save_or_stop, unfinished_steps)
 from recipe.checkpoint_manifest import MANIFEST, crc32, manifest_faults, read_manifest, write_manifest
-from recipe.launch import single_process_env
+from recipe.launch import free_port, single_process_env
+
+from .helpers import signal_when
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -219,19 +220,43 @@ def test_ctrl_c_during_training_ends_train_py_in_one_line(tmp_path):
                             str(tmp_path / "run"), "--training.steps", "1000", "--training.seq_len", "128"], cwd=REPO,
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal gives it
-    try:
-        deadline = time.monotonic() + 300
-        while not (metrics.exists() and metrics.read_text().count("\n") > 3):
-            assert job.poll() is None and time.monotonic() < deadline, job.stderr.read()[-3000:]
-            time.sleep(0.1)
-        job.send_signal(signal.SIGINT)
-        _, err = job.communicate(timeout=120)
-    finally:
-        job.kill()
+    _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 3, signal.SIGINT)
     assert job.returncode == 130, err[-3000:]
     assert re.fullmatch(r"error: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the latest complete "
                         r"checkpoint", err.splitlines()[-1]), err[-3000:]
     assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_sigterm_to_torchrun_saves_the_step_on_every_rank_and_a_restart_of_two_processes_resumes_from_it(tmp_path):
+    """SLURM signals the launcher: torchrun forwards SIGTERM to both ranks, which agree on the step, save it
+    whole (with its manifest) and exit 143; torchrun itself ends in its own SignalException. A restart with the
+    same command resumes from that step."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1",
+           "SLURM_JOB_ID": "4242"}
+    env.pop("LIGHTHOUSE_DEBUG", None)
+    run, metrics = tmp_path / "run", tmp_path / "run" / "metrics.jsonl"
+
+    def torchrun(steps: int) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
+                "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run),
+                "--training.steps", str(steps), "--training.seq_len", "128", "--checkpoint.enable",
+                "--checkpoint.interval", "1000", "--parallelism.data_parallel_shard_degree", "2",
+                "--training.local_batch_size", "1"]
+
+    job = subprocess.Popen(torchrun(1000), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 2, signal.SIGTERM)
+    lines = re.findall(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart "
+                       r"resumes from step-\1", err)
+    assert lines and len(set(lines)) == 1, err[-3000:]
+    saved = int(lines[0])
+    assert complete_steps(str(run / "checkpoint")) == [saved]
+    folder = str(run / "checkpoint" / f"step-{saved}")
+    assert manifest_faults(folder, read_manifest(folder)) == [] and read_manifest(folder)["data_parallel_degree"] == 2
+    again = subprocess.run(torchrun(saved + 1), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"Training starts at step {saved + 1}" in again.stdout + again.stderr
 
 
 # python -c: train.py, except that each checkpoint save takes 3 s more once its data files are written (before
@@ -262,17 +287,6 @@ def test_sigterm_saves_the_step_and_exits_143_and_ctrl_c_during_a_save_lets_it_f
         return subprocess.Popen([sys.executable, *program, *args, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True,
                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-
-    def signal_when(job, ready, signum):
-        deadline = time.monotonic() + 300
-        try:
-            while not ready():
-                assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
-                time.sleep(0.05)
-            job.send_signal(signum)
-            return job.communicate(timeout=120)
-        finally:
-            job.kill()
 
     job = start(["train.py"], "--checkpoint.interval", "1000")  # no save of its own before the signal
     _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 2, signal.SIGTERM)
