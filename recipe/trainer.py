@@ -196,7 +196,7 @@ class LighthouseTrainer(Trainer):
         with finish_save_first(curr_step):
             save_or_stop(save, self.checkpoint_folder, curr_step, last_step)
             for step in self.saves_written(curr_step, last_step):
-                self.write_manifest(step)
+                self.write_step_manifest(step)
         self.last_save_s = time.monotonic() - begin
 
     def saves_written(self, curr_step: int, last_step: bool) -> list[int]:
@@ -223,9 +223,9 @@ class LighthouseTrainer(Trainer):
         if dist.is_initialized():
             dist.barrier()  # rank 0's future includes `.metadata`: every rank lists the folder after it
         if os.path.isdir(os.path.join(self.checkpoint_folder, f"step-{step}")):  # not purged meanwhile
-            self.write_manifest(step)
+            self.write_step_manifest(step)
 
-    def write_manifest(self, step: int) -> None:
+    def write_step_manifest(self, step: int) -> None:
         """The manifest of the checkpoint of `step`, whose files are all written (`recipe.checkpoint_manifest`)."""
         write_manifest(os.path.join(self.checkpoint_folder, f"step-{step}"),
                        data_parallel_degree(self.job_config, int(os.environ.get("WORLD_SIZE", "1"))),

@@ -35,8 +35,8 @@ def test_every_asynchronous_save_of_a_finished_run_has_a_manifest_its_files_pass
 @pytest.mark.slow
 def test_sigterm_that_saves_nothing_still_completes_the_asynchronous_save_and_its_manifest(tmp_path):
     """Outside SLURM SIGTERM does not save (`save_on_sigterm = "auto"`); the newest asynchronous save, still
-    being written or unverified when the signal comes, is waited for and gets its manifest, and the restart
-    resumes from it."""
+    being written or unverified when the signal comes, is waited for and gets its manifest, and the stop line
+    names it as the step a restart resumes from."""
     env = {**child_env(), **single_process_env(), "OMP_NUM_THREADS": "1"}
     env.pop("SLURM_JOB_ID", None)
     metrics = tmp_path / "metrics.jsonl"
