@@ -144,14 +144,18 @@ def anatomy_pairs(summary: dict, dumps: set[str]) -> list[tuple[str, str]]:
 def report(study: Study, out: Path, includes: list[Path], device: str, commit: str) -> dict:
     """The distributions, tables and plots of every finished run (and the earlier records of `includes`)."""
     incomplete: list[str] = []
-    arms = load_arms(study.run, incomplete)
+    arms = load_arms(study.run, incomplete) if study.run.is_dir() else []  # nothing trained here: `includes` only
     seq_len = study.base["training"]["seq_len"]
     records, earlier = report_records(arms, seq_len, device, commit, f"scripts/payoff_map.py run {study.path}"), []
     for path in includes:
-        with as_config_error():
+        try:
             loaded = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"--include {path}: cannot read it as JSON ({err})") from err
         if isinstance(loaded, dict):  # an earlier report of this command: its records
             loaded = loaded.get("records", [])
+        if not isinstance(loaded, list) or not all(isinstance(r, dict) for r in loaded):
+            raise ConfigError(f"--include {path}: expected a list of run records or a report's payoff.json")
         earlier += [r for r in loaded if r.get("seq_len") == seq_len]
     records = payoff.join(against_earlier_dense(records, earlier), earlier)
     if not records:

@@ -174,3 +174,16 @@ def test_the_json_is_kept_whole_across_calls_and_a_resume_trains_only_new_probes
     other = [*argv, "--steps", "3", "--gpus", "1", "--", "--lighthouse.topk", "64"]
     assert script_exit_code("max_context.py", other, monkeypatch) == 2
     assert "was searched with other settings" in capsys.readouterr().err
+
+
+def test_the_checked_in_1_gpu_search_is_a_finished_bisection_and_backs_its_table_cell():
+    """docs/max_context_1gpu.json: one H200's Lighthouse search ends with a length that trains one resolution step
+    below one that ran out of memory, every probe in between decided, and the docs show the script's own cell."""
+    record = json.loads((REPO / "docs" / "max_context_1gpu.json").read_text())
+    (result,) = [r for r in record["results"] if r["attention"] == "lighthouse"]
+    probes = {p["seq_len"]: p["fits"] for p in result["probes"]}
+    assert result["shortest_failed"] - result["longest"] == record["settings"]["resolution"]
+    assert probes[result["longest"]] and not probes[result["shortest_failed"]]
+    assert all(fits == (n <= result["longest"]) for n, fits in probes.items())
+    text = (REPO / "docs" / "context_parallel.md").read_text()
+    assert f"| 1 | {max_context.cell(result)} |" in text

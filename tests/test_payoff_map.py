@@ -17,19 +17,20 @@ from eval.time_to_quality import against_earlier_dense
 from recipe.payoff_grid import final_models, load_study, long_first, plan_runs, train_command
 from recipe.toml_config import dump_toml, load_toml, set_key
 
-from .helpers import child_env
+from .helpers import child_env, script_exit_code
 
 REPO = Path(__file__).resolve().parents[1]
 BASIN = REPO / "configs" / "payoff" / "tiny_128k_basin.toml"
 
 
 def basin_with_seeds(tmp_path: Path, seeds: list[int]) -> Path:
-    """The basin study's two blocks (the defaults with H1, then H2) on other seeds (the checked-in study has some
-    runs reported already, and a third block for later seeds)."""
+    """The basin study's two blocks (the defaults with H1, then H2) on other seeds, with dense, the defaults and H2
+    of seeds 2 and 3 reported (the checked-in study has every run reported, and a third block for later seeds)."""
     raw = load_toml(BASIN)
     raw["study"]["seeds"] = seeds
     raw["grid"] = [{key: value for key, value in block.items() if key != "seeds"} for block in raw["grid"][:2]]
-    raw["study"]["reported"] = [n for n in raw["study"]["reported"] if int(n.split("_s")[1].split("_")[0]) < 4]
+    raw["study"]["reported"] = [n for n in raw["study"]["reported"]
+                                if int(n.split("_s")[1].split("_")[0]) < 4 and "rewarm" not in n]
     path = tmp_path / "basin.toml"
     path.write_text(dump_toml(raw))
     return path
@@ -51,9 +52,11 @@ seeds = [3, 4]
 
 
 def test_every_checked_in_study_loads_and_the_niah_study_scores_the_analysis_pairs_final_models():
-    """Each study under configs/payoff plans runs; the NIAH study (addendum 1g) trains dense and the defaults of
-    seeds 2 and 3 again and scores exactly those final models at 8,192 and 131,072 tokens."""
+    """Each study under configs/payoff plans runs, but the basin study, whose runs are all reported (addendum 1j);
+    the NIAH study (addendum 1g) trains dense and the defaults of seeds 2 and 3 again and scores exactly those
+    final models at 8,192 and 131,072 tokens."""
     studies = {path.name: load_study(path) for path in sorted((REPO / "configs" / "payoff").glob("*.toml"))}
+    assert plan_runs(studies.pop("tiny_128k_basin.toml")) == []
     assert all(plan_runs(study) for study in studies.values()), sorted(studies)
     niah = studies["tiny_128k_basin_niah.toml"]
     assert niah.niah_lengths == [8192, 131072] and niah.anatomy_windows > 0
@@ -100,8 +103,8 @@ def test_time_to_quality_against_an_earlier_dense_run_of_the_seed_only_on_the_sa
     assert "dense_from" not in against_earlier_dense([arm, here], [dense])[0], "a dense run of its own comes first"
 
 
-def test_a_stage_2_run_resumes_stage_1_at_its_switch_with_the_rewarm_it_names():
-    study = load_study(BASIN)
+def test_a_stage_2_run_resumes_stage_1_at_its_switch_with_the_rewarm_it_names(tmp_path):
+    study = load_study(basin_with_seeds(tmp_path, [2, 3, 4]))
     run = next(r for r in plan_runs(study) if r.name == "causal_s4_switch360_rewarm36")
     argv = shlex.split(train_command(study, run))
     value = lambda key: argv[argv.index(key) + 1]  # noqa: E731
@@ -141,6 +144,46 @@ def test_the_command_line_refuses_a_bad_study_in_one_line_with_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [f"error: {path}: study.steps = 1 must be an integer >= 2"]
+
+
+def basin_untrained(tmp_path: Path) -> str:
+    """The basin study with its run folder under `tmp_path`, not created: a checkout where nothing was trained."""
+    raw = load_toml(BASIN)
+    raw["study"]["run"] = str(tmp_path / "run")
+    path = tmp_path / "study.toml"
+    path.write_text(dump_toml(raw))
+    return str(path)
+
+
+def test_a_report_of_the_checked_in_records_alone_needs_no_run_folder(tmp_path, monkeypatch):
+    """A fresh checkout re-draws the study's report from its records (here those of seeds 2 and 3): `--include`
+    only, no run folder."""
+    records = [r for r in json.loads((REPO / "docs" / "payoff_basin.json").read_text())["records"]
+               if r["seed"] in (2, 3)]
+    include = tmp_path / "earlier.json"
+    include.write_text(json.dumps(records))
+    out = tmp_path / "report" / "payoff"
+    argv = ["report", basin_untrained(tmp_path), "--include", str(include), "--out", str(out)]
+    assert script_exit_code("payoff_map.py", argv, monkeypatch) == 0
+    dense = json.loads(out.with_suffix(".json").read_text())["summary"]["arms"]["dense"]["seeds"]
+    assert {seed: run["final"] for seed, run in dense.items()} == {
+        str(r["seed"]): round(r["final_heldout_loss"], 4) for r in records if r["name"].startswith("dense_")}
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read it as JSON ([Errno 2] No such file"),
+    ("{not json", "cannot read it as JSON (Expecting property name"),
+    ("[1, 2]", "expected a list of run records or a report's payoff.json"),
+])
+def test_a_report_include_that_is_missing_or_not_records_is_refused_in_one_line_with_exit_2(
+        tmp_path, monkeypatch, capsys, content, message):
+    include = tmp_path / "earlier.json"
+    if content is not None:
+        include.write_text(content)
+    code = script_exit_code("payoff_map.py", ["report", basin_untrained(tmp_path), "--include", str(include)],
+                            monkeypatch)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith(f"error: --include {include}: {message}"), lines
 
 
 def test_the_bootstrap_interval_holds_the_mean_and_narrows_with_agreement():
