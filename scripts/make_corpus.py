@@ -33,7 +33,13 @@ def main() -> None:
                    help="one document per file, or per folder (its files concatenated in path order)")
     args = p.parse_args()
     sources = args.source or [Path(sysconfig.get_paths()["stdlib"])]
-    print(json.dumps(make_corpus(sources, args.out, args.heldout_every, args.seed, args.documents), indent=2))
+    if missing := [str(s) for s in sources if not s.is_dir()]:
+        p.error(f"--source {missing}: not a folder")
+    try:
+        manifest = make_corpus(sources, args.out, args.heldout_every, args.seed, args.documents)
+    except ValueError as err:  # the options do not make a corpus (the message names the values)
+        p.error(str(err))
+    print(json.dumps(manifest, indent=2))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,8 @@ import pytest
 from eval import replicate
 from recipe.corpus import is_heldout, make_corpus
 
+from .helpers import script_exit_code
+
 REPO = Path(__file__).resolve().parents[1]
 
 ISSUE_ARM_KEYS = {"name", "lighthouse_steps", "dense_steps", "final_train_loss", "final_heldout_loss",
@@ -98,6 +100,22 @@ def test_corpus_rejects_bad_settings(tmp_path, kwargs, message):
         [tmp_path / "x" / "src"]
     with pytest.raises(ValueError, match=message):
         make_corpus(sources, tmp_path / "out", **kwargs)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--source", "{tmp}/missing"], "--source ['{tmp}/missing']: not a folder"),
+    (["--source", "{tmp}/empty"], "['{tmp}/empty']: 0 files give 0 training and 0 held-out documents"),
+    (["--source", "{tmp}/src", "--heldout-every", "1"], "heldout_every=1 must be >= 2"),
+], ids=["missing-folder", "no-python-files", "every-file-held-out"])
+def test_the_corpus_command_refuses_bad_options_in_one_line_with_exit_2(argv, message, tmp_path, monkeypatch,
+                                                                         capsys):
+    _write_sources(tmp_path / "src", random.Random(), 4)
+    (tmp_path / "empty").mkdir()
+    argv = [a.format(tmp=tmp_path) for a in argv] + ["--out", str(tmp_path / "out")]
+    assert script_exit_code("make_corpus.py", argv, monkeypatch) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith(f"make_corpus.py: error: {message.format(tmp=tmp_path)}"), lines
+    assert not (tmp_path / "out").exists()
 
 
 def _arm_with_gaps(dense: dict[int, float], switch: int, before: float, after: list[float]):
