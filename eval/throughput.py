@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -23,6 +24,7 @@ from pathlib import Path
 import torch
 
 from lighthouse import LighthouseAttention, causal_attention
+from recipe.errors import ConfigError
 from recipe.launch import end_with_parent, single_process_env
 from recipe.metrics import METRICS_FILE, read_metrics
 from recipe.run_logs import LOSS_TAG, MEMORY_TAG, TPS_TAG
@@ -34,6 +36,8 @@ DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k1536_norm.toml"
 WARMUP_STEPS = 2
 OOM_LINE = "error: out of memory"  # how recipe.trainer reports one
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", OOM_LINE)
+# The trainer refuses a setting with exit code 2; torchrun then exits 1 and names the rank's exit code.
+REFUSED = re.compile(r"exitcode\s*:\s*2\b")
 
 
 def int_at_least(text: str, low: int) -> int:
@@ -112,7 +116,8 @@ def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1, entry
     """Train one variant in its own job (`entry` with `argv`, on `nproc` processes through torchrun); rank 0's
     throughput over the logged steps after the first `warmup` (torchtitan's, per rank; None when no step
     is left), its last step's memory and every step's loss, or the error: {"error": "out of memory"} (with
-    the job's own line where it printed one) or {"error": "timeout"} past `timeout_s`; any other failure raises
+    the job's own line where it printed one) or {"error": "timeout"} past `timeout_s`. A setting the trainer
+    refuses raises ConfigError with the trainer's line (every variant would meet it); any other failure raises
     RuntimeError."""
     env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
     if nproc == 1:
@@ -130,6 +135,9 @@ def run_variant(argv: list[str], folder: Path, steps: int, nproc: int = 1, entry
         if any(marker in output for marker in OOM_MARKERS):
             lines = [line for line in output.splitlines() if line.startswith(OOM_LINE)]
             return {"error": "out of memory", **({"line": lines[0]} if lines else {})}
+        refusals = [line.removeprefix("error: ") for line in output.splitlines() if line.startswith("error: ")]
+        if refusals and (code == 2 or REFUSED.search(output)):
+            raise ConfigError(refusals[0])
         raise RuntimeError(f"training failed (exit {code}):\n{output[-4000:]}")
     rows = read_metrics(str(folder / METRICS_FILE))
     last = rows[-1]

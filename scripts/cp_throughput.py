@@ -48,6 +48,7 @@ from eval.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_st
 from eval.cli import OneLineParser
 from eval.device import require_cuda
 from eval.throughput import DEFAULT_CONFIG, WARMUP_STEPS, non_negative_int, positive_int, switch_values, too_few_steps
+from recipe.cli import exit_on_config_error
 
 
 def dense_layer_set(text: str) -> tuple[int, ...] | None:
@@ -163,4 +164,5 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error():
+        main()

@@ -32,7 +32,7 @@ from eval.device import pick_device, require_cuda
 from eval.max_context import ATTENTIONS, ProbeJob, check_lengths, find_longest, table
 from eval.records import command_line, environment, shown_path
 from eval.throughput import positive_int, switch_values
-from recipe.cli import ConfigError, parse_job_config
+from recipe.cli import ConfigError, exit_on_config_error, parse_job_config
 from recipe.run_record import REPO
 
 DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k2048_norm.toml"
@@ -141,4 +141,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error():
+        main()

@@ -44,6 +44,7 @@ from eval.device import require_cuda
 from eval.records import environment, shown_path
 from eval.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, positive_int,
                              run_variant, switch_values, too_few_steps)
+from recipe.cli import exit_on_config_error
 
 CPU_STEPS = 3  # the first two are not timed
 
@@ -142,4 +143,5 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error():
+        main()

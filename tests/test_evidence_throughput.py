@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from eval import throughput
+from recipe.errors import ConfigError
 
-from .helpers import child_env
+from .helpers import child_env, script_exit_code
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -57,6 +58,33 @@ def test_a_variant_that_runs_out_of_memory_or_past_its_time_is_recorded_not_rais
     monkeypatch.setattr(throughput, "run_job", lambda *args: (1, "ValueError: topk=3"))
     with pytest.raises(RuntimeError, match="ValueError: topk=3"):
         throughput.run_variant([], tmp_path, 3)
+
+
+REFUSAL = "error: [lighthouse] dense_layers=[99] has [99] outside the model's 4 layers (0..3)"
+
+
+def test_a_setting_the_trainer_refuses_is_a_config_error_with_the_trainers_line(monkeypatch, tmp_path):
+    """Exit code 2 from train.py, or from a rank under torchrun (which itself exits 1 and names the rank's code),
+    is a refused setting, not a failed run; a line that merely starts with "error:" in another failure is not."""
+    for code, output in [(2, f"starting\n{REFUSAL}\n"),
+                         (1, f"[rank0] starting\n{REFUSAL}\n...\n  exitcode  : 2 (pid: 7)\n")]:
+        monkeypatch.setattr(throughput, "run_job", lambda *args, out=(code, output): out)
+        with pytest.raises(ConfigError) as refused:
+            throughput.run_variant([], tmp_path, 3)
+        assert f"error: {refused.value}" == REFUSAL
+    monkeypatch.setattr(throughput, "run_job", lambda *args: (1, f"{REFUSAL}\n  exitcode  : 1 (pid: 7)\n"))
+    with pytest.raises(RuntimeError, match="training failed"):
+        throughput.run_variant([], tmp_path, 3)
+
+
+@pytest.mark.parametrize("script", ["train_throughput.py", "cp_throughput.py"])
+def test_a_refused_setting_stops_the_script_in_one_line_with_exit_2(script, monkeypatch, capsys):
+    monkeypatch.setattr(throughput, "run_job", lambda *args: (2, f"starting\n{REFUSAL}\n"))
+    argv = ["--allow-cpu", "--steps", "3"]
+    if script == "cp_throughput.py":
+        argv += ["--config", "configs/debug.toml", "--cp", "1"]
+    assert script_exit_code(script, argv, monkeypatch) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == REFUSAL
 
 
 def test_a_job_past_its_time_is_ended_with_every_process_it_started(tmp_path):
