@@ -1,4 +1,5 @@
 """The CPU compatibility layer: one test per known fact about torchtitan 0.2.2 on a machine without GPU."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -103,11 +104,11 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     """A CP=2 run on two gloo processes, from the same seed checkpoint, gives the losses and selection
     statistics of a 1-process run; a compiled FSDP 2 x CP 2 run with full activation checkpointing (four
     processes) gives the losses of an eager FSDP 2 run, which shards the data the same way."""
-    from recipe.launch import free_port
+    from recipe.launch import free_port, single_process_env
     from .helpers import child_env
     from recipe.metrics import METRICS_FILE, read_metrics
 
-    common = ["train.py", "--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",
+    common = ["--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",
               "--training.steps", "3", "--checkpoint.enable", "--checkpoint.interval", "100"]
     # The dense-shadow validation is compared between cp1 and cp2 only: the FSDP runs compare losses and skip it.
     validation = ["--validation.enable", "--validation.dataset", "synthetic", "--validation.freq", "3",
@@ -115,9 +116,13 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     seed = [*common, "--job.dump_folder", str(tmp_path / "seed"), "--checkpoint.create_seed_checkpoint"]
     load = ["--checkpoint.initial_load_path", str(tmp_path / "seed" / "checkpoint" / "step-0")]
     fsdp2 = ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "1"]
-    runs = {
-        "seed": (1, seed),
-        "cp1": (1, [*common, *validation, *load, "--job.dump_folder", str(tmp_path / "cp1")]),
+    # The seed checkpoint, then the 1-process run from it: one after the other in one interpreter (one import).
+    one_process = [seed, [*common, *validation, *load, "--job.dump_folder", str(tmp_path / "cp1")]]
+    code = f"import train\nfor argv in {json.dumps(one_process)}:\n    train.main(argv)\n"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**child_env(), **single_process_env()},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, "seed, cp1: " + out.stderr[-4000:]
+    torchrun = {
         "cp2": (2, [*common, *validation, *load, "--job.dump_folder", str(tmp_path / "cp2"),
                     "--parallelism.context_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"]),
         "fsdp2": (2, [*common, *load, *fsdp2, "--job.dump_folder", str(tmp_path / "fsdp2")]),
@@ -125,14 +130,14 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
                                    "--parallelism.context_parallel_degree", "2", "--compile.enable",
                                    "--compile.backend", "aot_eager", "--activation_checkpoint.mode", "full"]),
     }
-    for name, (procs, argv) in runs.items():
+    for name, (procs, argv) in torchrun.items():
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={procs}",
-               "--master_port", str(free_port()), *argv]
+               "--master_port", str(free_port()), "train.py", *argv]
         out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, f"{name}: " + out.stderr[-4000:]
         if name == "cp2":
             assert "Applied context parallel to 3 Lighthouse layers (degree 2)" in out.stdout + out.stderr
-    records = {name: read_metrics(str(tmp_path / name / METRICS_FILE)) for name in runs if name != "seed"}
+    records = {name: read_metrics(str(tmp_path / name / METRICS_FILE)) for name in ("cp1", *torchrun)}
     shadow = lambda records: [r[k] for r in records if "validation/dense_loss" in r  # noqa: E731
                               for k in ("validation/lighthouse_loss", "validation/dense_loss")]
     assert shadow(records["cp2"]) == pytest.approx(shadow(records["cp1"]), rel=1e-5)

@@ -24,7 +24,7 @@ from recipe.corpus import make_corpus
 from recipe.data import LocalFiles, PackedDocuments, match_local_files
 from recipe.tokenizer import ByteTokenizer
 
-from .helpers import child_env
+from .helpers import child_env, script_exit_code
 
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
 
@@ -104,12 +104,14 @@ def test_niah_writes_the_grid_its_heatmap_and_the_setting_it_ran(trained, tmp_pa
     ([], "128,98", r"length 98 does not fit the Lighthouse setting: seq_len=98 is not divisible by pool\*\*\(levels-1\)=4"),
     (["--lighthouse.no-enable"], "128,512", r"lengths \[512\] exceed training.seq_len=256"),
 ], ids=["lighthouse-invalid-length", "past-rope-table"])
-def test_niah_rejects_lengths_the_model_cannot_run(trained, tmp_path, extra, lengths, message):
+def test_niah_rejects_lengths_the_model_cannot_run(trained, tmp_path, extra, lengths, message, monkeypatch, capsys):
+    """niah.py in this process (no interpreter start): any exception but its exit fails the test as well."""
     _, step = trained
-    run = run_script("niah", "--checkpoint", str(step), "--lengths", lengths, "--device", "cpu", "--out",
-                     str(tmp_path / "x"), *JOB, *extra)
-    assert run.returncode == 2 and re.search(f"^error: {message}", run.stderr, re.M), run.stderr
-    assert "Traceback" not in run.stderr and not list(tmp_path.iterdir())
+    code = script_exit_code("niah.py", ["--checkpoint", str(step), "--lengths", lengths, "--device", "cpu", "--out",
+                                        str(tmp_path / "x"), *JOB, *extra], monkeypatch)
+    err = capsys.readouterr().err
+    assert code == 2 and re.search(f"^error: {message}", err, re.M), err
+    assert "Traceback" not in err and not list(tmp_path.iterdir())
 
 
 def test_heldout_loss_scores_the_same_weights_with_lighthouse_and_dense(trained, tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import runpy
 import signal
 import subprocess
 import sys
@@ -124,12 +123,11 @@ def test_only_the_steps_after_the_warm_up_are_timed_as_total_tokens_over_total_t
     assert throughput.run_variant([], tmp_path, 14)["tok_s"] == pytest.approx(2 / (1 / 100.0 + 1 / 50.0))
 
 
-def test_too_few_steps_to_time_is_refused_naming_the_value():
+def test_too_few_steps_to_time_is_refused_naming_the_value(monkeypatch, capsys):
     assert throughput.too_few_steps(2) == "--steps=2: at least 3 (the first 2 steps are not timed)"
     assert throughput.too_few_steps(3) is None
-    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--steps", "2"], cwd=REPO, env=child_env(),
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and "--steps=2: at least 3" in out.stderr
+    code = script_exit_code("train_throughput.py", ["--steps", "2"], monkeypatch)  # in this process: no start-up
+    assert code == 2 and "--steps=2: at least 3" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -137,11 +135,9 @@ def test_too_few_steps_to_time_is_refused_naming_the_value():
     (["--steps", "eight"], "argument --steps: 'eight' is not an integer"),
 ])
 def test_bad_numbers_are_usage_errors_naming_the_value(argv, message, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["scripts/train_throughput.py", *argv])
-    with pytest.raises(SystemExit) as exit_info:
-        runpy.run_path(str(REPO / "scripts" / "train_throughput.py"), run_name="__main__")
+    code = script_exit_code("train_throughput.py", argv, monkeypatch)
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and err.splitlines()[-1].endswith(message), err
+    assert code == 2 and err.splitlines()[-1].endswith(message), err
 
 
 # A parent that starts a long child as run_variant does, prints the child's pid, and waits.
@@ -166,10 +162,9 @@ def test_a_variant_job_ends_with_the_script_that_started_it():
 
 
 @pytest.mark.parametrize("flag", ["--compile", "--colocate-autograd"])
-def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag):
-    out = subprocess.run([sys.executable, "scripts/train_throughput.py", flag, "off,maybe"], cwd=REPO, env=child_env(),
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and f"{flag}='off,maybe': comma-separated values of off, on" in out.stderr
+def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag, monkeypatch, capsys):
+    code = script_exit_code("train_throughput.py", [flag, "off,maybe"], monkeypatch)
+    assert code == 2 and f"{flag}='off,maybe': comma-separated values of off, on" in capsys.readouterr().err
 
 
 @pytest.mark.slow

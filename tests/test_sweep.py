@@ -23,7 +23,7 @@ from recipe.sweep import LIGHTHOUSE_AXES, MANIFEST, create_sweep
 from recipe.sweep_summary import print_summary
 from recipe.toml_config import dump_toml
 
-from .helpers import child_env
+from .helpers import child_env, script_exit_code
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -432,14 +432,15 @@ def test_local_stops_at_the_first_failing_stage_with_its_exit_code(tmp_path, mon
     (["--local", "--submit"], "not allowed with argument"),
     (["--set", "training.seq_len", "4096", "big"], "sweep.py create: training.seq_len='big' is a str, but the base"),
 ], ids=["launcher-without-local", "local-and-submit", "bad-grid"])
-def test_the_command_line_refuses_what_does_not_go_together_with_exit_code_2(tmp_path, flags, message):
-    result = sweep_py("create", str(_base(tmp_path, random.Random(15))), "--topk", "32", "--out", str(tmp_path / "s"),
-                      *flags)
-    assert result.returncode == 2 and message in result.stderr
+def test_the_command_line_refuses_what_does_not_go_together_with_exit_code_2(tmp_path, flags, message, monkeypatch,
+                                                                            capsys):
+    code = script_exit_code("sweep.py", ["create", str(_base(tmp_path, random.Random(15))), "--topk", "32", "--out",
+                                         str(tmp_path / "s"), *flags], monkeypatch)  # in this process: no start-up
+    assert code == 2 and message in capsys.readouterr().err
 
 
 def test_the_command_line_names_a_missing_path_in_one_line_with_exit_code_2(tmp_path):
-    result = sweep_py("summary", str(tmp_path / "typo"))
+    result = sweep_py("summary", str(tmp_path / "typo"))  # a fresh interpreter: nothing else on its stderr
     assert result.returncode == 2 and result.stderr == f"sweep.py summary: {tmp_path / 'typo'} does not exist\n"
 
 
