@@ -171,7 +171,7 @@ def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[in
         raise ValueError(f"checkpoint.initial_load_path={path!r} is not a checkpoint (no .metadata)") from err
     except Exception as err:  # noqa: BLE001  (a damaged .metadata raises whatever unpickling meets)
         raise ValueError(f"checkpoint.initial_load_path={path!r} has a .metadata that cannot be read "
-                         f"({type(err).__name__}: {err})") from err
+                         f"({type(err).__name__}: {' '.join(str(err).split())})") from err  # one line
     shapes = model_shapes() if model_shapes is not None else {}
     for name, shape in shapes.items():
         saved = getattr(keys.get(name), "size", None)

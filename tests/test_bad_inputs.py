@@ -73,6 +73,12 @@ def garbage_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "garbage" / ".metadata").write_bytes(os.urandom(256))
 
 
+def persistent_id_checkpoint(tmp_path: Path) -> None:
+    """A .metadata whose unpickling error spans two lines (a persistent id with no persistent_load)."""
+    (tmp_path / "garbage").mkdir()
+    (tmp_path / "garbage" / ".metadata").write_bytes(b"Px\n.")
+
+
 def nothing(tmp_path: Path) -> None:
     pass
 
@@ -157,6 +163,8 @@ ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
      "training.dataset='synthetic'", "differs from 'local' of the run that wrote the checkpoints"),
     ("initial-load-garbage", ["--checkpoint.initial_load_path", "{tmp}/garbage"], garbage_checkpoint,
      "checkpoint.initial_load_path=", r"has a .metadata that cannot be read \(\w+"),
+    ("initial-load-two-line-error", ["--checkpoint.initial_load_path", "{tmp}/garbage"], persistent_id_checkpoint,
+     "checkpoint.initial_load_path=", r"cannot be read \(UnpicklingError: .*encountered, but no persistent_load"),
     ("initial-load-other-flavor", ["--checkpoint.initial_load_path", "{tmp}/other"], other_flavor_checkpoint,
      "checkpoint.initial_load_path=", r"holds tok_embeddings.weight of shape \[258, 96\], but model.flavor='debug' "
      r"has \[258, 128\]: it is another model's checkpoint"),
