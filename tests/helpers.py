@@ -3,6 +3,7 @@ the environment of a child process that runs the recipe, a script run in this pr
 sent to a running job once it is ready."""
 from __future__ import annotations
 
+import json
 import os
 import random
 import runpy
@@ -29,6 +30,16 @@ def script_exit_code(script: str, argv: list[str], monkeypatch) -> int | str | N
 def child_env() -> dict[str, str]:
     """This process's environment for a child that runs train.py or a script: offline, the checkout importable."""
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+
+
+def train_in_one_process(argvs: list[list[str]], timeout: float = 300) -> subprocess.CompletedProcess:
+    """train.py's jobs `argvs`, one after another in one fresh single-process interpreter from the checkout (one
+    start-up and one import for all of them)."""
+    from recipe.launch import single_process_env  # here: test_cpu_compat imports the recipe only inside its tests
+
+    code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**child_env(), **single_process_env()},
+                          capture_output=True, text=True, timeout=timeout)
 
 # The Triton kernels run on CUDA, or on the CPU in Triton's interpreter (conftest.py sets TRITON_INTERPRET=1).
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -1,5 +1,4 @@
 """The CPU compatibility layer: one test per known fact about torchtitan 0.2.2 on a machine without GPU."""
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -104,8 +103,8 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     """A CP=2 run on two gloo processes, from the same seed checkpoint, gives the losses and selection
     statistics of a 1-process run; a compiled FSDP 2 x CP 2 run with full activation checkpointing (four
     processes) gives the losses of an eager FSDP 2 run, which shards the data the same way."""
-    from recipe.launch import free_port, single_process_env
-    from .helpers import child_env
+    from recipe.launch import free_port
+    from .helpers import child_env, train_in_one_process
     from recipe.metrics import METRICS_FILE, read_metrics
 
     common = ["--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",
@@ -118,9 +117,7 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     fsdp2 = ["--parallelism.data_parallel_shard_degree", "2", "--training.local_batch_size", "1"]
     # The seed checkpoint, then the 1-process run from it: one after the other in one interpreter (one import).
     one_process = [seed, [*common, *validation, *load, "--job.dump_folder", str(tmp_path / "cp1")]]
-    code = f"import train\nfor argv in {json.dumps(one_process)}:\n    train.main(argv)\n"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**child_env(), **single_process_env()},
-                         capture_output=True, text=True, timeout=300)
+    out = train_in_one_process(one_process)
     assert out.returncode == 0, "seed, cp1: " + out.stderr[-4000:]
     torchrun = {
         "cp2": (2, [*common, *validation, *load, "--job.dump_folder", str(tmp_path / "cp2"),

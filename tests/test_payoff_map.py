@@ -150,9 +150,7 @@ def basin_untrained(tmp_path: Path) -> str:
     """The basin study with its run folder under `tmp_path`, not created: a checkout where nothing was trained."""
     raw = load_toml(BASIN)
     raw["study"]["run"] = str(tmp_path / "run")
-    path = tmp_path / "study.toml"
-    path.write_text(dump_toml(raw))
-    return str(path)
+    return str(write_study(tmp_path, dump_toml(raw)))
 
 
 def test_a_report_of_the_checked_in_records_alone_needs_no_run_folder(tmp_path, monkeypatch):

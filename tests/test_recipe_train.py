@@ -1,6 +1,5 @@
 """End-to-end runs of train.py on CPU: loss falls, resume is exact, the two-stage schedule and the one-run
 switch agree, and FSDP runs on two gloo processes."""
-import json
 import os
 import re
 import subprocess
@@ -9,10 +8,10 @@ import sys
 import pytest
 
 from lighthouse import LighthouseConfig
-from recipe.launch import free_port, single_process_env
+from recipe.launch import free_port
 from recipe.metrics import METRICS_FILE, read_metrics
 
-from .helpers import REPO, child_env
+from .helpers import REPO, child_env, train_in_one_process
 
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
 
@@ -45,9 +44,7 @@ def runs(tmp_path_factory):
     }
     folder = {name: root / ("half" if name.startswith("half") else name) for name in jobs}
     argvs = [COMMON + ["--job.dump_folder", str(folder[name])] + extra for name, extra in jobs.items()]
-    env = {**child_env(), **single_process_env()}
-    code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = train_in_one_process(argvs)
     assert out.returncode == 0, out.stderr[-4000:]
     records = {name: read_metrics(str(folder[name] / METRICS_FILE)) for name in ("full", "half", "stage2", "switch", "interleaved")}
     return records, out.stdout + out.stderr

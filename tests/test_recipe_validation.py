@@ -1,8 +1,5 @@
 """Dense-shadow validation (recipe/validation.py): every `validation.freq` steps the same held-out windows are
 scored with Lighthouse and with dense attention on the same weights, and logged beside the training metrics."""
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,12 +8,11 @@ import torch
 from eval.checkpoint import build_model, load_weights, parse_job_config
 from eval.heldout import heldout_windows, mean_loss
 from recipe.corpus import make_corpus
-from recipe.launch import single_process_env
 from recipe.metrics import METRICS_FILE, read_metrics
 from recipe.trainer import check_job
 from recipe.validation import check_validation
 
-from .helpers import REPO, child_env
+from .helpers import REPO, train_in_one_process
 
 SEQ_LEN, STEPS, BATCH, VAL_STEPS = 256, 4, 2, 2
 COMMON = ["--job.config_file", "configs/debug.toml", "--training.seq_len", str(SEQ_LEN), "--training.steps", str(STEPS),
@@ -41,9 +37,7 @@ def runs(tmp_path_factory):
         "frozen": ["--validation.dataset", "synthetic", "--optimizer.lr", "0"],
     }
     argvs = [COMMON + ["--job.dump_folder", str(root / name)] + extra for name, extra in jobs.items()]
-    code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**child_env(), **single_process_env()},
-                         capture_output=True, text=True, timeout=600)
+    out = train_in_one_process(argvs, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     return root, out.stdout + out.stderr
 

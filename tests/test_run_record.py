@@ -3,8 +3,6 @@ and card in the dump folder, and marks in metrics.jsonl where its steps begin.""
 import datetime
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +11,11 @@ import torch
 from recipe import run_logs, run_record
 from recipe.compat import cpu as cpu_compat
 from recipe.cli import parse_job_config, tomllib
-from recipe.launch import single_process_env
 from recipe.metrics import METRICS_FILE, JsonlLogger, read_metrics
 from recipe.run_record import (COMMIT_ENV, CONFIG_FILE, LIBRARIES, NOT_INSTALLED, RUN_FILE, RUN_START, RUNS_FOLDER,
                                library_versions, run_start_record, source_commit, to_toml, write_run_record)
+
+from .helpers import train_in_one_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -117,9 +116,7 @@ def started_twice(tmp_path_factory):
               "--training.local_batch_size", "1", "--metrics.log_freq", "1", "--checkpoint.enable",
               "--checkpoint.no-last-save-model-only"]
     argvs = [common + ["--training.steps", "2"], common + ["--training.steps", "3"], common + ["--training.steps", "3"]]
-    code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
-    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = train_in_one_process(argvs)
     assert out.returncode == 0, out.stderr[-3000:]
     return folder, argvs, out.stdout + out.stderr
 
