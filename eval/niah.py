@@ -15,6 +15,7 @@ from typing import Callable, Sequence
 import torch
 
 from recipe.progress import progress_bar
+from recipe.tokenizer import ByteTokenizer
 
 DEPTHS = (0, 15, 30, 50, 70, 85, 100)
 NEEDLE = "The passkey is {digit}. Remember it. "
@@ -37,6 +38,21 @@ class NiahResult:
 
     def to_dict(self) -> dict:
         return {"lengths": self.lengths, "depths": self.depths, "accuracy": self.accuracy, "mean": self.mean}
+
+
+def byte_encode(text: str) -> list[int]:
+    """The recipe's byte tokenizer without BOS or EOS: how prompts are encoded for its models."""
+    return ByteTokenizer().encode(text, add_bos=False, add_eos=False)
+
+
+def check_grid(encode: Callable[[str], list[int]], lengths: Sequence[int], depths: Sequence[int] = DEPTHS) -> None:
+    """Raise ValueError naming the lengths too short for the needle and question, or depths that are no percentage,
+    so that a bad grid is refused before a model is loaded."""
+    shortest = max(len(encode(NEEDLE.format(digit=d))) for d in range(10)) + len(encode(QUESTION))
+    if short := [n for n in lengths if n < shortest]:
+        raise ValueError(f"NIAH lengths {short} are shorter than the needle and question ({shortest} tokens)")
+    if off := [d for d in depths if not 0 <= d <= 100]:
+        raise ValueError(f"NIAH depths {off} must be percentages in [0, 100]")
 
 
 def build_prompt(
@@ -83,6 +99,21 @@ def run_niah(
         accuracy.append(row)
     bar.close()
     return NiahResult(list(lengths), list(depths), accuracy)
+
+
+def markdown(results: dict[str, dict]) -> str:
+    """A table of `NiahResult.to_dict()` records by model name: the mean, then every (length, depth) cell, "-"
+    where a model's grid lacks it. Guessing one of the ten digits scores 0.1."""
+    grids = {name: {(n, d): r["accuracy"][i][j] for i, n in enumerate(r["lengths"]) for j, d in enumerate(r["depths"])}
+             for name, r in results.items()}
+    cells = sorted({cell for grid in grids.values() for cell in grid})
+    lines = ["**NIAH** (accuracy; guessing scores 0.1)", "",
+             "| model | mean | " + " | ".join(f"{n:,} @ {d}%" for n, d in cells) + " |",
+             "|---|---|" + "---|" * len(cells)]
+    for name, grid in grids.items():
+        lines.append(f"| {name} | {results[name]['mean']:.3f} | "
+                     + " | ".join(f"{grid[c]:.1f}" if c in grid else "-" for c in cells) + " |")
+    return "\n".join(lines)
 
 
 def plot_heatmap(result: NiahResult, path: str, title: str) -> None:

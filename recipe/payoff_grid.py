@@ -154,8 +154,25 @@ def load_study(path: Path) -> Study:
     if not parsed.dense and (idle := [s for s in parsed.seeds if not any(s in axes["seeds"] for axes in parsed.grid)]):
         raise _fail(path, f"study.seeds {idle} are in no [[grid]] block's seeds and study.dense = false: nothing "
                           "would run on them")
+    _check_per_token_pass(parsed)
     _check_reported(parsed)
     return parsed
+
+
+def _check_per_token_pass(study: Study) -> None:
+    """`anatomy_windows` counts held-out windows; NIAH runs inside that pass, at lengths the model's RoPE covers."""
+    windows = study.anatomy_windows
+    if not isinstance(windows, int) or isinstance(windows, bool) or windows < 0:
+        raise _fail(study.path, f"study.anatomy_windows = {windows!r} must be an integer >= 0")
+    if not study.niah_lengths:
+        return
+    lengths = _int_list(study.path, "study.niah_lengths", study.niah_lengths, 1)
+    if not windows:
+        raise _fail(study.path, f"study.niah_lengths = {lengths} needs study.anatomy_windows > 0: NIAH runs in "
+                                "the per-token pass of each seed's final models")
+    seq_len = get_key(study.base, "training.seq_len")
+    if seq_len and (long := [n for n in lengths if n > seq_len]):
+        raise _fail(study.path, f"study.niah_lengths {long} exceed training.seq_len = {seq_len} in {study.config}")
 
 
 def _check_reported(study: Study) -> None:

@@ -44,12 +44,11 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
     """Per-token losses (and NIAH) of every checkpoint on the same windows."""
     import torch
 
-    from eval.checkpoint import build_model, load_weights, logits_function, parse_job_config
+    from eval.checkpoint import build_model, check_lengths, load_weights, logits_function, parse_job_config
     from eval.device import pick_device
     from eval.heldout import heldout_windows, token_losses
-    from eval.niah import run_niah
+    from eval.niah import byte_encode, check_grid, run_niah
     from eval.records import provenance
-    from recipe.tokenizer import ByteTokenizer
 
     names = [name for name, _ in args.checkpoint]
     if len(set(names)) != len(names):
@@ -58,12 +57,12 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
         raise ConfigError(f"--checkpoint {missing} are not folders (step folders such as run/checkpoint/step-720)")
     job_config = parse_job_config(job_argv)
     with as_config_error():
+        check_lengths(job_config, args.niah_lengths)
+        check_grid(byte_encode, args.niah_lengths, NIAH_DEPTHS)
         windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
     device = pick_device(args.device)
     model = build_model(job_config, device)
     logits = logits_function(model, job_config, device)
-    tokenizer = ByteTokenizer()
-    encode = lambda text: tokenizer.encode(text, add_bos=False, add_eos=False)  # noqa: E731
     losses, niah, models = {}, {}, {}
     for name, path in args.checkpoint:
         load_weights(model, path)
@@ -71,7 +70,7 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
         losses[name] = torch.stack(rows).numpy().astype(np.float16)
         models[name] = provenance(path, job_config, device)
         if args.niah_lengths:
-            niah[name] = run_niah(logits, encode, args.niah_lengths, NIAH_DEPTHS, device=device,
+            niah[name] = run_niah(logits, byte_encode, args.niah_lengths, NIAH_DEPTHS, device=device,
                                   progress=False).to_dict()
         print(f"{name}: mean loss {losses[name].astype(np.float64).mean():.4f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,11 +20,10 @@ install()  # the CPU compatibility layer, before torchtitan is imported
 
 from eval.checkpoint import check_lengths, lighthouse_setting, parse_job_config
 from eval.cli import evaluation_parser, load_checkpoint
-from eval.niah import DEPTHS, plot_heatmap, run_niah
+from eval.niah import DEPTHS, byte_encode, check_grid, plot_heatmap, run_niah
 from eval.options import int_list
 from eval.records import provenance, write_record
 from recipe.cli import as_config_error, exit_on_config_error
-from recipe.tokenizer import ByteTokenizer
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -38,11 +37,10 @@ def main(argv: list[str] | None = None) -> dict:
     job_config = parse_job_config(job_argv)
     with as_config_error():
         check_lengths(job_config, args.lengths)
+        check_grid(byte_encode, args.lengths, args.depths)
     _, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
-
-    tokenizer = ByteTokenizer()
-    encode = lambda text: tokenizer.encode(text, add_bos=False, add_eos=False)  # noqa: E731
-    result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device, progress=args.progress)
+    result = run_niah(logits, byte_encode, args.lengths, args.depths, seed=args.seed, device=device,
+                      progress=args.progress)
     record = {**result.to_dict(), "seed": args.seed, **provenance(args.checkpoint, job_config, device)}
     path = write_record(args.out, record)
     plot_heatmap(result, str(args.out.with_suffix(".png")), args.title or lighthouse_setting(job_config))

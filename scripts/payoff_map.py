@@ -29,6 +29,7 @@ from recipe.compat import install
 install()  # the CPU compatibility layer, before torchtitan is imported
 
 from eval import loss_anatomy, payoff
+from eval.niah import byte_encode, check_grid, markdown as niah_markdown
 from eval.records import write_record
 from eval.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
 from recipe.cli import ConfigError, as_config_error, exit_on_config_error
@@ -190,6 +191,8 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
             loss_anatomy.plot(differences, str(out.with_name(out.name + "_anatomy.png")),
                               f"what the loss differences are made of, {title}")
             table += "\n\n" + loss_anatomy.markdown(differences)
+        if niah:
+            table += "\n\n" + niah_markdown(niah)
     if incomplete:
         table += f"\n\nNot finished (left out): {', '.join(incomplete)}"
     out.with_suffix(".md").write_text(table + "\n")
@@ -217,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unrecognised arguments {rest} (sbatch options go after -- with submit)")
     with as_config_error():
         study = load_study(args.study)
+    try:
+        check_grid(byte_encode, study.niah_lengths)
+    except ValueError as err:
+        raise ConfigError(f"{study.path}: study.niah_lengths: {err}") from err
     if args.command == "tasks":
         print("\n".join(queue_lines(study, args.python, args.order)))
         return 0

@@ -4,7 +4,7 @@ import random
 import pytest
 import torch
 
-from eval.niah import DEPTHS, NEEDLE, build_prompt, plot_heatmap, run_niah
+from eval.niah import DEPTHS, NEEDLE, QUESTION, build_prompt, byte_encode, check_grid, markdown, plot_heatmap, run_niah
 
 
 def encode(text: str) -> list[int]:
@@ -53,3 +53,26 @@ def test_a_model_that_reads_the_needle_scores_one_and_a_constant_model_scores_a_
     assert constant.accuracy == [[0.1] * len(DEPTHS)] * len(lengths)
     plot_heatmap(perfect, str(tmp_path / "niah.png"), "oracle")
     assert (tmp_path / "niah.png").stat().st_size > 0
+
+
+def test_the_table_has_a_row_per_model_with_its_mean_and_every_cell_and_a_dash_where_its_grid_lacks_one():
+    rng = random.Random(5)
+    scores = [[rng.randrange(11) / 10 for _ in range(2)] for _ in range(2)]
+    full = {"lengths": [64, 128], "depths": [10, 90], "accuracy": scores,
+            "mean": sum(map(sum, scores)) / 4}
+    short = {"lengths": [64], "depths": [10, 90], "accuracy": [[0.1, 0.1]], "mean": 0.1}
+    lines = markdown({"dense": full, "lighthouse": short}).splitlines()
+    assert lines[2] == "| model | mean | 64 @ 10% | 64 @ 90% | 128 @ 10% | 128 @ 90% |"
+    cells = [f"{a:.1f}" for row in scores for a in row]
+    assert lines[4] == f"| dense | {full['mean']:.3f} | " + " | ".join(cells) + " |"
+    assert lines[5] == "| lighthouse | 0.100 | 0.1 | 0.1 | - | - |"
+
+
+def test_a_grid_is_checked_before_any_model_runs_and_the_shortest_length_builds_a_prompt():
+    shortest = len(NEEDLE.format(digit=0)) + len(QUESTION)
+    check_grid(byte_encode, [shortest, 4 * shortest], [0, 100])
+    assert len(build_prompt(byte_encode, shortest, 50, 7, random.Random(0))) == shortest
+    with pytest.raises(ValueError, match=rf"NIAH lengths \[{shortest - 1}\] are shorter .* \({shortest} tokens\)"):
+        check_grid(byte_encode, [shortest - 1, 4 * shortest])
+    with pytest.raises(ValueError, match=r"NIAH depths \[-5, 101\] must be percentages"):
+        check_grid(byte_encode, [4 * shortest], [-5, 50, 101])

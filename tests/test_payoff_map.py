@@ -132,6 +132,11 @@ def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
     ('reported = ["causal_s3"]\n[[grid]]\n', r"study.reported names \['causal_s3'\], which are not dense or stage-2"),
     ('reported = ["dense_s9"]\n[[grid]]\n', r"names \['dense_s9'\].*those are \['causal_s3_switch360', "),
     ('reported = ["dense_s3", "dense_s3"]\n[[grid]]\n', r"study.reported = .* repeats a name"),
+    ("anatomy_windows = -1\n[[grid]]\n", r"study.anatomy_windows = -1 must be an integer >= 0"),
+    ("niah_lengths = [8192]\n[[grid]]\n", r"study.niah_lengths = \[8192\] needs study.anatomy_windows > 0"),
+    ('anatomy_windows = 2\nniah_lengths = "8192"\n[[grid]]\n', r"study.niah_lengths = '8192' must be a non-empty"),
+    ("anatomy_windows = 2\nniah_lengths = [8192, 262144]\n[[grid]]\n",
+     r"study.niah_lengths \[262144\] exceed training.seq_len = 131072 in configs/time_to_quality/tiny_128k.toml"),
 ])
 def test_a_study_mistake_names_the_file_the_key_and_the_value(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
@@ -144,6 +149,15 @@ def test_the_command_line_refuses_a_bad_study_in_one_line_with_exit_2(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [f"error: {path}: study.steps = 1 must be an integer >= 2"]
+
+
+def test_niah_lengths_too_short_for_the_needle_are_refused_before_anything_runs(tmp_path):
+    path = write_study(tmp_path, STUDY + "anatomy_windows = 2\nniah_lengths = [64, 8192]\n[[grid]]\n")
+    out = subprocess.run([sys.executable, "scripts/payoff_map.py", "run", str(path)], cwd=REPO, env=child_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [f"error: {path}: study.niah_lengths: NIAH lengths [64] are shorter "
+                                               "than the needle and question (68 tokens)"]
 
 
 def basin_untrained(tmp_path: Path) -> str:
@@ -256,6 +270,7 @@ seeds = [0, 1]
 group_threshold = 100.0
 baseline = "causal_switch2"
 anatomy_windows = 2
+niah_lengths = [96]
 
 [[grid]]
 switch = [2]
@@ -276,6 +291,9 @@ rewarm_steps = [0, 1]
     anatomy = json.loads((tmp_path / "run" / "report" / "payoff_anatomy.json").read_text())
     carried = [c["carried"] for c in anatomy["differences"][0]["position"].values()]
     assert sum(carried) == pytest.approx(1.0)
+    assert set(anatomy["niah"]) == {run for seed in (0, 1) for run in
+                                    (f"dense_s{seed}", f"causal_s{seed}_switch2", f"causal_s{seed}_switch2_rewarm1")}
+    assert "**NIAH**" in (tmp_path / "run" / "report" / "payoff.md").read_text()
     for name in ("payoff.md", "payoff_finals.png", "payoff_steps.png", "payoff_anatomy.png"):
         assert (tmp_path / "run" / "report" / name).is_file(), name
     stage2 = (tmp_path / "run" / "causal_s0_switch2_rewarm1" / "metrics.jsonl").read_text()
