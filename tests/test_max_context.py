@@ -187,3 +187,7 @@ def test_the_checked_in_1_gpu_search_is_a_finished_bisection_and_backs_its_table
     assert all(fits == (n <= result["longest"]) for n, fits in probes.items())
     text = (REPO / "docs" / "context_parallel.md").read_text()
     assert f"| 1 | {max_context.cell(result)} |" in text
+    dense = {p["seq_len"]: p for p in record["searching"]["probes"]}
+    assert record["searching"]["attention"] == "dense" and dense[524288]["fits"] and not dense[1048576]["fits"]
+    assert (f"| **at least 524,288** (2 steps trained, peak {dense[524288]['peak_gib']:.1f} GiB" in text
+            and "1,048,576 ran out of memory at step 1" in text)
