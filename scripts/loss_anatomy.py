@@ -57,8 +57,8 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
         raise ConfigError(f"--checkpoint {missing} are not folders (step folders such as run/checkpoint/step-720)")
     job_config = parse_job_config(job_argv)
     with as_config_error():
-        check_lengths(job_config, args.niah_lengths)
         check_grid(byte_encode, args.niah_lengths, NIAH_DEPTHS)
+        check_lengths(job_config, args.niah_lengths)
         windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
     device = pick_device(args.device)
     model = build_model(job_config, device)

@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> dict:
     args, job_argv = p.parse_known_args(argv)
     job_config = parse_job_config(job_argv)
     with as_config_error():
-        check_lengths(job_config, args.lengths)
         check_grid(byte_encode, args.lengths, args.depths)
+        check_lengths(job_config, args.lengths)
     _, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
     result = run_niah(logits, byte_encode, args.lengths, args.depths, seed=args.seed, device=device,
                       progress=args.progress)
