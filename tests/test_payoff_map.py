@@ -151,13 +151,13 @@ def test_the_command_line_refuses_a_bad_study_in_one_line_with_exit_2(tmp_path):
     assert out.stderr.strip().splitlines() == [f"error: {path}: study.steps = 1 must be an integer >= 2"]
 
 
-def test_niah_lengths_too_short_for_the_needle_are_refused_before_anything_runs(tmp_path):
+def test_niah_lengths_too_short_for_the_needle_are_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
     path = write_study(tmp_path, STUDY + "anatomy_windows = 2\nniah_lengths = [64, 8192]\n[[grid]]\n")
-    out = subprocess.run([sys.executable, "scripts/payoff_map.py", "run", str(path)], cwd=REPO, env=child_env(),
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.strip().splitlines() == [f"error: {path}: study.niah_lengths: NIAH lengths [64] are shorter "
-                                               "than the needle and question (68 tokens)"]
+    assert script_exit_code("payoff_map.py", ["run", str(path)], monkeypatch) == 2  # in this process: no start-up
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.strip().splitlines() == [f"error: {path}: study.niah_lengths: NIAH lengths [64] are shorter "
+                                        "than the needle and question (68 tokens)"]
 
 
 def basin_untrained(tmp_path: Path) -> str:

@@ -5,7 +5,6 @@ import logging
 import os
 import random
 import re
-import runpy
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from recipe.compat import cpu as cpu_compat
 from recipe.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error, parse_job_config
 from recipe.launch import single_process_env
 
-from .helpers import child_env
+from .helpers import child_env, script_exit_code
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -152,10 +151,7 @@ def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
 ])
 def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(sys, "argv", [f"scripts/{script}", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
-    assert exit_info.value.code == 2
+    assert script_exit_code(script, args, monkeypatch) == 2
     out, err = capsys.readouterr()
     assert out == "" and re.fullmatch(rf"error: {script} needs an NVIDIA GPU with CUDA; torch .*\){hint}\n", err)
 
@@ -167,11 +163,8 @@ def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, ca
 ])
 def test_cp_parity_names_a_layout_mistake_before_any_process_group_starts(world, args, message, monkeypatch, capsys):
     monkeypatch.setenv("WORLD_SIZE", world)
-    monkeypatch.setattr(sys, "argv", ["scripts/cp_parity.py", "--device", "cpu", "--seq-len", "2048",
-                                      "--tile-budget", "32", *args])
-    with pytest.raises(SystemExit) as exit_info:
-        runpy.run_path(str(REPO / "scripts" / "cp_parity.py"), run_name="__main__")
-    assert exit_info.value.code == 2
+    argv = ["--device", "cpu", "--seq-len", "2048", "--tile-budget", "32", *args]
+    assert script_exit_code("cp_parity.py", argv, monkeypatch) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"error: {message}") and err.count("\n") == 1
     assert not torch.distributed.is_initialized()
@@ -198,10 +191,7 @@ EVAL_JOB = ["--job.config_file", str(REPO / "configs" / "debug.toml"), "--device
 ], ids=["heldout-data", "audit-data", "niah-length", "niah-checkpoint", "niah-short", "niah-depth",
         "anatomy-niah-short", "anatomy-niah-long"])
 def test_evaluation_scripts_name_the_option_at_fault_in_one_line(script, args, message, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", [f"scripts/{script}", *args, *EVAL_JOB])
-    with pytest.raises(SystemExit) as exit_info:
-        runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
-    assert exit_info.value.code == 2
+    assert script_exit_code(script, [*args, *EVAL_JOB], monkeypatch) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"error: {message}") and err.count("\n") == 1
     assert "training.dataset_path" not in err
