@@ -11,6 +11,7 @@ block is the product of its values, the study the union of the blocks:
     warmup_steps = 72
     seeds = [0, 1, 2, 3]
     dense = true                                         # a dense run of every seed of a block: the reference
+    frontier = [600, 510, 400]                           # dense runs whose whole schedule ends sooner (optional)
 
     [[grid]]
     topk = [1024, 2048]           # default: the config's        (stage 1)
@@ -29,6 +30,12 @@ which a run is in the lower group), `baseline` (the arm that the other Lighthous
 `anatomy_windows` and `niah_lengths` (the per-token analysis of every seed's final models); `reported` (names of
 dense or stage-2 runs whose results come from earlier records joined with `report --include`: not queued again,
 while the stage-1 runs that other arms resume still are).
+
+`frontier` is the time-matched dense reference: for every seed, one dense run per length, named
+`dense_s<seed>_steps<n>`, whose LR schedule is the study's scaled to n steps (warm-up `warmup_steps * n / steps`,
+then the config's decay to its end), validated and saved at its last step only, so its timed steps are
+undisturbed and its score is the final held-out loss. Each seed's frontier runs follow its dense run, longest
+first. With `steps` itself, they give each seed's final loss against training seconds (`eval.frontier`).
 """
 from __future__ import annotations
 
@@ -42,7 +49,7 @@ from typing import Any
 from .toml_config import get_key, load_toml
 
 STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
-              "anatomy_windows", "niah_lengths", "reported"}
+              "anatomy_windows", "niah_lengths", "reported", "frontier"}
 GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps", "seeds"}
 
 
@@ -86,6 +93,7 @@ class Study:
     anatomy_windows: int = 0
     niah_lengths: list[int] = field(default_factory=list)
     reported: list[str] = field(default_factory=list)
+    frontier: list[int] = field(default_factory=list)
 
 
 def _fail(path: Path, message: str) -> ValueError:
@@ -128,7 +136,11 @@ def load_study(path: Path) -> Study:
         seeds=_int_list(path, "study.seeds", study["seeds"], 0), dense=study.get("dense", True), grid=[], base=base,
         group_threshold=study.get("group_threshold"), baseline=study.get("baseline"),
         anatomy_windows=study.get("anatomy_windows", 0), niah_lengths=study.get("niah_lengths", []),
-        reported=study.get("reported", []))
+        reported=study.get("reported", []),
+        frontier=_int_list(path, "study.frontier", study["frontier"], 2) if "frontier" in study else [])
+    if steps in parsed.frontier:
+        raise _fail(path, f"study.frontier = {parsed.frontier} repeats study.steps = {steps}: the dense run of "
+                          "study.dense is that length")
     interval = get_key(base, "checkpoint.interval", 0)
     for number, block in enumerate(blocks, 1):
         if unknown := sorted(set(block) - GRID_KEYS):
@@ -219,6 +231,8 @@ def plan_runs(study: Study) -> list[Run]:
                 last_switch[stage1] = max(last_switch.get(stage1, 0), max(axes["switch"]))
             if study.dense and ("dense", seed) not in order:
                 order.append(("dense", seed))
+            if study.frontier and ("frontier", seed) not in order:
+                order.append(("frontier", seed))
             for selection, topk, layers, switch, rewarm in itertools.product(
                     axes["selection"], axes["topk"], axes["dense_layers"], axes["switch"], axes["rewarm_steps"]):
                 stage1 = stage1_of(study, selection, topk, layers, seed)
@@ -237,9 +251,16 @@ def plan_runs(study: Study) -> list[Run]:
         elif kind == "dense":
             if f"dense_s{item}" not in reported:
                 runs.append(Run(f"dense_s{item}", "dense", item, steps=study.steps))
+        elif kind == "frontier":
+            runs += [Run(name, "dense", item, steps=n) for n in sorted(study.frontier, reverse=True)
+                     if (name := frontier_name(item, n)) not in reported]
         elif item not in reported:
             runs.append(stage2[item])
     return runs
+
+
+def frontier_name(seed: int, steps: int) -> str:
+    return f"dense_s{seed}_steps{steps}"
 
 
 def long_first(runs: list[Run]) -> list[Run]:
@@ -253,12 +274,16 @@ def long_first(runs: list[Run]) -> list[Run]:
 
 def train_command(study: Study, run: Run, python: str = "python3") -> str:
     """The shell command (from the repository root) that trains `run`; rerun, it resumes its latest checkpoint."""
+    schedule = run.steps if run.kind == "dense" else study.steps  # stage 1 and 2 share the study's schedule
     argv = [python, "train.py", "--job.config_file", study.config,
             "--training.dataset_path", str(study.corpus / "train"),
             "--validation.dataset_path", str(study.corpus / "heldout"),
-            "--lr_scheduler.warmup_steps", str(study.warmup_steps), "--lr_scheduler.total_steps", str(study.steps),
+            "--lr_scheduler.warmup_steps", str(round(study.warmup_steps * schedule / study.steps)),
+            "--lr_scheduler.total_steps", str(schedule),
             "--lighthouse.no-log-stats", "--debug.seed", str(run.seed), "--job.dump_folder", str(study.run / run.name),
             "--training.steps", str(run.steps)]
+    if run.kind == "dense" and run.steps != study.steps:
+        argv += ["--validation.freq", str(run.steps), "--checkpoint.interval", str(run.steps)]
     if run.kind == "stage1":
         stage1 = run.stage1
         argv += ["--lighthouse.selection", stage1.selection, "--lighthouse.topk", str(stage1.topk),
