@@ -1,0 +1,43 @@
+"""Check backend="flash_attn" beside cuDNN on one GPU: parity, a training step's loss, latency.
+
+The FlashAttention generation that imports, parity of the attention and of the Lighthouse layer, one training
+step's loss, and latency at 32K / 128K / 512K.
+
+What it measures and writes: eval/flash_attn_check.py. Exits 1 if flash_attn did not import or missed a
+parity tolerance.
+
+Usage: python scripts/flash_attn_check.py --out docs  [--replot]  (--replot: only draw the PNG from the record)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main() -> None:
+    """Parse the options; run the check (or only draw the plot)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True,
+                        help="folder for flash_attn_check.json and flash_attn_bench.png")
+    parser.add_argument("--replot", action="store_true",
+                        help="only draw flash_attn_bench.png from the folder's flash_attn_check.json (no GPU)")
+    args = parser.parse_args()
+    if args.replot:
+        record = args.out / "flash_attn_check.json"
+        if not record.is_file():
+            parser.exit(2, f"error: --replot needs {record}; it is not there\n")
+        from eval.flash_attn_check import replot
+
+        replot(args.out)
+        return
+    from eval.device import require_cuda
+
+    require_cuda()
+    from eval.flash_attn_check import run_check  # imports Triton: after the CUDA check
+
+    sys.exit(0 if run_check(args.out) else 1)
+
+
+if __name__ == "__main__":
+    main()
