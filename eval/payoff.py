@@ -113,7 +113,7 @@ def dense_step_curves(records: list[dict], validation_freq: int) -> dict[int, li
     `validation_freq`-th up to the last), when it has exactly one point for each of them."""
     curves = {}
     for record in records:
-        if record["selection"] != "dense":
+        if arm_label(record["name"]) != "dense":  # frontier runs have schedules of their own
             continue
         if "step_curve" in record:
             curves[record["seed"]] = [(float(s), v) for s, v in record["step_curve"]]

@@ -186,7 +186,7 @@ def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
               "step_curve": [[int(step), v] for step, v in arm.step_curve]}
     if arm.lighthouse_losses:
         record["stage1_lighthouse_curve"] = [[s, v] for s, v in sorted(arm.lighthouse_losses.items())]
-    if dense is not None and arm is not dense:
+    if dense is not None and arm.switch_step is not None:  # a Lighthouse -> dense arm, against its seed's dense run
         record.update(time_to_quality(dense.curve, arm.final_loss, arm.train_seconds))
         record.update(exchange_rates(arm, dense))
     return record
@@ -202,8 +202,8 @@ def time_to_quality(dense_curve: list[tuple[float, float]], loss: float, seconds
 def against_earlier_dense(records: list[dict], earlier: list[dict]) -> list[dict]:
     """`records` whose seed has no dense run among them get their time to quality against the dense record of that
     seed in `earlier` (same device only: seconds on other cards do not compare), marked `dense_from: earlier`."""
-    here = {r["seed"] for r in records if r["selection"] == "dense"}
-    dense = {r["seed"]: r for r in earlier if r["selection"] == "dense" and "curve" in r}
+    here = {r["seed"] for r in records if arm_label(r["name"]) == "dense"}
+    dense = {r["seed"]: r for r in earlier if arm_label(r["name"]) == "dense" and "curve" in r}
     out = []
     for r in records:
         d = dense.get(r["seed"])
@@ -217,7 +217,7 @@ def against_earlier_dense(records: list[dict], earlier: list[dict]) -> list[dict
 def report_records(arms: list[Arm], seq_len: int, device: str, commit: str, command: str = ARMS_COMMAND) -> list[dict]:
     """The docs/time_to_quality.json list: each arm's record against the dense arm of its seed, with the commit
     of the tree the arms ran and the command that ran them."""
-    dense = {a.seed: a for a in arms if a.selection == "dense"}
+    dense = {a.seed: a for a in arms if a.label == "dense"}  # not a frontier run (`dense_s<seed>_steps<n>`)
     return [{**arm_record(a, dense.get(a.seed), seq_len, device), "commit": commit, "command": command}
             for a in arms]
 

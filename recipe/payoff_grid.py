@@ -7,6 +7,7 @@ block is the product of its values, the study the union of the blocks:
     config = "configs/time_to_quality/tiny_128k.toml"   # every run's job config
     run = "outputs/payoff/tiny_128k"                     # one folder per run, the queue's logs, the report
     corpus = "outputs/payoff/corpus"                     # <corpus>/train and <corpus>/heldout
+    corpus_sources = ["lighthouse", "recipe"]            # optional: `run` builds a missing corpus from these folders
     steps = 720                                          # every run's steps, on one LR schedule
     warmup_steps = 72
     seeds = [0, 1, 2, 3]
@@ -49,7 +50,7 @@ from typing import Any
 from .toml_config import get_key, load_toml
 
 STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
-              "anatomy_windows", "niah_lengths", "reported", "frontier"}
+              "anatomy_windows", "niah_lengths", "reported", "frontier", "corpus_sources"}
 GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps", "seeds"}
 
 
@@ -94,6 +95,7 @@ class Study:
     niah_lengths: list[int] = field(default_factory=list)
     reported: list[str] = field(default_factory=list)
     frontier: list[int] = field(default_factory=list)
+    corpus_sources: list[Path] = field(default_factory=list)
 
 
 def _fail(path: Path, message: str) -> ValueError:
@@ -138,6 +140,10 @@ def load_study(path: Path) -> Study:
         anatomy_windows=study.get("anatomy_windows", 0), niah_lengths=study.get("niah_lengths", []),
         reported=study.get("reported", []),
         frontier=_int_list(path, "study.frontier", study["frontier"], 2) if "frontier" in study else [])
+    sources = study.get("corpus_sources", [])
+    if not isinstance(sources, list) or not all(isinstance(v, str) and v for v in sources):
+        raise _fail(path, f"study.corpus_sources = {sources!r} must be a list of folder paths")
+    parsed.corpus_sources = [Path(v) for v in sources]
     if steps in parsed.frontier:
         raise _fail(path, f"study.frontier = {parsed.frontier} repeats study.steps = {steps}: the dense run of "
                           "study.dense is that length")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,10 +29,11 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval import loss_anatomy, payoff
+from eval import frontier, loss_anatomy, payoff
 from eval.niah import byte_encode, check_grid, markdown as niah_markdown
 from eval.records import write_record
 from eval.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
+from recipe.corpus import make_corpus
 from recipe.cli import ConfigError, as_config_error, exit_on_config_error
 from recipe.payoff_grid import Study, final_models, load_study, long_first, plan_runs, train_command
 from recipe.run_record import source_commit
@@ -98,7 +100,15 @@ def write_queue(study: Study, python: str, order: str = "seed") -> Path:
 
 
 def check_corpus(study: Study) -> None:
+    """The study's corpus must exist; with `corpus_sources` a missing one is built first (`recipe.corpus`)."""
     missing = [str(study.corpus / part) for part in ("train", "heldout") if not (study.corpus / part).is_dir()]
+    if missing and study.corpus_sources:
+        if absent := [str(s) for s in study.corpus_sources if not s.is_dir()]:
+            raise ConfigError(f"{study.path}: study.corpus_sources {absent} are not folders")
+        manifest = make_corpus(study.corpus_sources, study.corpus, heldout_every=4)
+        print(f"built the corpus {study.corpus} from {manifest['sources']}: {manifest['train_documents']} training "
+              f"and {manifest['heldout_documents']} held-out documents", flush=True)
+        return
     if missing:
         raise ConfigError(f"{study.path}: study.corpus = {str(study.corpus)!r} lacks {missing}; build it with "
                           f"RUN={study.corpus.parent} scripts/time_to_quality_long.sh corpus, or make_corpus.py")
@@ -106,6 +116,8 @@ def check_corpus(study: Study) -> None:
 
 def submit(study: Study, python: str, sbatch_options: list[str], order: str = "seed") -> dict[str, str]:
     """One SLURM job per task, each after the jobs of the tasks it waits for; prints and returns the job ids."""
+    if shutil.which("sbatch") is None:
+        raise ConfigError("submit needs SLURM's sbatch on PATH (none here); `run` queues the study on this machine")
     repo = Path(__file__).resolve().parent.parent
     jobs: dict[str, str] = {}
     for name, after, command in queue(study, python, order):
@@ -179,6 +191,13 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         plot_curves(arms, str(out.with_name(out.name + "_curves.png")), f"held-out loss vs training seconds, {title}")
         plot_steps(arms, str(out.with_name(out.name + "_steps.png")), f"held-out loss vs steps, {title}")
     table = payoff.markdown(summary)
+    if study.frontier:  # matched compute leads; the matched-steps view follows
+        placed = frontier.place(records, study.base["validation"]["freq"], len(study.frontier) + 1)
+        summary["matched_compute"] = placed
+        write_record(out, {"summary": summary, "records": records}, indent=1)
+        frontier.plot(placed, str(out.with_name(out.name + "_matched_compute.png")),
+                      f"time-matched dense frontiers and Lighthouse arms, {title}")
+        table = frontier.markdown(placed) + "\n\nAt matched steps:\n\n" + table
     dumps = sorted((study.run / "anatomy").glob("*.npz"))
     if dumps:
         windows, losses, niah = loss_anatomy.read_dumps([d.with_suffix("") for d in dumps])
@@ -215,9 +234,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="unknown", help="report: the card the runs ran on")
     p.add_argument("--commit", help="report: the commit of the tree that ran them (default: the study's record)")
     p.add_argument("--out", type=Path, help="report: output prefix (default <run>/report/payoff)")
-    args, rest = p.parse_known_args(argv)
-    if rest and (args.command != "submit" or rest[0] != "--"):
-        p.error(f"unrecognised arguments {rest} (sbatch options go after -- with submit)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)  # split here: argparse's handling of -- varies by version
+    args, sbatch_options = p.parse_args(argv[:split]), argv[split + 1:]
+    if sbatch_options and args.command != "submit":
+        p.error(f"options after -- {sbatch_options} are sbatch's, for submit only")
     with as_config_error():
         study = load_study(args.study)
     try:
@@ -229,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "submit":
         check_corpus(study)
-        submit(study, args.python, rest[1:], args.order)
+        submit(study, args.python, sbatch_options, args.order)
         return 0
     if args.command == "run":
         check_corpus(study)

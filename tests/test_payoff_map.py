@@ -3,6 +3,7 @@ queue of runs that share their stage 1, mistakes name the key, and the report gi
 from __future__ import annotations
 
 import json
+import os
 import random
 import shlex
 import subprocess
@@ -255,49 +256,81 @@ def tiny_config(tmp_path: Path) -> Path:
     return path
 
 
+EXAMPLE = REPO / "configs" / "payoff" / "example_cpu.toml"
+
+
+def example_study(tmp_path: Path, **study: object) -> Path:
+    """The CPU-sized example study as checked in, with its run and corpus folders under `tmp_path` and `study`'s
+    keys added."""
+    raw = load_toml(EXAMPLE)
+    raw["study"].update(run=str(tmp_path / "run"), corpus=str(tmp_path / "run" / "corpus"), **study)
+    path = tmp_path / "example.toml"
+    path.write_text(dump_toml(raw))
+    return path
+
+
 @pytest.mark.slow
-def test_a_small_grid_runs_on_this_machine_and_reports_every_seed_and_what_the_difference_is_made_of(tmp_path):
-    from recipe.corpus import make_corpus
-
-    make_corpus([REPO / "lighthouse", REPO / "recipe"], tmp_path / "corpus", heldout_every=4)
-    study = write_study(tmp_path, f"""[study]
-config = "{tiny_config(tmp_path)}"
-run = "{tmp_path / 'run'}"
-corpus = "{tmp_path / 'corpus'}"
-steps = 4
-warmup_steps = 1
-seeds = [0, 1]
-group_threshold = 100.0
-baseline = "causal_switch2"
-anatomy_windows = 2
-niah_lengths = [96]
-
-[[grid]]
-switch = [2]
-rewarm_steps = [0, 1]
-""")
+def test_the_cpu_example_runs_as_written_and_reports_matched_compute_first_then_every_seed_and_the_anatomy(tmp_path):
+    """The example builds its corpus, trains dense, the defaults and the frontier over two seeds, and reports
+    "at equal GPU-seconds" first; with the per-token pass added, the anatomy and NIAH too."""
+    study = example_study(tmp_path, anatomy_windows=2, niah_lengths=[96])
     run = lambda *argv: subprocess.run([sys.executable, "scripts/payoff_map.py", *argv, str(study)], cwd=REPO,  # noqa: E731
                                        env=child_env(), capture_output=True, text=True, timeout=900)
     trained = run("run", "--gpus", "0,1")
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    assert "built the corpus" in trained.stdout
     reported = run("report", "--device", "cpu")
     assert reported.returncode == 0, reported.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "report" / "payoff.json").read_text())["summary"]
-    assert set(summary["arms"]) == {"dense", "causal_switch2", "causal_switch2_rewarm1"}
+    assert set(summary["arms"]) == {"dense", "causal_switch4", "dense_steps6", "dense_steps4"}
     assert all(set(arm["seeds"]) == {"0", "1"} for arm in summary["arms"].values())
     assert summary["incomplete"] == []
-    pairs = {(p["arm"], p["reference"]) for p in summary["paired"]}
-    assert ("causal_switch2_rewarm1", "causal_switch2") in pairs
+    placed = summary["matched_compute"]
+    assert {seed: [p["steps"] for p in front] for seed, front in placed["frontiers"].items()} == {
+        "0": [4, 6, 8], "1": [4, 6, 8]}
+    assert set(placed["arms"]["causal_switch4"]["seeds"]) == {"0", "1"}
+    assert all(row["dense_equivalent_steps"] > 0 for row in placed["arms"]["causal_switch4"]["seeds"].values())
+    table = (tmp_path / "run" / "report" / "payoff.md").read_text()
+    assert table.startswith("At equal GPU-seconds") and table.index("At matched steps") > 0
     anatomy = json.loads((tmp_path / "run" / "report" / "payoff_anatomy.json").read_text())
     carried = [c["carried"] for c in anatomy["differences"][0]["position"].values()]
     assert sum(carried) == pytest.approx(1.0)
-    assert set(anatomy["niah"]) == {run for seed in (0, 1) for run in
-                                    (f"dense_s{seed}", f"causal_s{seed}_switch2", f"causal_s{seed}_switch2_rewarm1")}
-    assert "**NIAH**" in (tmp_path / "run" / "report" / "payoff.md").read_text()
-    for name in ("payoff.md", "payoff_finals.png", "payoff_steps.png", "payoff_anatomy.png"):
+    assert set(anatomy["niah"]) == {f"{arm}_s{seed}" if arm == "dense" else f"causal_s{seed}_switch4"
+                                    for seed in (0, 1) for arm in ("dense", "causal")} | {
+        f"dense_s{seed}_steps{n}" for seed in (0, 1) for n in (6, 4)}
+    assert "**NIAH**" in table
+    for name in ("payoff_finals.png", "payoff_steps.png", "payoff_anatomy.png", "payoff_matched_compute.png"):
         assert (tmp_path / "run" / "report" / name).is_file(), name
-    stage2 = (tmp_path / "run" / "causal_s0_switch2_rewarm1" / "metrics.jsonl").read_text()
-    assert '"step": 3' in stage2 and '"step": 4' in stage2
+    stage2 = (tmp_path / "run" / "causal_s0_switch4" / "metrics.jsonl").read_text()
+    assert '"step": 5' in stage2 and '"step": 8' in stage2
+
+
+def test_submit_passes_the_options_after_the_double_dash_to_every_sbatch_call(tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\necho $$\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    study = example_study(tmp_path)
+    (tmp_path / "run" / "corpus" / "train").mkdir(parents=True)
+    (tmp_path / "run" / "corpus" / "heldout").mkdir()
+    assert script_exit_code("payoff_map.py", ["submit", str(study), "--", "--partition=gpu",
+                                            "--gres=gpu:1"], monkeypatch) == 0
+    lines = calls.read_text().splitlines()
+    assert len(lines) == len(plan_runs(load_study(study))) == 10
+    assert all("--partition=gpu --gres=gpu:1" in line for line in lines)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", str(EXAMPLE), "--", "--partition=gpu"], "for submit only"),
+    (["submit", str(EXAMPLE), "--", "--partition=gpu"], "needs SLURM's sbatch on PATH"),
+], ids=["run-with-sbatch-options", "submit-without-sbatch"])
+def test_sbatch_options_outside_submit_or_submit_without_sbatch_is_one_line_and_exit_2(
+        argv, message, monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch
+    assert script_exit_code("payoff_map.py", argv, monkeypatch) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_long_first_starts_dense_then_every_stage_1_then_stage_2_by_its_dense_steps(tmp_path):
