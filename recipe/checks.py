@@ -20,7 +20,7 @@ from torchtitan.tools.logging import logger
 from lighthouse.attention import CUDA_ONLY
 
 from .checkpoint_guard import complete_steps
-from .checkpoint_manifest import read_manifest
+from .checkpoint_manifest import UnreadableManifest, read_manifest
 from .data import check_training_data, match_local_files
 from .lr_schedule import check_rewarm
 from .run_record import CONFIG_FILE, RUNS_FOLDER
@@ -308,7 +308,10 @@ def check_data_parallel_degree(job_config, world_size: int) -> None:
     if not checkpoint.enable or not steps or "dataloader" in checkpoint.exclude_from_loading:
         return
     step = steps[0] if checkpoint.load_step == -1 else checkpoint.load_step
-    then = (read_manifest(os.path.join(folder, f"step-{step}")) or {}).get("data_parallel_degree")
+    try:
+        then = (read_manifest(os.path.join(folder, f"step-{step}")) or {}).get("data_parallel_degree")
+    except UnreadableManifest:  # a damaged step, which the resume passes over with a warning
+        return
     now = data_parallel_degree(job_config, world_size)
     if then is not None and then != now:
         raise ValueError(f"{folder}/step-{step} was written by a run with {then} data-parallel rank(s), and this one "

@@ -68,14 +68,19 @@ class SigtermFlag:
                   "checkpoint", file=sys.stderr, flush=True)
         os._exit(Terminated.exit_code)
 
-    def requested(self) -> bool:
-        """Whether any rank has had SIGTERM (every rank must ask, at the same point)."""
-        got = torch.tensor([int(self.received_at is not None)])
+    def any_rank(self, value: bool) -> bool:
+        """Whether `value` is true on any rank (every rank must ask, at the same point)."""
+        got = torch.tensor([int(value)])
         if self.group is not None:
             dist.all_reduce(got, op=dist.ReduceOp.MAX, group=self.group)
-            if got.item() and self.received_at is None:
-                self.received_at = time.monotonic()
         return bool(got.item())
+
+    def requested(self) -> bool:
+        """Whether any rank has had SIGTERM (every rank must ask, at the same point)."""
+        got = self.any_rank(self.received_at is not None)
+        if got and self.received_at is None:
+            self.received_at = time.monotonic()
+        return got
 
     def slowest(self, seconds: float) -> float:
         """The largest `seconds` any rank passes (every rank must ask, at the same point)."""

@@ -21,7 +21,7 @@ from torchtitan.train import Trainer
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
 from . import train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
-from .checkpoint_guard import complete_steps, load_newest_intact, save_or_stop
+from .checkpoint_guard import load_newest_intact, resume_step, save_or_stop
 from .checkpoint_manifest import write_manifest
 from .checks import check_environment, check_settings, check_size, data_parallel_degree
 from .cli import (ConfigError, RunStopped, as_config_error, drop_recorded_traceback, exit_on_config_error,
@@ -163,8 +163,9 @@ class LighthouseTrainer(Trainer):
         load, save = self.checkpointer.load, self.checkpointer.save
         self.checkpoint_folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
         initial, checksums = job_config.checkpoint.initial_load_path, job_config.resilience.checksums
+        unverified = job_config.checkpoint.load_unverified
         self.checkpointer.load = lambda step=-1: load_newest_intact(load, self.checkpoint_folder, step, initial,
-                                                                    checksums)
+                                                                    checksums, unverified)
         self.checkpointer.save = lambda curr_step, last_step=False: self.save_checkpoint(save, curr_step, last_step)
         self.last_save_s: float | None = None  # how long this process's latest save took
         self.async_save_step: int | None = None  # an asynchronous save still being written (no manifest yet)
@@ -203,8 +204,9 @@ class LighthouseTrainer(Trainer):
         """The saves whose files are all written once torchtitan's save of `curr_step` has returned: the
         asynchronous save before it (torchtitan waits for that first), and this one unless it is asynchronous
         too (torchtitan saves the last step synchronously); one purged meanwhile (`keep_latest_k`) is left out.
-        The newest asynchronous save gets its manifest at the next save or at SIGTERM (`finish_async_save`); a
-        job that fails before either leaves it without one, and a resume from it warns that it is unverified."""
+        The newest asynchronous save gets its manifest at the first step boundary after every rank has written
+        its files (`manifest_written_async_save`), or at the next save or SIGTERM, which wait for them; a job
+        killed before then leaves it without one, and a resume passes it over as damaged."""
         written = [] if self.async_save_step is None else [self.async_save_step]
         self.async_save_step = None
         if self.checkpointer.async_mode == AsyncMode.DISABLED or last_step:
@@ -225,6 +227,13 @@ class LighthouseTrainer(Trainer):
         if os.path.isdir(os.path.join(self.checkpoint_folder, f"step-{step}")):  # not purged meanwhile
             self.write_step_manifest(step)
 
+    def manifest_written_async_save(self) -> None:
+        """Write the manifest of the asynchronous save being written once every rank's part of it is (asked at
+        each step boundary while one is, every rank alike), so a job that fails later resumes from it verified."""
+        future = self.checkpointer.save_future
+        if self.async_save_step is not None and not self.sigterm.any_rank(future is not None and not future.done()):
+            self.finish_async_save()
+
     def write_step_manifest(self, step: int) -> None:
         """The manifest of the checkpoint of `step`, whose files are all written (`recipe.checkpoint_manifest`)."""
         write_manifest(os.path.join(self.checkpoint_folder, f"step-{step}"),
@@ -234,13 +243,14 @@ class LighthouseTrainer(Trainer):
     def should_continue_training(self) -> bool:
         if self.sigterm.requested():
             self.stop_on_sigterm()
+        self.manifest_written_async_save()
         return super().should_continue_training()
 
     def stop_on_sigterm(self) -> None:
         """Save this step if `[resilience]` says so and the save fits in the grace, then raise Terminated."""
         resilience, checkpointer = self.job_config.resilience, self.checkpointer
         self.finish_async_save()
-        latest = max(complete_steps(self.checkpoint_folder), default=None)
+        latest = resume_step(self.checkpoint_folder, self.job_config.checkpoint.load_unverified)
         since = self.sigterm.slowest(self.sigterm.seconds_since())  # every rank decides alike
         if latest == self.step or self.step == 0:
             what = f"step {self.step} is saved" if latest == self.step else "nothing was trained yet"

@@ -2,6 +2,7 @@
 loaded for the newest older one that can, naming what failed; a checkpoint of another data-parallel degree is
 named and never skipped; a save on a full disk says so; Ctrl-C ends a job with one line."""
 import errno
+import json
 import logging
 import os
 import random
@@ -19,8 +20,8 @@ import models  # noqa: F401  (before torchtitan)
 from torch.distributed.checkpoint.api import CheckpointException
 from recipe import checkpoint_guard, trainer
 from recipe.checkpoint_guard import (CheckpointError, DataParallelMismatch, complete_steps, load_newest_intact,
-                                     save_or_stop, unfinished_steps)
-from recipe.checkpoint_manifest import MANIFEST, crc32, manifest_faults, read_manifest, write_manifest
+                                     resume_step, save_or_stop, unfinished_steps)
+from recipe.checkpoint_manifest import MANIFEST, UnreadableManifest, crc32, manifest_faults, read_manifest, write_manifest
 from recipe.launch import free_port, single_process_env
 
 from .helpers import signal_when
@@ -29,12 +30,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def checkpoints(tmp_path, steps, half_written=()):
+    """Checkpoints of random bytes at `steps`, each with its manifest, and folders without `.metadata` (saves that
+    never finished) at `half_written`."""
     folder = tmp_path / "checkpoint"
     for step in [*steps, *half_written]:
         (folder / f"step-{step}").mkdir(parents=True)
         (folder / f"step-{step}" / "__0_0.distcp").write_bytes(os.urandom(32))
     for step in steps:
         (folder / f"step-{step}" / ".metadata").write_bytes(os.urandom(32))
+        write_manifest(str(folder / f"step-{step}"), data_parallel_degree=1)
     return str(folder)
 
 
@@ -114,6 +118,9 @@ def test_the_manifest_records_sizes_checksums_and_the_data_parallel_degree_and_f
     assert manifest_faults(str(step), manifest) == [".metadata is missing", "__0_0.distcp holds 33 bytes, the save "
                                                     "wrote 32", "__1_0.distcp fails its checksum"]
     (step / MANIFEST).write_text("{not json")
+    with pytest.raises(UnreadableManifest, match=r"^manifest.json is not JSON \(JSONDecodeError\)$"):
+        read_manifest(str(step))
+    (step / MANIFEST).unlink()
     assert read_manifest(str(step)) is None
 
 
@@ -137,13 +144,75 @@ def test_a_damaged_checkpoint_is_skipped_before_loading_naming_the_file_and_unfi
         load_newest_intact(FakeLoad(damaged=[]), str(tmp_path / "fresh"), initial_load_path=f"{folder}/step-6")
 
 
-def test_a_checkpoint_without_a_manifest_loads_with_a_warning(tmp_path, caplog):
-    folder = checkpoints(tmp_path, [2])
+def flip_a_byte(path: Path) -> None:
+    """One byte inside `path` inverted: same size, another checksum."""
+    offset = random.randrange(path.stat().st_size)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0xFF]))
+
+
+def edit_manifest(change):
+    """A tampering: `change(record)` of the parsed manifest.json, written back as JSON."""
+    def tamper(path: Path) -> None:
+        record = json.loads(path.read_text())
+        change(record)
+        path.write_text(json.dumps(record))
+    return tamper
+
+
+# (id, what is done to step-6's manifest.json, the warning's reason)
+TAMPERED = [
+    ("random-bytes", lambda path: path.write_bytes(os.urandom(random.randint(1, 200)) + b"\xff"),
+     r"manifest.json is not JSON \((UnicodeDecodeError|JSONDecodeError)\)"),
+    ("empty", lambda path: path.write_text(""), r"manifest.json is not JSON \(JSONDecodeError\)"),
+    ("empty-object", lambda path: path.write_text("{}"), "manifest.json has no record of the step's files"),
+    ("no-files-listed", edit_manifest(lambda record: record.update(files={})),
+     r"\.metadata is not in manifest.json and 2 more"),
+    ("shard-entry-deleted", edit_manifest(lambda record: record["files"].pop("__1_0.distcp")),
+     "__1_0.distcp is not in manifest.json"),
+    ("size-deleted", edit_manifest(lambda record: record["files"]["__1_0.distcp"].pop("bytes")),
+     "manifest.json records no size for __1_0.distcp"),
+    ("checksum-deleted", edit_manifest(lambda record: record["files"]["__1_0.distcp"].pop("crc32")),
+     "manifest.json records checksums for some files only"),
+    ("manifest-deleted", lambda path: path.unlink(),
+     r"it has no manifest.json \(a save cut before its end, or written by another program\); \[checkpoint\] "
+     "load_unverified = true loads such a step"),
+]
+
+
+@pytest.mark.parametrize("tamper, reason", [row[1:] for row in TAMPERED], ids=[row[0] for row in TAMPERED])
+def test_a_manifest_that_cannot_vouch_for_every_file_makes_the_step_damaged(tmp_path, caplog, tamper, reason):
+    """A flipped byte in a shard hides behind none of these: the step falls back, with one warning naming why."""
+    folder = manifested(tmp_path, [4, 6])
+    flip_a_byte(Path(folder) / "step-6" / "__1_0.distcp")
+    tamper(Path(folder) / "step-6" / MANIFEST)
+    load = FakeLoad(damaged=[])
     with caplog.at_level(logging.WARNING):
-        assert load_newest_intact(FakeLoad(damaged=[]), folder) is True
-    assert [r.getMessage() for r in caplog.records] == [
-        f"{folder}/step-2 has no {MANIFEST} (written by an older recipe, or its save ended just before it): loading "
-        "it unverified"]
+        assert load_newest_intact(load, folder) is True
+    assert load.asked == [4]
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(rf"{folder}/step-6 is damaged: {reason}; trying step-4", warning), warning
+    assert resume_step(folder) == 4
+    with pytest.raises(CheckpointError, match=rf"^{folder}/step-6 is damaged: {reason}$"):
+        load_newest_intact(FakeLoad(damaged=[]), folder, step=6)  # asked for by number: no fallback
+
+
+def test_a_step_without_a_manifest_loads_unverified_only_when_asked_and_an_initial_load_path_with_a_warning(
+        tmp_path, caplog):
+    folder = checkpoints(tmp_path, [2])
+    (Path(folder) / "step-2" / MANIFEST).unlink()
+    with pytest.raises(CheckpointError, match=rf"^{folder}/step-2 is damaged: it has no {MANIFEST} .* and no older "
+                                              "complete checkpoint is left to resume from$"):
+        load_newest_intact(FakeLoad(damaged=[]), folder)
+    assert resume_step(folder) is None and resume_step(folder, unverified=True) == 2
+    with caplog.at_level(logging.WARNING):
+        assert load_newest_intact(FakeLoad(damaged=[]), folder, unverified=True) is True
+        assert load_newest_intact(FakeLoad(damaged=[]), str(tmp_path / "fresh"),
+                                  initial_load_path=f"{folder}/step-2") is True
+    assert [r.getMessage() for r in caplog.records] == [f"{folder}/step-2 has no {MANIFEST}: loading it unverified"] * 2
 
 
 def test_another_data_parallel_degree_is_named_and_never_falls_back_to_an_older_step(tmp_path):
