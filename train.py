@@ -14,12 +14,11 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer (a no-op with an accelerator), before torchtitan is imported
 
-from recipe.launch import single_process_env  # noqa: E402
+from recipe.launch import one_process_env  # noqa: E402
 from recipe.trainer import main  # noqa: E402
 
 if __name__ == "__main__":
-    if "RANK" not in os.environ:  # a plain `python train.py` is a one-process job; torchrun sets these itself
-        os.environ.update(single_process_env())
+    os.environ.update(one_process_env(os.environ))  # a plain `python train.py` is a one-process job
     try:
         main()
     except BrokenPipeError:  # the reader of stdout left early (`train.py --help | head`): nothing to report

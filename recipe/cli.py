@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 from torchtitan.config import JobConfig
 
 from .compat.torchtitan import HookedConfigManager, merge_configs
-from .errors import ConfigError, RunStopped
+from .errors import ConfigError, RunStopped, speaks_for_the_job
 from .job_config import JobConfig as LighthouseJobConfig
 from .toml_config import get_key, tomllib
 
@@ -68,7 +68,7 @@ def drop_recorded_traceback() -> None:
 @contextlib.contextmanager
 def exit_on_config_error() -> Iterator[None]:
     """Print a ConfigError (or RunStopped) raised inside as `error: <message>` on stderr and exit with code 2
-    (or its `exit_code`).
+    (or its `exit_code`); outside torchrun every process prints it.
 
     Under torchrun (`TORCHELASTIC_ERROR_FILE` set) rank 0 speaks for the job: it prints the line, writes it
     to torchrun's error file, so torchrun's failure summary names it as the root cause in place of "To enable
@@ -85,7 +85,7 @@ def exit_on_config_error() -> Iterator[None]:
         line = f"error: {err}"
         code = 2 if isinstance(err, ConfigError) else err.exit_code
         rank_0 = os.environ.get("RANK", "0") == "0"
-        if rank_0:
+        if speaks_for_the_job():
             print(line, file=sys.stderr, flush=True)
         error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
         if not error_file:

@@ -2,6 +2,7 @@
 prints them): a mistake in its settings, found at start-up, and a stop after it started."""
 from __future__ import annotations
 
+import os
 import time
 
 
@@ -19,3 +20,9 @@ class RunStopped(RuntimeError):
     def __init__(self, *args: object) -> None:
         super().__init__(*args)
         self.raised_at = time.time()
+
+
+def speaks_for_the_job() -> bool:
+    """Whether this process prints the line a job ends with: every process outside torchrun, rank 0 alone under
+    torchrun (whose failure summary names that line for the job)."""
+    return os.environ.get("RANK", "0") == "0" or "TORCHELASTIC_RUN_ID" not in os.environ

@@ -21,7 +21,7 @@ from typing import Iterator
 import torch
 import torch.distributed as dist
 
-from .errors import RunStopped
+from .errors import RunStopped, speaks_for_the_job
 
 
 class Terminated(RunStopped):
@@ -63,7 +63,7 @@ class SigtermFlag:
         if self.received_at is None:
             self.received_at = time.monotonic()
             return
-        if os.environ.get("RANK", "0") == "0":  # wherever the job is (a save included): no clean-up, no traceback
+        if speaks_for_the_job():  # wherever the job is (a save included): no clean-up, no traceback
             print("error: terminated (SIGTERM twice): stopped at once; a restart resumes from the latest complete "
                   "checkpoint", file=sys.stderr, flush=True)
         os._exit(Terminated.exit_code)
