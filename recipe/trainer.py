@@ -30,7 +30,8 @@ from .dump_lock import DumpFolderLock
 from .finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state, recorded_grad_norms
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
-from .preemption import SigtermFlag, Terminated, finish_save_first, save_on_sigterm
+from .held_signals import ctrl_c_held, release_ctrl_c, take_sigterm
+from .preemption import SigtermFlag, Terminated, save_on_sigterm
 from .run_record import run_start_record, write_run_record
 from .teardown import end_process_groups
 
@@ -88,6 +89,18 @@ class _BuildingLineSpace(logging.Filter):
         if message.startswith(self.joined):
             record.msg, record.args = message.replace("with ", " with ", 1), ()
         return True
+
+
+def restart_point(job_config: JobConfig) -> str:
+    """Where a restart of the job resumes: `step-N`, its newest checkpoint whose manifest lists every file at its
+    size (`recipe.checkpoint_guard.resume_step`), else its `checkpoint.initial_load_path`, else the start."""
+    checkpoint = job_config.checkpoint
+    if not checkpoint.enable:
+        return "the start (checkpoint.enable = false)"
+    step = resume_step(os.path.join(job_config.job.dump_folder, checkpoint.folder), checkpoint.load_unverified)
+    if step is not None:
+        return f"step-{step}"
+    return checkpoint.initial_load_path or "the start (no checkpoint yet)"
 
 
 class Interrupted(RunStopped):
@@ -151,7 +164,7 @@ class LighthouseTrainer(Trainer):
             logger.addFilter(_not_hf_index_warning)
         building_line = _BuildingLineSpace(job_config)
         logger.addFilter(building_line)
-        self.sigterm = SigtermFlag()  # noted from here on, acted on between steps
+        self.sigterm = SigtermFlag(lambda: restart_point(job_config))  # noted from here on, acted on between steps
         try:
             super().__init__(job_config)
         except BaseException:
@@ -194,7 +207,7 @@ class LighthouseTrainer(Trainer):
                                 f"{last_good(self.checkpoint_folder)} (a lower optimizer.lr or training.max_norm "
                                 "may avoid it)")
         begin = time.monotonic()
-        with finish_save_first(curr_step):
+        with ctrl_c_held(f"during the save of step {curr_step}, which finished first"):
             save_or_stop(save, self.checkpoint_folder, curr_step, last_step)
             for step in self.saves_written(curr_step, last_step):
                 self.write_step_manifest(step)
@@ -270,9 +283,9 @@ class LighthouseTrainer(Trainer):
                 checkpointer.save(self.step, last_step=True)
             finally:
                 checkpointer.last_save_model_only, checkpointer.last_save_in_hf = model_only, in_hf
-            what, latest = f"saved step-{self.step} in {self.last_save_s:.1f} s", self.step
-        resumes = f"step-{latest}" if latest is not None else "the start (no checkpoint yet)"
-        raise Terminated(f"terminated (SIGTERM) at step {self.step}; {what}; a restart resumes from {resumes}")
+            what = f"saved step-{self.step} in {self.last_save_s:.1f} s"
+        raise Terminated(f"terminated (SIGTERM) at step {self.step}; {what}; a restart resumes from "
+                         f"{restart_point(self.job_config)}")
 
     def set_lighthouse(self, enabled: bool) -> None:
         """Lighthouse (True) or dense causal SDPA (False) in every Lighthouse layer of every model part."""
@@ -362,40 +375,48 @@ def main(argv: Sequence[str] | None = None, trainer_cls: type[LighthouseTrainer]
     """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with `trainer_cls`.
 
     A configuration mistake ends in one line on stderr and exit code 2 (`LIGHTHOUSE_DEBUG=1`: a traceback), an
-    out-of-memory error in one line naming the knobs that set memory and exit code 1.
+    out-of-memory error in one line naming the knobs that set memory and exit code 1, Ctrl-C at any point (held
+    until the settings are read, during saves and while closing: `recipe.held_signals`) in one line naming where
+    a restart resumes and exit code 130.
     """
     init_logger()
     args = list(sys.argv[1:] if argv is None else argv)
     with exit_on_config_error():
         config = parse_job_config(args)
         trainer: LighthouseTrainer | None = None
-        finished = False
+        finished, step = False, 0
         try:
-            trainer = (trainer_cls or LighthouseTrainer)(config, args)  # looked up now: tests replace the class
-            if config.comm.mode == "local_tensor":
-                logger.info("Local tensor mode: the trainer is built, training is skipped")
-            elif config.checkpoint.create_seed_checkpoint:
-                if int(os.environ["WORLD_SIZE"]) != 1:
-                    raise ConfigError("create a seed checkpoint with one process (no sharding)")
-                trainer.checkpointer.save(curr_step=0, last_step=True)
-                logger.info("Created seed checkpoint")
-            else:
-                trainer.train()
-            finished = True
-        except RunStopped:
-            drop_recorded_traceback()  # now, before closing the trainer takes seconds
-            raise
-        except RuntimeError as err:
-            if not is_out_of_memory(err):
+            try:
+                release_ctrl_c()  # a Ctrl-C held since train.py's first line interrupts here
+                trainer = (trainer_cls or LighthouseTrainer)(config, args)  # looked up now: tests replace the class
+                if config.comm.mode == "local_tensor":
+                    logger.info("Local tensor mode: the trainer is built, training is skipped")
+                elif config.checkpoint.create_seed_checkpoint:
+                    if int(os.environ["WORLD_SIZE"]) != 1:
+                        raise ConfigError("create a seed checkpoint with one process (no sharding)")
+                    trainer.checkpointer.save(curr_step=0, last_step=True)
+                    logger.info("Created seed checkpoint")
+                else:
+                    trainer.train()
+                finished = True
+            except RunStopped:
+                drop_recorded_traceback()  # now, before closing the trainer takes seconds
                 raise
-            raise OutOfMemory(out_of_memory_line(config, trainer.step if trainer is not None else 0, err)) from None
+            except RuntimeError as err:
+                if not is_out_of_memory(err):
+                    raise
+                raise OutOfMemory(out_of_memory_line(config, trainer.step if trainer is not None else 0, err)) from None
+            finally:
+                step = trainer.step if trainer is not None else 0
+                with ctrl_c_held("while the job was closing", act=finished):  # closing is never cut short
+                    if trainer is not None:
+                        trainer.close()
+                    trainer = None  # its device meshes hold the process groups, which must end before the interpreter
+                    end_process_groups(finished)
         except KeyboardInterrupt as err:
-            step = trainer.step if trainer is not None else 0
             detail = f" ({err})" if str(err) else ""
-            raise Interrupted(f"interrupted (Ctrl-C) at step {step}{detail}; a restart resumes from the latest "
-                              "complete checkpoint") from None
-        finally:
-            if trainer is not None:
-                trainer.close()
-            trainer = None  # its device meshes hold the process groups, which must end before the interpreter
-            end_process_groups(finished)
+            raise Interrupted(f"interrupted (Ctrl-C) at step {step}{detail}; a restart resumes from "
+                              f"{restart_point(config)}") from None
+        if take_sigterm() is not None:  # held while the job closed (train.py)
+            raise Terminated(f"terminated (SIGTERM) while the job was closing after step {step}; a restart resumes "
+                             f"from {restart_point(config)}")

@@ -18,7 +18,7 @@ import pytest
 
 import models  # noqa: F401  (before torchtitan)
 from torch.distributed.checkpoint.api import CheckpointException
-from recipe import checkpoint_guard, trainer
+from recipe import checkpoint_guard, held_signals, trainer
 from recipe.checkpoint_guard import (CheckpointError, DataParallelMismatch, complete_steps, load_newest_intact,
                                      resume_step, save_or_stop, unfinished_steps)
 from recipe.checkpoint_manifest import MANIFEST, UnreadableManifest, crc32, manifest_faults, read_manifest, write_manifest
@@ -257,27 +257,74 @@ def test_a_save_on_a_full_disk_says_so_and_other_failures_pass_through(tmp_path,
     assert checkpoint_guard.FULL_DISK_FREE_BYTES > 10**5
 
 
-def test_ctrl_c_ends_the_job_in_one_line_with_exit_code_130(monkeypatch, capsys):
-    class Interrupted:
-        step = random.randint(1, 100)
+@pytest.fixture
+def signal_handlers(monkeypatch):
+    """The process's SIGINT and SIGTERM handlers and the held-signal state, given back after the test."""
+    monkeypatch.setattr(held_signals, "_noted", {})
+    monkeypatch.setattr(held_signals, "_interrupted", False)
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+def press(signum=signal.SIGINT, times=1):
+    """What a terminal or SLURM does: `signum` to this process, `times` times."""
+    for _ in range(times):
+        os.kill(os.getpid(), signum)
+
+
+# (id, signals held from the start as train.py holds them, a signal sent before main, during training, while
+#  closing; the exit code; the line up to where a restart resumes)
+SIGNALS = [
+    ("ctrl-c-mid-step", False, None, lambda: press(), None, 130, "interrupted (Ctrl-C) at step {step}"),
+    ("ctrl-c-burst", False, None, lambda: press(), lambda: press(times=2), 130, "interrupted (Ctrl-C) at step {step}"),
+    ("ctrl-c-at-start-up", True, lambda: press(times=3), None, None, 130,
+     "interrupted (Ctrl-C) at step 0 (during start-up)"),
+    ("ctrl-c-while-closing", True, None, None, lambda: press(), 130,
+     "interrupted (Ctrl-C) at step {step} (while the job was closing)"),
+    ("sigterm-while-closing", True, None, None, lambda: press(signal.SIGTERM), 143,
+     "terminated (SIGTERM) while the job was closing after step {step}"),
+]
+
+
+@pytest.mark.parametrize("hold, before, training, closing, code, line", [row[1:] for row in SIGNALS],
+                         ids=[row[0] for row in SIGNALS])
+@pytest.mark.parametrize("saved", [True, False], ids=["a-checkpoint", "none-yet"])
+def test_a_signal_at_any_moment_ends_the_job_in_one_line_naming_where_a_restart_resumes(
+        tmp_path, monkeypatch, capsys, signal_handlers, hold, before, training, closing, code, line, saved):
+    step, latest = random.randint(3, 100), random.randint(1, 2)
+    if saved:  # a complete checkpoint with its manifest, and a newer one whose save was cut before its manifest
+        folder = checkpoints(tmp_path / "run", [latest, latest + 1])
+        (Path(folder) / f"step-{latest + 1}" / MANIFEST).unlink()
+
+    class Job:
         closed = False
 
         def __init__(self, config, args):
-            pass
+            self.step = 0
 
         def train(self):
-            raise KeyboardInterrupt
+            self.step = step
+            if training:
+                training()
 
         def close(self):
-            Interrupted.closed = True
+            Job.closed = True
+            if closing:
+                closing()
 
-    monkeypatch.setattr(trainer, "LighthouseTrainer", Interrupted)
+    monkeypatch.setattr(trainer, "LighthouseTrainer", Job)
     monkeypatch.delenv("LIGHTHOUSE_DEBUG", raising=False)
+    if hold:
+        held_signals.hold_signals()
+    if before:
+        before()
     with pytest.raises(SystemExit) as exit_info:
-        trainer.main(["--job.config_file", "configs/debug.toml"])
-    assert exit_info.value.code == 130 and Interrupted.closed
-    assert capsys.readouterr().err == (f"error: interrupted (Ctrl-C) at step {Interrupted.step}; a restart resumes "
-                                       "from the latest complete checkpoint\n")
+        trainer.main(["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(tmp_path / "run")])
+    resumes = f"step-{latest}" if saved else "the start (no checkpoint yet)"
+    assert exit_info.value.code == code and Job.closed == (before is None)  # a trainer built is closed
+    assert capsys.readouterr().err == f"error: {line.format(step=step)}; a restart resumes from {resumes}\n"
 
 
 @pytest.mark.slow
@@ -291,8 +338,8 @@ def test_ctrl_c_during_training_ends_train_py_in_one_line(tmp_path):
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal gives it
     _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 3, signal.SIGINT)
     assert job.returncode == 130, err[-3000:]
-    assert re.fullmatch(r"error: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the latest complete "
-                        r"checkpoint", err.splitlines()[-1]), err[-3000:]
+    assert re.fullmatch(r"error: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the start \(no "
+                        r"checkpoint yet\)", err.splitlines()[-1]), err[-3000:]
     assert "Traceback" not in err
 
 
@@ -374,7 +421,7 @@ def test_sigterm_saves_the_step_and_exits_143_and_ctrl_c_during_a_save_lets_it_f
     assert f"Training starts at step {saved + 1}" in out  # resumed from the step SIGTERM saved
     step = saved + 1
     assert err.splitlines()[-1] == (f"error: interrupted (Ctrl-C) at step {step} (during the save of step {step}, "
-                                    "which finished first); a restart resumes from the latest complete checkpoint")
+                                    f"which finished first); a restart resumes from step-{step}")
     assert "Traceback" not in err
     assert complete_steps(str(run / "checkpoint")) == [step, saved]
     step_folder = str(run / "checkpoint" / f"step-{step}")
