@@ -9,6 +9,8 @@ import time
 class ConfigError(ValueError):
     """A mistake in a job's configuration, reported as one line (exit code 2) rather than a traceback."""
 
+    every_rank = False  # a rank may meet it alone (a path missing on its node)
+
 
 class RunStopped(RuntimeError):
     """A job that stops on purpose after it started (a non-finite step, unreadable data, Ctrl-C), reported as
@@ -16,6 +18,7 @@ class RunStopped(RuntimeError):
     rank decides a SIGTERM stop after the same step), which dates the line in torchrun's summary."""
 
     exit_code = 1
+    every_rank = False  # whether every rank of a job decides this stop at the same step (rank 0 speaks for all)
 
     def __init__(self, *args: object) -> None:
         super().__init__(*args)

@@ -25,9 +25,10 @@ from .held_signals import take_sigterm
 
 
 class Terminated(RunStopped):
-    """SIGTERM during a job."""
+    """SIGTERM during a job (the ranks agree on the step it stops after)."""
 
     exit_code = 143
+    every_rank = True
 
 
 def save_on_sigterm(setting: str) -> bool:

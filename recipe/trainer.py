@@ -24,8 +24,8 @@ from . import train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSp
 from .checkpoint_guard import load_newest_intact, resume_step, save_or_stop
 from .checkpoint_manifest import write_manifest
 from .checks import check_environment, check_settings, check_size, data_parallel_degree
-from .cli import (ConfigError, RunStopped, as_config_error, drop_recorded_traceback, exit_on_config_error,
-                  parse_job_config)
+from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
+from .compat.torchtitan import without_stop_records
 from .dump_lock import DumpFolderLock
 from .finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state, recorded_grad_norms
 from .job_config import check_initial_load, check_job_config
@@ -166,7 +166,7 @@ class LighthouseTrainer(Trainer):
         logger.addFilter(building_line)
         self.sigterm = SigtermFlag(lambda: restart_point(job_config))  # noted from here on, acted on between steps
         try:
-            super().__init__(job_config)
+            without_stop_records(Trainer.__init__)(self, job_config)
         except BaseException:
             self.sigterm.close()  # a job that ends here is stopped by SIGTERM as before (torchrun's other ranks)
             raise
@@ -310,7 +310,7 @@ class LighthouseTrainer(Trainer):
     def train(self) -> None:
         logger.addFilter(self.training_starts_filter)
         try:
-            super().train()
+            without_stop_records(Trainer.train)(self)
         finally:
             logger.removeFilter(self.training_starts_filter)
         if not self.trained:
@@ -399,9 +399,6 @@ def main(argv: Sequence[str] | None = None, trainer_cls: type[LighthouseTrainer]
                 else:
                     trainer.train()
                 finished = True
-            except RunStopped:
-                drop_recorded_traceback()  # now, before closing the trainer takes seconds
-                raise
             except RuntimeError as err:
                 if not is_out_of_memory(err):
                     raise
