@@ -21,7 +21,7 @@ from torchtitan.train import Trainer
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
 from . import train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
-from .checkpoint_guard import load_newest_intact, resume_step, save_or_stop
+from .checkpoint_guard import complete_steps, load_newest_intact, resume_step, save_or_stop
 from .checkpoint_manifest import write_manifest
 from .checks import check_environment, check_settings, check_size, data_parallel_degree
 from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
@@ -93,13 +93,17 @@ class _BuildingLineSpace(logging.Filter):
 
 def restart_point(job_config: JobConfig) -> str:
     """Where a restart of the job resumes: `step-N`, its newest checkpoint whose manifest lists every file at its
-    size (`recipe.checkpoint_guard.resume_step`), else its `checkpoint.initial_load_path`, else the start."""
+    size (`recipe.checkpoint_guard.resume_step`), else none if it has checkpoints, else its
+    `checkpoint.initial_load_path`, else the start."""
     checkpoint = job_config.checkpoint
     if not checkpoint.enable:
         return "the start (checkpoint.enable = false)"
-    step = resume_step(os.path.join(job_config.job.dump_folder, checkpoint.folder), checkpoint.load_unverified)
+    folder = os.path.join(job_config.job.dump_folder, checkpoint.folder)
+    step = resume_step(folder, checkpoint.load_unverified)
     if step is not None:
         return f"step-{step}"
+    if complete_steps(folder):  # the resume refuses to start over by itself
+        return f"none of the checkpoints in {folder} (each is damaged)"
     return checkpoint.initial_load_path or "the start (no checkpoint yet)"
 
 

@@ -290,13 +290,14 @@ SIGNALS = [
 
 @pytest.mark.parametrize("hold, before, training, closing, code, line", [row[1:] for row in SIGNALS],
                          ids=[row[0] for row in SIGNALS])
-@pytest.mark.parametrize("saved", [True, False], ids=["a-checkpoint", "none-yet"])
+@pytest.mark.parametrize("saved", ["intact", "none", "damaged"], ids=["a-checkpoint", "none-yet", "none-intact"])
 def test_a_signal_at_any_moment_ends_the_job_in_one_line_naming_where_a_restart_resumes(
         tmp_path, monkeypatch, capsys, signal_handlers, hold, before, training, closing, code, line, saved):
     step, latest = random.randint(3, 100), random.randint(1, 2)
-    if saved:  # a complete checkpoint with its manifest, and a newer one whose save was cut before its manifest
+    if saved != "none":  # a checkpoint with its manifest (or without), and a newer one whose save was cut before it
         folder = checkpoints(tmp_path / "run", [latest, latest + 1])
-        (Path(folder) / f"step-{latest + 1}" / MANIFEST).unlink()
+        for cut in [latest + 1] + ([latest] if saved == "damaged" else []):
+            (Path(folder) / f"step-{cut}" / MANIFEST).unlink()
 
     class Job:
         closed = False
@@ -322,7 +323,8 @@ def test_a_signal_at_any_moment_ends_the_job_in_one_line_naming_where_a_restart_
         before()
     with pytest.raises(SystemExit) as exit_info:
         trainer.main(["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(tmp_path / "run")])
-    resumes = f"step-{latest}" if saved else "the start (no checkpoint yet)"
+    resumes = {"intact": f"step-{latest}", "none": "the start (no checkpoint yet)",
+               "damaged": f"none of the checkpoints in {tmp_path}/run/checkpoint (each is damaged)"}[saved]
     assert exit_info.value.code == code and Job.closed == (before is None)  # a trainer built is closed
     assert capsys.readouterr().err == f"error: {line.format(step=step)}; a restart resumes from {resumes}\n"
 
