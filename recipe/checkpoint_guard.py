@@ -1,7 +1,8 @@
 """Loading and saving a job's own checkpoints with the mistakes named: each save is recorded in a manifest
-of its files (`recipe.checkpoint_manifest`), a resume checks the manifest before it loads (a step without one is
-damaged unless `[checkpoint] load_unverified`), a newest checkpoint that is damaged or cannot be loaded gives way to the newest older one that can (with a warning naming what
-failed), and a save that fails on a full disk says so in one line.
+of its files (`recipe.checkpoint_manifest`), a resume checks the manifest before it loads (a step without one
+is damaged unless `[checkpoint] load_unverified`), a newest checkpoint that is damaged or cannot be loaded
+gives way to the newest older one that can (with a warning naming what failed), and a save that fails on a
+full disk says so in one line.
 
 The trainer routes torchtitan's `CheckpointManager.load` and `.save` through `load_newest_intact` and
 `save_or_stop`. Only an automatic resume (`checkpoint.load_step = -1`) falls back; a step asked for by

@@ -400,7 +400,8 @@ def check_settings(job_config, n_layers: int) -> None:
 
 def check_environment(job_config) -> None:
     """The checks of the settings against this machine and job: the processes (WORLD_SIZE, which torchrun and
-    train.py set and torchtitan reads), W&B's login, CUDA, the data, the dump folder and the checkpoint a resume loads."""
+    train.py set and torchtitan reads), W&B's login, CUDA, the data, the dump folder and the checkpoint a resume
+    loads."""
     check_launch(job_config, os.environ)
     check_wandb(job_config, os.environ)
     check_parallelism(job_config, int(os.environ.get("WORLD_SIZE", "1")))

@@ -221,7 +221,8 @@ ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
     ("checkpoint-folder-dot", ["--checkpoint.folder", "."], nothing, "checkpoint.folder='.'",
      "is the dump folder itself"),
     ("changed-seq-len", ["--training.seq_len", "256"], previous_run(**{"training.seq_len": 512}),
-     "training.seq_len=256", "differs from 512 of the run that wrote the checkpoints in .*; resume with the same value"),
+     "training.seq_len=256", "differs from 512 of the run that wrote the checkpoints in .*; resume with the same "
+     "value"),
     ("wandb-without-key", ["--metrics.enable_wandb"], nothing, "metrics.enable_wandb=true",
      r"W&B has no API key \(no WANDB_API_KEY, no netrc entry from `wandb login`\) and WANDB_MODE='' is not offline"),
 ]

@@ -21,7 +21,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from recipe import checkpoint_guard, held_signals, trainer
 from recipe.checkpoint_guard import (CheckpointError, DataParallelMismatch, complete_steps, load_newest_intact,
                                      resume_step, save_or_stop, unfinished_steps)
-from recipe.checkpoint_manifest import MANIFEST, UnreadableManifest, crc32, manifest_faults, read_manifest, write_manifest
+from recipe.checkpoint_manifest import (MANIFEST, UnreadableManifest, crc32, manifest_faults, read_manifest,
+                                        write_manifest)
 from recipe.launch import free_port, single_process_env
 
 from .helpers import signal_when

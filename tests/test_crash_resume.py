@@ -179,9 +179,9 @@ def test_signals_at_start_up_mid_step_and_in_bursts_and_a_manifest_that_cannot_v
         return lambda: time.monotonic() > began + 1
 
     starting = Run(folder, tmp_path / "sigterm-at-start-up.log")
-    assert starting.signal_when(a_second_in(), signal.SIGTERM) == (143, "error: terminated (SIGTERM) at step 0; nothing "
-                                                                  "was trained yet; a restart resumes from the start "
-                                                                  "(no checkpoint yet)")
+    assert starting.signal_when(a_second_in(), signal.SIGTERM) == (
+        143, "error: terminated (SIGTERM) at step 0; nothing was trained yet; a restart resumes from the start (no "
+             "checkpoint yet)")
     mid_step = Run(folder, tmp_path / "ctrl-c-burst.log")
     code, line = mid_step.signal_when(lambda: 5 in mid_step.logged_steps(), signal.SIGINT, times=3)
     newest = max(complete_steps(checkpoints))

@@ -53,7 +53,8 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_saved_step_and_a_re
     """SIGTERM reaches rank 1 only; the ranks agree, save that step together and end the job in one line."""
     run, logs = tmp_path / "run", tmp_path / "torchrun"
     metrics = run / "metrics.jsonl"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--local-ranks-filter", "0", "--master_port", str(free_port()),
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--local-ranks-filter", "0",
+               "--master_port", str(free_port()),
                "--log-dir", str(logs), "--redirects", "1:3",  # rank 1's output to its own files
                "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run),
                "--training.steps", "1000", "--training.seq_len", "128", "--checkpoint.enable",

@@ -118,10 +118,11 @@ def test_outside_torchrun_every_rank_prints_its_line(capsys, monkeypatch, rank):
     for name in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("RANK", rank)
+    message = f"RANK={rank} and WORLD_SIZE=1 in the environment: RANK must be in [0, WORLD_SIZE)"
     with pytest.raises(SystemExit) as exit_info, exit_on_config_error():
-        raise ConfigError(f"RANK={rank} and WORLD_SIZE=1 in the environment: RANK must be in [0, WORLD_SIZE)")
+        raise ConfigError(message)
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err == f"error: RANK={rank} and WORLD_SIZE=1 in the environment: RANK must be in [0, WORLD_SIZE)\n"
+    assert capsys.readouterr().err == f"error: {message}\n"
 
 
 @pytest.mark.parametrize("environ, added", [
