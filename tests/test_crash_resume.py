@@ -114,8 +114,10 @@ def uninterrupted(tmp_path_factory) -> Iterator[Run]:
 
 
 def complete_steps(checkpoints: Path) -> list[int]:
-    """Steps whose checkpoint folder holds `.metadata`, the file DCP writes last."""
-    return sorted(int(p.name.removeprefix("step-")) for p in checkpoints.glob("step-*") if (p / ".metadata").exists())
+    """Steps whose checkpoint folder holds `.metadata`, the file DCP writes last, and the manifest written after it
+    (a kill between the two leaves a step a resume passes over)."""
+    return sorted(int(p.name.removeprefix("step-")) for p in checkpoints.glob("step-*")
+                  if (p / ".metadata").exists() and (p / MANIFEST).exists())
 
 
 def release(torch_version: str) -> str:
