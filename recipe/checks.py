@@ -300,8 +300,8 @@ def previous_run_config(job_config) -> dict | None:
 def check_resume(job_config) -> None:
     """A resume from the job's own checkpoint keeps the model flavor, dataset and sequence length of the run that
     wrote it (else the load fails with a page of size mismatches, or the data position belongs to another source
-    or counts windows of another length), and is
-    warned when it sets another `optimizer.lr`: the checkpoint's LR scheduler restores the old base LR."""
+    or counts windows of another length), and is warned when it sets another `optimizer.lr`: the checkpoint's LR
+    scheduler restores the old base LR."""
     if not job_config.checkpoint.enable or latest_checkpoint_step(job_config) is None:
         return
     before = previous_run_config(job_config)

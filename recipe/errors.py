@@ -1,5 +1,6 @@
 """The two ways a job ends on purpose with one line instead of a traceback (`recipe.cli.exit_on_config_error`
-prints them): a mistake in its settings, found at start-up, and a stop after it started."""
+prints them): a mistake in its settings, found at start-up, and a stop after it started; and which processes
+print that line. Standard library only (train.py imports it before anything heavy)."""
 from __future__ import annotations
 
 import os
