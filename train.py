@@ -5,23 +5,31 @@
     python train.py --job.config_file configs/debug.toml   # one process, CPU or GPU
 
 CLI flags override the TOML file (`--training.steps 100`, `--lighthouse.topk 2048`, ...); `--help` lists them.
-A configuration mistake ends in one line and exit code 2 (`LIGHTHOUSE_DEBUG=1`: with its traceback).
+A configuration mistake ends in one line and exit code 2 (`LIGHTHOUSE_DEBUG=1`: with its traceback); Ctrl-C and
+SIGTERM, from the first line on, in one line and exit code 130 and 143.
 """
 import os
 import sys
 
-from recipe.compat import install
+from recipe.errors import speaks_for_the_job
+from recipe.held_signals import hold_signals
+
+if __name__ == "__main__":  # before the heavy imports: a signal during them is acted on once the settings are read
+    hold_signals(sigterm=speaks_for_the_job())  # under torchrun, SIGTERM stops another rank at once, as before
+
+from recipe.compat import install  # noqa: E402
 
 install()  # the CPU compatibility layer (a no-op with an accelerator), before torchtitan is imported
 
-from recipe.launch import single_process_env  # noqa: E402
+from recipe.launch import one_process_env  # noqa: E402
 from recipe.trainer import main  # noqa: E402
 
 if __name__ == "__main__":
-    if "RANK" not in os.environ:  # a plain `python train.py` is a one-process job; torchrun sets these itself
-        os.environ.update(single_process_env())
+    os.environ.update(one_process_env(os.environ))  # a plain `python train.py` is a one-process job
     try:
         main()
     except BrokenPipeError:  # the reader of stdout left early (`train.py --help | head`): nothing to report
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail too
         sys.exit(1)
+    finally:
+        hold_signals(sigterm=speaks_for_the_job())  # the job has ended with its line: a signal now changes nothing

@@ -119,7 +119,10 @@ class LighthouseConfig:
         return self.pool ** (self.levels - 1)
 
     def validate(self, seq_len: int) -> None:
-        """Raise ValueError naming the values if this config cannot run on `seq_len` tokens."""
+        """Raise ValueError naming the values if this config cannot run on `seq_len` tokens (a Python int, or
+        torch's symbolic int under compile)."""
+        if isinstance(seq_len, bool) or not hasattr(type(seq_len), "bit_length"):
+            raise ValueError(f"seq_len={seq_len!r} must be an int, not {type(seq_len).__name__}")
         if seq_len < 1:
             raise ValueError(f"seq_len={seq_len} must be >= 1")
         if self.scorer == "dilated" and seq_len % self.dilation != 0:

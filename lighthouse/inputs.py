@@ -7,6 +7,8 @@ import torch
 
 from .config import LighthouseConfig
 
+DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
 
 def check_config(config: object) -> None:
     """Raise TypeError unless `config` is a LighthouseConfig."""
@@ -15,7 +17,7 @@ def check_config(config: object) -> None:
 
 
 def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None, needs_v: bool = True) -> None:
-    """Raise TypeError (not tensors, or not of a floating dtype) or ValueError (v missing where `needs_v`, shapes,
+    """Raise TypeError (not tensors, or not of a dtype in `DTYPES`) or ValueError (v missing where `needs_v`, shapes,
     empty dimensions, dtypes or devices that differ) naming the values if q [B,N,H,D] and k/v [B,N,G,D] don't fit
     together."""
     if v is None and needs_v:
@@ -24,7 +26,7 @@ def check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None = None
     for name, x in given.items():
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, not {type(x).__name__}")
-        if not x.dtype.is_floating_point:
+        if x.dtype not in DTYPES:  # float8 included: its scores and pooling have no arithmetic in torch
             raise TypeError(f"{name} has dtype {x.dtype}; Lighthouse takes float16, bfloat16, float32 or float64")
     if any(x.dim() != 4 for x in given.values()):
         raise ValueError(f"q, k, v must be 4-D [B, N, heads, D]; got {_shapes(given)}")

@@ -1,11 +1,13 @@
 """Loading and saving a job's own checkpoints with the mistakes named: each save is recorded in a manifest
-of its files (`recipe.checkpoint_manifest`), a resume checks the manifest before it loads, a newest checkpoint
-that is damaged or cannot be loaded gives way to the newest older one that can (with a warning naming what
-failed), and a save that fails on a full disk says so in one line.
+of its files (`recipe.checkpoint_manifest`), a resume checks the manifest before it loads (a step without one
+is damaged unless `[checkpoint] load_unverified`), a newest checkpoint that is damaged or cannot be loaded
+gives way to the newest older one that can (with a warning naming what failed), and a save that fails on a
+full disk says so in one line.
 
 The trainer routes torchtitan's `CheckpointManager.load` and `.save` through `load_newest_intact` and
 `save_or_stop`. Only an automatic resume (`checkpoint.load_step = -1`) falls back; a step asked for by
-number loads that step or fails, and so does `checkpoint.initial_load_path`.
+number loads that step or fails, and so does `checkpoint.initial_load_path` (a checkpoint of another job, which
+loads without a manifest too, with a warning).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from typing import Callable
 from torch.distributed.checkpoint.api import CheckpointException
 from torchtitan.tools.logging import logger
 
-from .checkpoint_manifest import MANIFEST, manifest_faults, read_manifest
+from .checkpoint_manifest import MANIFEST, checkpoint_faults
 from .errors import RunStopped
 
 _STEP_FOLDER = re.compile(r"step-(\d+)")
@@ -58,13 +60,19 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[-1].strip() if text else ''}".rstrip(": ")
 
 
-def _damage(path: str, checksums: bool) -> str | None:
-    """What its manifest says is wrong with the checkpoint `path` (None if intact or it has no manifest)."""
-    manifest = read_manifest(path)
-    faults = manifest_faults(path, manifest, checksums) if manifest is not None else []
+def _damage(path: str, checksums: bool, unverified: bool) -> str | None:
+    """What makes the checkpoint `path` damaged (`checkpoint_faults`), in one phrase; None if intact."""
+    faults = checkpoint_faults(path, checksums, unverified)
     if not faults:
         return None
     return faults[0] + (f" and {len(faults) - 1} more" if len(faults) > 1 else "")
+
+
+def resume_step(folder: str, unverified: bool = False) -> int | None:
+    """The step a restart of the job writing `folder` resumes from: its newest complete checkpoint whose manifest
+    lists every file at its size (checksums are left to the resume); None if there is none. On one rank alone."""
+    return next((step for step in complete_steps(folder)
+                 if not checkpoint_faults(os.path.join(folder, f"step-{step}"), False, unverified)), None)
 
 
 def _no_metadata_tracebacks(record: logging.LogRecord) -> bool:
@@ -73,14 +81,14 @@ def _no_metadata_tracebacks(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith(("Global metadata is not found", "Rank local metadata is not found"))
 
 
-def _load_checked(load: Callable[[int], bool], path: str, step: int, checksums: bool) -> bool:
-    """`load(step)` of the checkpoint `path` once its manifest says it is intact; CheckpointError otherwise,
-    and for a checkpoint written with another number of data-parallel ranks (no older one would differ)."""
-    if (damage := _damage(path, checksums)) is not None:
+def _load_checked(load: Callable[[int], bool], path: str, step: int, checksums: bool, unverified: bool) -> bool:
+    """`load(step)` of the checkpoint `path` once its manifest says it is intact (or, if `unverified`, it has
+    none: loaded with a warning); CheckpointError otherwise, and for a checkpoint written with another number of
+    data-parallel ranks (no older one would differ)."""
+    if (damage := _damage(path, checksums, unverified)) is not None:
         raise CheckpointError(f"{path} is damaged: {damage}")
     if not os.path.isfile(os.path.join(path, MANIFEST)) and os.path.isfile(os.path.join(path, ".metadata")):
-        logger.warning(f"{path} has no {MANIFEST} (written by an older recipe, or its save ended just before it): "
-                       "loading it unverified")
+        logger.warning(f"{path} has no {MANIFEST}: loading it unverified")
     root = logging.getLogger()
     root.addFilter(_no_metadata_tracebacks)
     try:
@@ -95,36 +103,37 @@ def _load_checked(load: Callable[[int], bool], path: str, step: int, checksums: 
 
 
 def load_newest_intact(load: Callable[[int], bool], folder: str, step: int = -1, initial_load_path: str = "",
-                       checksums: bool = True) -> bool:
+                       checksums: bool = True, unverified: bool = False) -> bool:
     """`load(step)`, each checkpoint checked against its manifest first; for `step` -1, the newest complete
     checkpoint of `folder` that is intact and loads, warning for each newer one that is not and for step folders
-    without `.metadata`. CheckpointError when none loads, or the one asked for (by step, or as
-    `initial_load_path` of a job whose `folder` does not exist yet) is damaged."""
+    without `.metadata`. A step of `folder` without a manifest is damaged unless `unverified`; an
+    `initial_load_path` without one loads with a warning. CheckpointError when none loads, or the one asked for
+    (by step, or as `initial_load_path` of a job whose `folder` does not exist yet) is damaged."""
     if not os.path.exists(folder):
         if not initial_load_path:
             return load(step)
         try:
-            return _load_checked(load, initial_load_path, step, checksums)
+            return _load_checked(load, initial_load_path, step, checksums, unverified=True)
         except CheckpointError as err:
             raise CheckpointError(f"checkpoint.initial_load_path: {err}") from err
     if unfinished := unfinished_steps(folder):
         logger.warning(f"{folder}: {', '.join(f'step-{s}' for s in unfinished)} has no .metadata (a save that did not "
                        "finish): not a checkpoint to resume from")
     if step != -1:
-        return _load_checked(load, os.path.join(folder, f"step-{step}"), step, checksums)
+        return _load_checked(load, os.path.join(folder, f"step-{step}"), step, checksums, unverified)
     steps = complete_steps(folder)
     if not steps:
         return load(step)
     *newer, oldest = steps
     for candidate, older in zip(newer, steps[1:]):
         try:
-            return _load_checked(load, os.path.join(folder, f"step-{candidate}"), candidate, checksums)
+            return _load_checked(load, os.path.join(folder, f"step-{candidate}"), candidate, checksums, unverified)
         except DataParallelMismatch:
             raise
         except CheckpointError as err:
             logger.warning(f"{err}; trying step-{older}")
     try:
-        return _load_checked(load, os.path.join(folder, f"step-{oldest}"), oldest, checksums)
+        return _load_checked(load, os.path.join(folder, f"step-{oldest}"), oldest, checksums, unverified)
     except DataParallelMismatch:
         raise
     except CheckpointError as err:

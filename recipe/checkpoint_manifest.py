@@ -2,11 +2,13 @@
 degree of the run that wrote it.
 
 `manifest.json` is written last, after DCP's `.metadata`, and atomically (a rename), so a folder that has it
-was written whole. A resume reads it before DCP reads anything: a file that is missing, shorter or longer, or
-whose checksum differs (zeroed or flipped bytes) makes the step damaged, and a different data-parallel degree
-is named as such (each data-parallel rank keeps its own data position in the checkpoint). In a job of several
-processes each rank checksums its share of the files (a CRC-32 reads about 2 GiB/s on one core) and the
-ranks exchange what they found, so every rank decides the same.
+was written whole. A resume reads it before DCP reads anything: a manifest that cannot be read, a file that is
+missing, shorter or longer, whose checksum differs (zeroed or flipped bytes) or that the manifest does not list
+makes the step damaged, and so does a step without a manifest unless the job loads unverified steps
+(`[checkpoint] load_unverified`); a different data-parallel degree is named as such (each data-parallel rank
+keeps its own data position in the checkpoint). In a job of several processes each rank checksums its share of
+the files (a CRC-32 reads about 2 GiB/s on one core) and the ranks exchange what they found, so every rank
+decides the same.
 """
 from __future__ import annotations
 
@@ -47,11 +49,16 @@ def _gathered(part: dict) -> dict:
     return {key: value for p in parts for key, value in p.items()}
 
 
+def _step_files(folder: str) -> list[str]:
+    """The files of the checkpoint `folder` a manifest lists: all but the manifest itself."""
+    return sorted(n for n in os.listdir(folder)
+                  if n not in (MANIFEST, PARTIAL_MANIFEST) and os.path.isfile(os.path.join(folder, n)))
+
+
 def write_manifest(folder: str, data_parallel_degree: int, checksums: bool = True) -> None:
     """Record the files of the checkpoint `folder` (each rank checksums its share; rank 0 writes). Called by
     every rank once the save has returned on all of them (DCP's save ends when every file is written)."""
-    names = sorted(n for n in os.listdir(folder)
-                   if n not in (MANIFEST, PARTIAL_MANIFEST) and os.path.isfile(os.path.join(folder, n)))
+    names = _step_files(folder)
     files = _gathered({name: {"bytes": os.path.getsize(os.path.join(folder, name)),
                               **({"crc32": crc32(os.path.join(folder, name))} if checksums else {})}
                        for name in _share(names)})
@@ -66,14 +73,33 @@ def write_manifest(folder: str, data_parallel_degree: int, checksums: bool = Tru
     os.replace(tmp, os.path.join(folder, MANIFEST))
 
 
+class UnreadableManifest(ValueError):
+    """A `manifest.json` that exists but is not a manifest (not JSON, no record of the files, an entry without
+    its size)."""
+
+
 def read_manifest(folder: str) -> dict | None:
-    """The manifest of the checkpoint `folder`; None if it has none or it cannot be read."""
+    """The manifest of the checkpoint `folder`, None if it has none; UnreadableManifest saying why if it has
+    one that cannot be read."""
+    path = os.path.join(folder, MANIFEST)
     try:
-        with open(os.path.join(folder, MANIFEST)) as f:
-            record = json.load(f)
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            record = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
         return None
-    return record if isinstance(record, dict) and isinstance(record.get("files"), dict) else None
+    except OSError as err:
+        raise UnreadableManifest(f"{MANIFEST} cannot be read ({err.strerror})") from err
+    except ValueError as err:  # UnicodeDecodeError and JSONDecodeError both
+        raise UnreadableManifest(f"{MANIFEST} is not JSON ({type(err).__name__})") from err
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict):
+        raise UnreadableManifest(f"{MANIFEST} has no record of the step's files")
+    for name, entry in files.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("bytes"), int)):
+            raise UnreadableManifest(f"{MANIFEST} records no size for {name}")
+    if len({isinstance(entry.get("crc32"), int) for entry in files.values()}) > 1:  # a save checksums all or none
+        raise UnreadableManifest(f"{MANIFEST} records checksums for some files only")
+    return record
 
 
 def _file_fault(folder: str, name: str, expected: dict, checksums: bool) -> str | None:
@@ -81,17 +107,37 @@ def _file_fault(folder: str, name: str, expected: dict, checksums: bool) -> str 
     if not os.path.isfile(path):
         return f"{name} is missing"
     size = os.path.getsize(path)
-    if size != expected.get("bytes"):
-        return f"{name} holds {size:,} bytes, the save wrote {expected.get('bytes'):,}"
+    if size != expected["bytes"]:
+        return f"{name} holds {size:,} bytes, the save wrote {expected['bytes']:,}"
     if checksums and "crc32" in expected and crc32(path) != expected["crc32"]:
         return f"{name} fails its checksum"
     return None
 
 
 def manifest_faults(folder: str, manifest: dict, checksums: bool = True) -> list[str]:
-    """What differs between the checkpoint `folder` and its manifest (sizes always, checksums if `checksums`),
-    the same list on every rank; empty when intact."""
+    """What differs between the checkpoint `folder` and its manifest (a file it lacks, a file it does not list,
+    sizes always, checksums if `checksums`), the same list on every rank; empty when intact. Collective when
+    `checksums` (each rank checksums its share); sizes alone are checked by each rank on its own."""
     files = manifest["files"]
-    found = _gathered({name: fault for name in _share(sorted(files))
-                       if (fault := _file_fault(folder, name, files[name], checksums))})
+    unlisted = {name: f"{name} is not in {MANIFEST}" for name in _step_files(folder) if name not in files}
+    if checksums:
+        found = _gathered({name: fault for name in _share(sorted(files))
+                           if (fault := _file_fault(folder, name, files[name], checksums))})
+    else:
+        found = {name: fault for name in files if (fault := _file_fault(folder, name, files[name], checksums))}
+    found.update(unlisted)
     return [found[name] for name in sorted(found)]
+
+
+def checkpoint_faults(folder: str, checksums: bool = True, unverified: bool = False) -> list[str]:
+    """What makes the checkpoint `folder` damaged (`manifest_faults`), a manifest that cannot be read included,
+    and a missing manifest unless `unverified` (every save of the recipe writes one, so a step without it is a
+    save cut before its end, or another program's)."""
+    try:
+        manifest = read_manifest(folder)
+    except UnreadableManifest as err:
+        return [str(err)]
+    if manifest is None:
+        return [] if unverified else [f"it has no {MANIFEST} (a save cut before its end, or written by another "
+                                      "program); [checkpoint] load_unverified = true loads such a step"]
+    return manifest_faults(folder, manifest, checksums)

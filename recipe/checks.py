@@ -10,8 +10,11 @@ dump folder) runs when the trainer starts, before it writes anything.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
+import netrc
 import os
+import urllib.parse
 from typing import Iterator, Mapping
 
 import torch
@@ -20,7 +23,7 @@ from torchtitan.tools.logging import logger
 from lighthouse.attention import CUDA_ONLY
 
 from .checkpoint_guard import complete_steps
-from .checkpoint_manifest import read_manifest
+from .checkpoint_manifest import UnreadableManifest, read_manifest
 from .data import check_training_data, match_local_files
 from .lr_schedule import check_rewarm
 from .run_record import CONFIG_FILE, RUNS_FOLDER
@@ -59,13 +62,18 @@ def check_no_nan(job_config) -> None:
 
 
 def check_lr_schedule(job_config) -> None:
-    """`min_lr_factor` in [0, 1] (outside it the LR rises during decay or goes negative) and a `decay_ratio`
-    that is unset or in [0, 1]."""
+    """`min_lr_factor` in [0, 1] (outside it the LR rises during decay or goes negative), a `total_steps` that
+    is unset or covers `training.steps`, and a `decay_ratio` that is unset or in [0, 1]."""
     schedule = job_config.lr_scheduler
     if not 0 <= schedule.min_lr_factor <= 1:
         raise ValueError(f"lr_scheduler.min_lr_factor={schedule.min_lr_factor} must be in [0, 1]: the LR decays to "
                          "optimizer.lr times this factor (above 1 it rises during the decay, below 0 it ascends "
                          "the gradient)")
+    steps = job_config.training.steps
+    if schedule.total_steps is not None and schedule.total_steps < steps:
+        raise ValueError(f"lr_scheduler.total_steps={schedule.total_steps} is below training.steps={steps}: the "
+                         "schedule would end before the run (past its end the LR decays below min_lr_factor or the "
+                         "decay divides by zero); set it >= training.steps, or leave it unset")
     if schedule.decay_ratio is not None and not 0 <= schedule.decay_ratio <= 1:
         raise ValueError(f"lr_scheduler.decay_ratio={schedule.decay_ratio} must be in [0, 1]: the share of "
                          "training.steps spent decaying (leave it unset to decay after the warmup)")
@@ -109,6 +117,16 @@ def check_optimizer(job_config) -> None:
     grace = job_config.resilience.sigterm_grace_s
     if not (math.isfinite(grace) and grace >= 0):
         raise ValueError(f"[resilience] sigterm_grace_s={grace} must be a finite number >= 0")
+
+
+SEED_RANGE = (-2**63, 2**64)  # what torch.manual_seed takes
+
+
+def check_seed(job_config) -> None:
+    """`debug.seed` fits the 64 bits torch's generators take."""
+    seed = job_config.debug.seed
+    if seed is not None and not SEED_RANGE[0] <= seed < SEED_RANGE[1]:
+        raise ValueError(f"debug.seed={seed} does not fit in 64 bits: torch takes seeds in [-2**63, 2**64)")
 
 
 def check_loop(job_config) -> None:
@@ -206,9 +224,9 @@ def check_parallelism(job_config, world_size: int) -> None:
     batch_degree = data_parallel_degree(job_config, world_size)
     training = job_config.training
     per_step = training.local_batch_size * batch_degree
-    if training.global_batch_size == 0:
-        raise ValueError("training.global_batch_size=0 must be > 0, or -1 for local_batch_size times the "
-                         "data-parallel degree")
+    if training.global_batch_size == 0 or training.global_batch_size < -1:
+        raise ValueError(f"training.global_batch_size={training.global_batch_size} must be > 0, or -1 for "
+                         "local_batch_size times the data-parallel degree")
     if training.global_batch_size > 0 and training.global_batch_size % per_step:
         raise ValueError(f"training.global_batch_size={training.global_batch_size} is not a multiple of "
                          f"training.local_batch_size={training.local_batch_size} times the data-parallel degree "
@@ -243,6 +261,9 @@ def check_dump_folder(job_config) -> None:
     if not checkpoint.enable:
         return
     folder = os.path.join(dump, checkpoint.folder)
+    if os.path.normpath(folder) == os.path.normpath(dump):
+        raise ValueError(f"checkpoint.folder={checkpoint.folder!r} is the dump folder itself: its step folders would "
+                         "lie among the run records and metrics; name a sub-folder (the default is 'checkpoint')")
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"checkpoint.folder={checkpoint.folder!r}: {folder} is a file, not a folder")
     latest = latest_checkpoint_step(job_config)
@@ -277,20 +298,23 @@ def previous_run_config(job_config) -> dict | None:
 
 
 def check_resume(job_config) -> None:
-    """A resume from the job's own checkpoint keeps the model flavor and dataset of the run that wrote it (else
-    the load fails with a page of size mismatches, or the data position belongs to another source), and is
-    warned when it sets another `optimizer.lr`: the checkpoint's LR scheduler restores the old base LR."""
+    """A resume from the job's own checkpoint keeps the model flavor, dataset and sequence length of the run that
+    wrote it (else the load fails with a page of size mismatches, or the data position belongs to another source
+    or counts windows of another length), and is warned when it sets another `optimizer.lr`: the checkpoint's LR
+    scheduler restores the old base LR."""
     if not job_config.checkpoint.enable or latest_checkpoint_step(job_config) is None:
         return
     before = previous_run_config(job_config)
     if before is None:
         return
     folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
-    for key, now in (("model.flavor", job_config.model.flavor), ("training.dataset", job_config.training.dataset)):
+    for key, now in (("model.flavor", job_config.model.flavor), ("training.dataset", job_config.training.dataset),
+                     ("training.seq_len", job_config.training.seq_len)):
         then = get_key(before, key)
         if then is not None and then != now:
             raise ValueError(f"{key}={now!r} differs from {then!r} of the run that wrote the checkpoints in {folder}; "
-                             "resume with the same value, or pass another --job.dump_folder")
+                             "resume with the same value, or pass another --job.dump_folder (--checkpoint."
+                             "initial_load_path takes a step's weights)")
     lr = get_key(before, "optimizer.lr")
     if lr is not None and lr != job_config.optimizer.lr:
         logger.warning(f"optimizer.lr={job_config.optimizer.lr} differs from {lr} of the run that wrote the "
@@ -308,13 +332,45 @@ def check_data_parallel_degree(job_config, world_size: int) -> None:
     if not checkpoint.enable or not steps or "dataloader" in checkpoint.exclude_from_loading:
         return
     step = steps[0] if checkpoint.load_step == -1 else checkpoint.load_step
-    then = (read_manifest(os.path.join(folder, f"step-{step}")) or {}).get("data_parallel_degree")
+    try:
+        then = (read_manifest(os.path.join(folder, f"step-{step}")) or {}).get("data_parallel_degree")
+    except UnreadableManifest:  # a damaged step, which the resume passes over with a warning
+        return
     now = data_parallel_degree(job_config, world_size)
     if then is not None and then != now:
         raise ValueError(f"{folder}/step-{step} was written by a run with {then} data-parallel rank(s), and this one "
                          f"has {now}: each rank's data position is saved apart, so resume with {then} data-parallel "
                          "rank(s) (torchrun --nproc_per_node, [parallelism]), or pass another --job.dump_folder to "
                          f"start over (--checkpoint.initial_load_path {folder}/step-{step} takes its weights)")
+
+
+WANDB_OFFLINE_MODES = ("offline", "disabled", "dryrun")
+
+
+def wandb_logged_in(environ: Mapping[str, str]) -> bool:
+    """Whether W&B has an API key: `WANDB_API_KEY`, or a netrc entry (`wandb login` writes one) for its host."""
+    if environ.get("WANDB_API_KEY"):
+        return True
+    host = urllib.parse.urlparse(environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    path = environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def check_wandb(job_config, environ: Mapping[str, str]) -> None:
+    """`metrics.enable_wandb` can log: the wandb package is installed, and W&B runs offline or has an API key
+    (torchtitan would log an error and train without W&B)."""
+    if not job_config.metrics.enable_wandb:
+        return
+    if importlib.util.find_spec("wandb") is None:
+        raise ValueError("metrics.enable_wandb=true needs the wandb package (pip install wandb)")
+    mode = environ.get("WANDB_MODE", "")
+    if mode not in WANDB_OFFLINE_MODES and not wandb_logged_in(environ):
+        raise ValueError(f"metrics.enable_wandb=true, but W&B has no API key (no WANDB_API_KEY, no netrc entry from "
+                         f"`wandb login`) and WANDB_MODE={mode!r} is not offline: log in, set WANDB_API_KEY or "
+                         "WANDB_MODE=offline, or leave metrics.enable_wandb off")
 
 
 def check_dense_layers_leave_lighthouse(job_config, n_layers: int) -> None:
@@ -337,14 +393,17 @@ def check_settings(job_config, n_layers: int) -> None:
     check_optimizer(job_config)
     check_rewarm(job_config)
     check_loop(job_config)
+    check_seed(job_config)
     check_no_nan(job_config)
     check_dense_layers_leave_lighthouse(job_config, n_layers)
 
 
 def check_environment(job_config) -> None:
     """The checks of the settings against this machine and job: the processes (WORLD_SIZE, which torchrun and
-    train.py set and torchtitan reads), CUDA, the data, the dump folder and the checkpoint a resume loads."""
+    train.py set and torchtitan reads), W&B's login, CUDA, the data, the dump folder and the checkpoint a resume
+    loads."""
     check_launch(job_config, os.environ)
+    check_wandb(job_config, os.environ)
     check_parallelism(job_config, int(os.environ.get("WORLD_SIZE", "1")))
     check_device(job_config)
     check_training_data(job_config)

@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 from torchtitan.config import JobConfig
 
 from .compat.torchtitan import HookedConfigManager, merge_configs
-from .errors import ConfigError, RunStopped
+from .errors import ConfigError, RunStopped, speaks_for_the_job
 from .job_config import JobConfig as LighthouseJobConfig
 from .toml_config import get_key, tomllib
 
@@ -55,28 +55,20 @@ def as_config_error() -> Iterator[None]:
 OTHER_RANKS_WAIT_S = 5.0  # how long a rank other than 0 leaves rank 0 to end the job first (same mistake)
 
 
-def drop_recorded_traceback() -> None:
-    """On a rank other than 0 under torchrun: remove the traceback torchelastic's @record on torchtitan's
-    Trainer.train wrote to this rank's error file when a stop left it. Dated before rank 0's line, it would head
-    torchrun's summary if torchrun stopped this rank before it reached its own exit."""
-    error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-    if error_file and os.environ.get("RANK", "0") != "0":
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(error_file)
-
-
 @contextlib.contextmanager
 def exit_on_config_error() -> Iterator[None]:
     """Print a ConfigError (or RunStopped) raised inside as `error: <message>` on stderr and exit with code 2
-    (or its `exit_code`).
+    (or its `exit_code`); outside torchrun every process prints it.
 
     Under torchrun (`TORCHELASTIC_ERROR_FILE` set) rank 0 speaks for the job: it prints the line, writes it
     to torchrun's error file, so torchrun's failure summary names it as the root cause in place of "To enable
     traceback see ...", and ends at once (`os._exit` with streams flushed; the trainer has closed in its own
     `finally`). torchrun then stops every other rank and exits 1, as it does for any failed worker. Every
     other rank first waits `OTHER_RANKS_WAIT_S`: when it meets the same mistake as rank 0 it is stopped
-    there, with no error file, so the summary never heads with a stopped rank; when the mistake is its own
-    it then writes its file and ends the same way."""
+    there, with no error file (torchelastic's @record leaves stops unrecorded: `recipe.compat.torchtitan`), so
+    the summary never heads with a stopped rank; when the mistake is its own it then writes its file and ends
+    the same way. A stop every rank decides at the same step (`every_rank`: SIGTERM) waits for torchrun
+    however long rank 0 takes to end."""
     try:
         yield
     except (ConfigError, RunStopped) as err:
@@ -85,14 +77,15 @@ def exit_on_config_error() -> Iterator[None]:
         line = f"error: {err}"
         code = 2 if isinstance(err, ConfigError) else err.exit_code
         rank_0 = os.environ.get("RANK", "0") == "0"
-        if rank_0:
+        if speaks_for_the_job():
             print(line, file=sys.stderr, flush=True)
         error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
         if not error_file:
             raise SystemExit(code) from None
         if not rank_0:
-            drop_recorded_traceback()
             time.sleep(OTHER_RANKS_WAIT_S)
+            while err.every_rank:  # rank 0 ends the job with the same stop, then torchrun stops this rank
+                time.sleep(OTHER_RANKS_WAIT_S)
         # torchrun's own record format; its summary shows py_callstack, here the one line, dated when the stop
         # was decided (not after the trainer closed): torchrun heads its summary with the earliest record
         stamp = getattr(err, "raised_at", None) or time.time()

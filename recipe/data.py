@@ -412,6 +412,8 @@ def build_source(name: str, path: str | None, seed: int, seq_len: int, rank: int
 
 def _check_workers(training) -> None:
     workers = training.dataloader.num_workers
+    if workers < 0:
+        raise ValueError(f"training.dataloader.num_workers={workers} must be >= 0 (0 reads in the training process)")
     if workers > 0 and training.dataset in _RANK_SHARDED_ONLY:
         raise ValueError(
             f"training.dataloader.num_workers={workers} with training.dataset={training.dataset!r}: this source "

@@ -100,6 +100,16 @@ class LRScheduler:
 
 
 @dataclass
+class Checkpoint:
+    """Fields added to torchtitan's `[checkpoint]` (`recipe.checkpoint_guard`)."""
+
+    load_unverified: bool = False
+    """Resume from a step of the job's own checkpoint folder that has no manifest.json (one saved by another
+    program, or a save cut between DCP's .metadata and the manifest), with a warning that it is unverified.
+    Off, such a step counts as damaged: a resume falls back to the newest intact one."""
+
+
+@dataclass
 class Resilience:
     checksums: bool = True
     """Record the CRC-32 of every file a checkpoint save writes (in the step's manifest.json, beside the file sizes
@@ -121,6 +131,7 @@ class Resilience:
 class JobConfig:
     lighthouse: Lighthouse = field(default_factory=Lighthouse)
     lr_scheduler: LRScheduler = field(default_factory=LRScheduler)
+    checkpoint: Checkpoint = field(default_factory=Checkpoint)
     host: Host = field(default_factory=Host)
     data: Data = field(default_factory=Data)
     resilience: Resilience = field(default_factory=Resilience)

@@ -6,6 +6,7 @@ import ctypes
 import signal
 import socket
 import sys
+from typing import Mapping
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -20,6 +21,17 @@ def free_port() -> int:
 def single_process_env() -> dict[str, str]:
     """The variables torchrun would set for a one-process job on this machine."""
     return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+
+
+def one_process_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What a job started without torchrun lacks of `environ`: all of `single_process_env` when RANK is unset,
+    the variables it leaves out when RANK=0 and WORLD_SIZE=1 (or unset) were set by hand; nothing otherwise
+    (torchrun's variables, or a RANK and WORLD_SIZE that the start-up checks refuse in one line)."""
+    if "RANK" not in environ:
+        return single_process_env()
+    if "TORCHELASTIC_RUN_ID" in environ or environ["RANK"] != "0" or environ.get("WORLD_SIZE", "1") != "1":
+        return {}
+    return {key: value for key, value in single_process_env().items() if key not in environ}
 
 
 def end_with_parent() -> None:

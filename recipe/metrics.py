@@ -13,6 +13,7 @@ from torchtitan.tools.logging import logger
 from torchtitan.tools.utils import NoColor
 
 from .compat.torchtitan import metrics_rank
+from .errors import ConfigError
 from .lighthouse_stats import SelectionStats
 
 METRICS_FILE = "metrics.jsonl"
@@ -48,10 +49,15 @@ def read_metrics(path: str, events: bool = False) -> list[dict[str, Any]]:
 class LighthouseMetricsProcessor(MetricsProcessor):
     """Adds `lighthouse/*` statistics (collected in `selection_stats` during the step) to each logged step;
     `jsonl` is the metrics.jsonl logger on the rank that logs metrics, None elsewhere. Logs without colour
-    codes when stdout is not a terminal (as `metrics.disable_color_printing` does)."""
+    codes when stdout is not a terminal (as `metrics.disable_color_printing` does). A TensorBoard folder that
+    cannot be created is a ConfigError naming `metrics.save_tb_folder`."""
 
     def __init__(self, job_config, parallel_dims: ParallelDims, tag: str | None = None) -> None:
-        super().__init__(job_config, parallel_dims, tag)
+        try:
+            super().__init__(job_config, parallel_dims, tag)
+        except OSError as err:  # the TensorBoard folder (torchtitan logs W&B's failures itself)
+            raise ConfigError(f"metrics.save_tb_folder={job_config.metrics.save_tb_folder!r}: {err.filename} cannot be "
+                              f"created ({err.strerror})") from err
         if not sys.stdout.isatty():  # torchtitan logs to stdout: colour codes only clutter a log file
             self.color = NoColor()
         self.selection_stats = SelectionStats()

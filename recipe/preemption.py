@@ -5,29 +5,30 @@ sends its workers when it stops them). `SigtermFlag` notes it; the trainer asks 
 (every rank at once, so all ranks stop at the same step), saves that step if `[resilience]` says so and the
 save can finish in the grace, and ends with `Terminated` (exit 143). A second SIGTERM ends the process at
 once (exit 143, one line): a step folder it leaves half-written has no `.metadata`, so no resume takes it.
-Ctrl-C while a checkpoint is being written (`finish_save_first`) waits for the save to finish, then
-interrupts: a save cut in the middle would leave a step folder without its `.metadata` and manifest.
+A SIGTERM that came before the trainer started (train.py holds it from its first line,
+`recipe.held_signals`) is acted on after the first step.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import sys
 import threading
 import time
-from typing import Iterator
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from .errors import RunStopped
+from .errors import RunStopped, speaks_for_the_job
+from .held_signals import take_sigterm
 
 
 class Terminated(RunStopped):
-    """SIGTERM during a job."""
+    """SIGTERM during a job (the ranks agree on the step it stops after)."""
 
     exit_code = 143
+    every_rank = True
 
 
 def save_on_sigterm(setting: str) -> bool:
@@ -37,11 +38,12 @@ def save_on_sigterm(setting: str) -> bool:
 
 class SigtermFlag:
     """Notes the first SIGTERM this process gets (in the main thread, where Python runs signal handlers, from
-    construction on); a second one ends the process at once, in one line. After `join_ranks`, `requested` is
-    collective in a job of several processes."""
+    construction on, or held before it); a second one ends the process at once, in one line naming where a
+    restart resumes (`resumes()`). After `join_ranks`, `requested` is collective in a job of several processes."""
 
-    def __init__(self) -> None:
-        self.received_at: float | None = None
+    def __init__(self, resumes: Callable[[], str]) -> None:
+        self.received_at: float | None = take_sigterm()
+        self.resumes = resumes
         self.group = None
         self.previous = None
         if threading.current_thread() is threading.main_thread():
@@ -63,19 +65,24 @@ class SigtermFlag:
         if self.received_at is None:
             self.received_at = time.monotonic()
             return
-        if os.environ.get("RANK", "0") == "0":  # wherever the job is (a save included): no clean-up, no traceback
-            print("error: terminated (SIGTERM twice): stopped at once; a restart resumes from the latest complete "
-                  "checkpoint", file=sys.stderr, flush=True)
+        if speaks_for_the_job():  # wherever the job is (a save included): no clean-up, no traceback
+            print(f"error: terminated (SIGTERM twice): stopped at once; a restart resumes from {self.resumes()}",
+                  file=sys.stderr, flush=True)
         os._exit(Terminated.exit_code)
+
+    def any_rank(self, value: bool) -> bool:
+        """Whether `value` is true on any rank (every rank must ask, at the same point)."""
+        got = torch.tensor([int(value)])
+        if self.group is not None:
+            dist.all_reduce(got, op=dist.ReduceOp.MAX, group=self.group)
+        return bool(got.item())
 
     def requested(self) -> bool:
         """Whether any rank has had SIGTERM (every rank must ask, at the same point)."""
-        got = torch.tensor([int(self.received_at is not None)])
-        if self.group is not None:
-            dist.all_reduce(got, op=dist.ReduceOp.MAX, group=self.group)
-            if got.item() and self.received_at is None:
-                self.received_at = time.monotonic()
-        return bool(got.item())
+        got = self.any_rank(self.received_at is not None)
+        if got and self.received_at is None:
+            self.received_at = time.monotonic()
+        return got
 
     def slowest(self, seconds: float) -> float:
         """The largest `seconds` any rank passes (every rank must ask, at the same point)."""
@@ -89,17 +96,3 @@ class SigtermFlag:
         return time.monotonic() - (self.received_at or time.monotonic())
 
 
-@contextlib.contextmanager
-def finish_save_first(step: int) -> Iterator[None]:
-    """Inside, Ctrl-C is held back; if it came, KeyboardInterrupt is raised once the block has finished."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pressed: list[float] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(time.monotonic()))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if pressed:
-        raise KeyboardInterrupt(f"during the save of step {step}, which finished first")

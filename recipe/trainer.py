@@ -21,16 +21,17 @@ from torchtitan.train import Trainer
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
 from . import train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
-from .checkpoint_guard import complete_steps, load_newest_intact, save_or_stop
+from .checkpoint_guard import complete_steps, load_newest_intact, resume_step, save_or_stop
 from .checkpoint_manifest import write_manifest
 from .checks import check_environment, check_settings, check_size, data_parallel_degree
-from .cli import (ConfigError, RunStopped, as_config_error, drop_recorded_traceback, exit_on_config_error,
-                  parse_job_config)
+from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
+from .compat.torchtitan import without_stop_records
 from .dump_lock import DumpFolderLock
 from .finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state, recorded_grad_norms
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
-from .preemption import SigtermFlag, Terminated, finish_save_first, save_on_sigterm
+from .held_signals import ctrl_c_held, release_ctrl_c, take_sigterm
+from .preemption import SigtermFlag, Terminated, save_on_sigterm
 from .run_record import run_start_record, write_run_record
 from .teardown import end_process_groups
 
@@ -88,6 +89,22 @@ class _BuildingLineSpace(logging.Filter):
         if message.startswith(self.joined):
             record.msg, record.args = message.replace("with ", " with ", 1), ()
         return True
+
+
+def restart_point(job_config: JobConfig) -> str:
+    """Where a restart of the job resumes: `step-N`, its newest checkpoint whose manifest lists every file at its
+    size (`recipe.checkpoint_guard.resume_step`), else none if it has checkpoints, else its
+    `checkpoint.initial_load_path`, else the start."""
+    checkpoint = job_config.checkpoint
+    if not checkpoint.enable:
+        return "the start (checkpoint.enable = false)"
+    folder = os.path.join(job_config.job.dump_folder, checkpoint.folder)
+    step = resume_step(folder, checkpoint.load_unverified)
+    if step is not None:
+        return f"step-{step}"
+    if complete_steps(folder):  # the resume refuses to start over by itself
+        return f"none of the checkpoints in {folder} (each is damaged)"
+    return checkpoint.initial_load_path or "the start (no checkpoint yet)"
 
 
 class Interrupted(RunStopped):
@@ -151,9 +168,9 @@ class LighthouseTrainer(Trainer):
             logger.addFilter(_not_hf_index_warning)
         building_line = _BuildingLineSpace(job_config)
         logger.addFilter(building_line)
-        self.sigterm = SigtermFlag()  # noted from here on, acted on between steps
+        self.sigterm = SigtermFlag(lambda: restart_point(job_config))  # noted from here on, acted on between steps
         try:
-            super().__init__(job_config)
+            without_stop_records(Trainer.__init__)(self, job_config)
         except BaseException:
             self.sigterm.close()  # a job that ends here is stopped by SIGTERM as before (torchrun's other ranks)
             raise
@@ -163,8 +180,9 @@ class LighthouseTrainer(Trainer):
         load, save = self.checkpointer.load, self.checkpointer.save
         self.checkpoint_folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
         initial, checksums = job_config.checkpoint.initial_load_path, job_config.resilience.checksums
+        unverified = job_config.checkpoint.load_unverified
         self.checkpointer.load = lambda step=-1: load_newest_intact(load, self.checkpoint_folder, step, initial,
-                                                                    checksums)
+                                                                    checksums, unverified)
         self.checkpointer.save = lambda curr_step, last_step=False: self.save_checkpoint(save, curr_step, last_step)
         self.last_save_s: float | None = None  # how long this process's latest save took
         self.async_save_step: int | None = None  # an asynchronous save still being written (no manifest yet)
@@ -193,7 +211,7 @@ class LighthouseTrainer(Trainer):
                                 f"{last_good(self.checkpoint_folder)} (a lower optimizer.lr or training.max_norm "
                                 "may avoid it)")
         begin = time.monotonic()
-        with finish_save_first(curr_step):
+        with ctrl_c_held(f"during the save of step {curr_step}, which finished first"):
             save_or_stop(save, self.checkpoint_folder, curr_step, last_step)
             for step in self.saves_written(curr_step, last_step):
                 self.write_step_manifest(step)
@@ -203,8 +221,9 @@ class LighthouseTrainer(Trainer):
         """The saves whose files are all written once torchtitan's save of `curr_step` has returned: the
         asynchronous save before it (torchtitan waits for that first), and this one unless it is asynchronous
         too (torchtitan saves the last step synchronously); one purged meanwhile (`keep_latest_k`) is left out.
-        The newest asynchronous save gets its manifest at the next save or at SIGTERM (`finish_async_save`); a
-        job that fails before either leaves it without one, and a resume from it warns that it is unverified."""
+        The newest asynchronous save gets its manifest at the first step boundary after every rank has written
+        its files (`manifest_written_async_save`), or at the next save or SIGTERM, which wait for them; a job
+        killed before then leaves it without one, and a resume passes it over as damaged."""
         written = [] if self.async_save_step is None else [self.async_save_step]
         self.async_save_step = None
         if self.checkpointer.async_mode == AsyncMode.DISABLED or last_step:
@@ -225,6 +244,13 @@ class LighthouseTrainer(Trainer):
         if os.path.isdir(os.path.join(self.checkpoint_folder, f"step-{step}")):  # not purged meanwhile
             self.write_step_manifest(step)
 
+    def manifest_written_async_save(self) -> None:
+        """Write the manifest of the asynchronous save being written once every rank's part of it is (asked at
+        each step boundary while one is, every rank alike), so a job that fails later resumes from it verified."""
+        future = self.checkpointer.save_future
+        if self.async_save_step is not None and not self.sigterm.any_rank(future is not None and not future.done()):
+            self.finish_async_save()
+
     def write_step_manifest(self, step: int) -> None:
         """The manifest of the checkpoint of `step`, whose files are all written (`recipe.checkpoint_manifest`)."""
         write_manifest(os.path.join(self.checkpoint_folder, f"step-{step}"),
@@ -234,13 +260,14 @@ class LighthouseTrainer(Trainer):
     def should_continue_training(self) -> bool:
         if self.sigterm.requested():
             self.stop_on_sigterm()
+        self.manifest_written_async_save()
         return super().should_continue_training()
 
     def stop_on_sigterm(self) -> None:
         """Save this step if `[resilience]` says so and the save fits in the grace, then raise Terminated."""
         resilience, checkpointer = self.job_config.resilience, self.checkpointer
         self.finish_async_save()
-        latest = max(complete_steps(self.checkpoint_folder), default=None)
+        latest = resume_step(self.checkpoint_folder, self.job_config.checkpoint.load_unverified)
         since = self.sigterm.slowest(self.sigterm.seconds_since())  # every rank decides alike
         if latest == self.step or self.step == 0:
             what = f"step {self.step} is saved" if latest == self.step else "nothing was trained yet"
@@ -260,9 +287,9 @@ class LighthouseTrainer(Trainer):
                 checkpointer.save(self.step, last_step=True)
             finally:
                 checkpointer.last_save_model_only, checkpointer.last_save_in_hf = model_only, in_hf
-            what, latest = f"saved step-{self.step} in {self.last_save_s:.1f} s", self.step
-        resumes = f"step-{latest}" if latest is not None else "the start (no checkpoint yet)"
-        raise Terminated(f"terminated (SIGTERM) at step {self.step}; {what}; a restart resumes from {resumes}")
+            what = f"saved step-{self.step} in {self.last_save_s:.1f} s"
+        raise Terminated(f"terminated (SIGTERM) at step {self.step}; {what}; a restart resumes from "
+                         f"{restart_point(self.job_config)}")
 
     def set_lighthouse(self, enabled: bool) -> None:
         """Lighthouse (True) or dense causal SDPA (False) in every Lighthouse layer of every model part."""
@@ -287,7 +314,7 @@ class LighthouseTrainer(Trainer):
     def train(self) -> None:
         logger.addFilter(self.training_starts_filter)
         try:
-            super().train()
+            without_stop_records(Trainer.train)(self)
         finally:
             logger.removeFilter(self.training_starts_filter)
         if not self.trained:
@@ -352,40 +379,45 @@ def main(argv: Sequence[str] | None = None, trainer_cls: type[LighthouseTrainer]
     """Parse TOML + CLI (`--job.config_file ...`), then run like `torchtitan.train.main` with `trainer_cls`.
 
     A configuration mistake ends in one line on stderr and exit code 2 (`LIGHTHOUSE_DEBUG=1`: a traceback), an
-    out-of-memory error in one line naming the knobs that set memory and exit code 1.
+    out-of-memory error in one line naming the knobs that set memory and exit code 1, Ctrl-C at any point (held
+    until the settings are read, during saves and while closing: `recipe.held_signals`) in one line naming where
+    a restart resumes and exit code 130.
     """
     init_logger()
     args = list(sys.argv[1:] if argv is None else argv)
     with exit_on_config_error():
         config = parse_job_config(args)
         trainer: LighthouseTrainer | None = None
-        finished = False
+        finished, step = False, 0
         try:
-            trainer = (trainer_cls or LighthouseTrainer)(config, args)  # looked up now: tests replace the class
-            if config.comm.mode == "local_tensor":
-                logger.info("Local tensor mode: the trainer is built, training is skipped")
-            elif config.checkpoint.create_seed_checkpoint:
-                if int(os.environ["WORLD_SIZE"]) != 1:
-                    raise ConfigError("create a seed checkpoint with one process (no sharding)")
-                trainer.checkpointer.save(curr_step=0, last_step=True)
-                logger.info("Created seed checkpoint")
-            else:
-                trainer.train()
-            finished = True
-        except RunStopped:
-            drop_recorded_traceback()  # now, before closing the trainer takes seconds
-            raise
-        except RuntimeError as err:
-            if not is_out_of_memory(err):
-                raise
-            raise OutOfMemory(out_of_memory_line(config, trainer.step if trainer is not None else 0, err)) from None
+            try:
+                release_ctrl_c()  # a Ctrl-C held since train.py's first line interrupts here
+                trainer = (trainer_cls or LighthouseTrainer)(config, args)  # looked up now: tests replace the class
+                if config.comm.mode == "local_tensor":
+                    logger.info("Local tensor mode: the trainer is built, training is skipped")
+                elif config.checkpoint.create_seed_checkpoint:
+                    if int(os.environ["WORLD_SIZE"]) != 1:
+                        raise ConfigError("create a seed checkpoint with one process (no sharding)")
+                    trainer.checkpointer.save(curr_step=0, last_step=True)
+                    logger.info("Created seed checkpoint")
+                else:
+                    trainer.train()
+                finished = True
+            except RuntimeError as err:
+                if not is_out_of_memory(err):
+                    raise
+                raise OutOfMemory(out_of_memory_line(config, trainer.step if trainer is not None else 0, err)) from None
+            finally:
+                step = trainer.step if trainer is not None else 0
+                with ctrl_c_held("while the job was closing", act=finished):  # closing is never cut short
+                    if trainer is not None:
+                        trainer.close()
+                    trainer = None  # its device meshes hold the process groups, which must end before the interpreter
+                    end_process_groups(finished)
         except KeyboardInterrupt as err:
-            step = trainer.step if trainer is not None else 0
             detail = f" ({err})" if str(err) else ""
-            raise Interrupted(f"interrupted (Ctrl-C) at step {step}{detail}; a restart resumes from the latest "
-                              "complete checkpoint") from None
-        finally:
-            if trainer is not None:
-                trainer.close()
-            trainer = None  # its device meshes hold the process groups, which must end before the interpreter
-            end_process_groups(finished)
+            raise Interrupted(f"interrupted (Ctrl-C) at step {step}{detail}; a restart resumes from "
+                              f"{restart_point(config)}") from None
+        if take_sigterm() is not None:  # held while the job closed (train.py)
+            raise Terminated(f"terminated (SIGTERM) while the job was closing after step {step}; a restart resumes "
+                             f"from {restart_point(config)}")

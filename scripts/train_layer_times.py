@@ -11,10 +11,9 @@ from recipe.compat import install
 install()  # the CPU compatibility layer, before torchtitan is imported
 
 from eval.layer_times import LayerTimedTrainer  # noqa: E402
-from recipe.launch import single_process_env  # noqa: E402
+from recipe.launch import one_process_env  # noqa: E402
 from recipe.trainer import main  # noqa: E402
 
 if __name__ == "__main__":
-    if "RANK" not in os.environ:  # a plain `python` start is a one-process job, as for train.py
-        os.environ.update(single_process_env())
+    os.environ.update(one_process_env(os.environ))  # a plain `python` start is a one-process job, as for train.py
     main(trainer_cls=LayerTimedTrainer)

@@ -1,5 +1,6 @@
 """Asynchronous checkpoints (`--checkpoint.async_mode async`) get their manifests too: each asynchronous save's at the
-next save (torchtitan waits for its files first) or at SIGTERM, the last step's (saved synchronously) at once."""
+first step boundary after its files are written, or at the next save or SIGTERM (which wait for them), the last
+step's (saved synchronously) at once."""
 import os
 import re
 import signal
@@ -9,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from recipe.checkpoint_manifest import manifest_faults, read_manifest
+from recipe.checkpoint_manifest import MANIFEST, manifest_faults, read_manifest
 from recipe.launch import single_process_env
+from recipe.metrics import read_metrics
 
 from .helpers import child_env, signal_when
 
@@ -60,3 +62,24 @@ def test_sigterm_that_saves_nothing_still_completes_the_asynchronous_save_and_it
     folder = str(tmp_path / "checkpoint" / f"step-{newest}")
     manifest = read_manifest(folder)
     assert manifest is not None and manifest_faults(folder, manifest) == [] and ".metadata" in manifest["files"]
+
+
+@pytest.mark.slow
+def test_an_asynchronous_save_gets_its_manifest_soon_after_its_files_so_a_killed_job_resumes_from_it(tmp_path):
+    """The manifest comes at a step boundary once every rank's files are written, not at the next save: a job
+    SIGKILLed between two saves resumes from the asynchronous one, verified."""
+    env = {**child_env(), **single_process_env(), "OMP_NUM_THREADS": "1"}
+    metrics, step_5 = tmp_path / "metrics.jsonl", tmp_path / "checkpoint" / "step-5"
+    args = [sys.executable, "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(tmp_path),
+            "--training.seq_len", "128", "--checkpoint.enable", "--checkpoint.interval", "5",
+            "--checkpoint.async_mode", "async", "--metrics.log_freq", "1"]
+    job = subprocess.Popen([*args, "--training.steps", "1000"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+    signal_when(job, lambda: (step_5 / MANIFEST).exists(), signal.SIGKILL)
+    logged = [r["step"] for r in read_metrics(str(metrics))]
+    assert max(logged) < 10, "the manifest came with the next save, not before it"
+    assert manifest_faults(str(step_5), read_manifest(str(step_5))) == []
+    again = subprocess.run([*args, "--training.steps", "6"], cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Training starts at step 6" in again.stdout + again.stderr and "damaged" not in again.stdout + again.stderr

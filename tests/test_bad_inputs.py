@@ -17,7 +17,9 @@ from typing import Callable
 
 import pytest
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torchtitan.distributed import ParallelDims
 
 import models  # noqa: F401  (before torchtitan; registers llama3_lighthouse)
 from recipe.checkpoint_manifest import MANIFEST
@@ -26,6 +28,7 @@ from recipe.data import DataError, LocalFiles, read_documents
 from recipe.cli import DEBUG_ENV, ConfigError, parse_job_config
 from recipe.dump_lock import LOCK_FILE, DumpFolderLock
 from recipe.launch import single_process_env
+from recipe.metrics import LighthouseMetricsProcessor
 from recipe.trainer import check_start_up
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,7 +57,7 @@ def checkpoint_at_step_10(tmp_path: Path) -> None:
     (tmp_path / "run" / "checkpoint" / "step-10" / ".metadata").write_bytes(os.urandom(64))
 
 
-def previous_run(**settings: str):
+def previous_run(**settings: str | int):
     """A setup: a checkpoint at step 10 written by a run whose record holds `settings` ({"model.flavor": ...})."""
     def setup(tmp_path: Path) -> None:
         checkpoint_at_step_10(tmp_path)
@@ -62,7 +65,7 @@ def previous_run(**settings: str):
         sections = {}
         for dotted, value in settings.items():
             section, key = dotted.split(".")
-            sections.setdefault(section, []).append(f'{key} = "{value}"')
+            sections.setdefault(section, []).append(f"{key} = {json.dumps(value)}")
         text = "".join(f"[{section}]\n" + "\n".join(lines) + "\n" for section, lines in sections.items())
         (tmp_path / "run" / "runs" / "20260101T000000Z" / "config.toml").write_text(text)
     return setup
@@ -199,6 +202,29 @@ ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
      "training.local_batch_size=1000000000", "tokens per microbatch: one float32 hidden state of it"),
     ("levels-absurd", ["--lighthouse.levels", "1000000"], nothing, "levels=1000000", "is too many for seq_len=512"),
     ("sigterm-grace", ["--resilience.sigterm_grace_s", "-1"], nothing, "[resilience] sigterm_grace_s=-1.0", ">= 0"),
+    ("total-steps-negative", ["--lr_scheduler.total_steps", "-5"], nothing, "lr_scheduler.total_steps=-5",
+     "is below training.steps=20: the schedule would end before the run"),
+    ("total-steps-zero", ["--lr_scheduler.total_steps", "0"], nothing, "lr_scheduler.total_steps=0",
+     "is below training.steps=20"),
+    ("total-steps-below-steps", ["--training.steps", "2", "--lr_scheduler.total_steps", "1"], nothing,
+     "lr_scheduler.total_steps=1", "is below training.steps=2"),
+    ("seed-overflow", ["--debug.seed", "1180591620717411303424"], nothing, "debug.seed=1180591620717411303424",
+     r"does not fit in 64 bits: torch takes seeds in \[-2\*\*63, 2\*\*64\)"),
+    ("seed-negative-overflow", ["--debug.seed", str(-2**63 - 1)], nothing, f"debug.seed={-2**63 - 1}",
+     "does not fit in 64 bits"),
+    ("workers-negative", ["--training.dataloader.num_workers", "-1"], nothing, "training.dataloader.num_workers=-1",
+     r"must be >= 0"),
+    ("global-batch-negative", ["--training.global_batch_size", "-5"], nothing, "training.global_batch_size=-5",
+     "must be > 0, or -1 for local_batch_size times the data-parallel degree"),
+    ("checkpoint-folder-empty", ["--checkpoint.folder", ""], nothing, "checkpoint.folder=''",
+     "is the dump folder itself: its step folders would lie among the run records"),
+    ("checkpoint-folder-dot", ["--checkpoint.folder", "."], nothing, "checkpoint.folder='.'",
+     "is the dump folder itself"),
+    ("changed-seq-len", ["--training.seq_len", "256"], previous_run(**{"training.seq_len": 512}),
+     "training.seq_len=256", "differs from 512 of the run that wrote the checkpoints in .*; resume with the same "
+     "value"),
+    ("wandb-without-key", ["--metrics.enable_wandb"], nothing, "metrics.enable_wandb=true",
+     r"W&B has no API key \(no WANDB_API_KEY, no netrc entry from `wandb login`\) and WANDB_MODE='' is not offline"),
 ]
 if not torch.cuda.is_available():
     ROWS += [
@@ -218,6 +244,7 @@ def test_a_bad_input_is_refused_at_start_up_naming_the_key_and_changing_nothing(
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the fused kernels' CPU stand-in is for tests only
+    no_wandb_login(monkeypatch, tmp_path)
     setup(tmp_path)
     before = snapshot(tmp_path)
     with pytest.raises(ConfigError) as err:
@@ -226,6 +253,46 @@ def test_a_bad_input_is_refused_at_start_up_naming_the_key_and_changing_nothing(
     assert key in text and "\n" not in text
     assert re.search(message, text), text
     assert snapshot(tmp_path) == before
+
+
+def no_wandb_login(monkeypatch, tmp_path: Path) -> None:
+    """An environment where W&B has no API key and is not offline (the netrc named lies outside tmp_path)."""
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path.parent / f"{tmp_path.name}.netrc"))
+
+
+@pytest.mark.parametrize("env, netrc_host", [
+    ({"WANDB_API_KEY": "k" * 40}, None), ({"WANDB_MODE": "offline"}, None), ({"WANDB_MODE": "disabled"}, None),
+    ({}, "api.wandb.ai"), ({"WANDB_BASE_URL": "https://wandb.example.org"}, "wandb.example.org"),
+], ids=["api-key", "offline", "disabled", "netrc", "netrc-own-server"])
+def test_wandb_starts_with_an_api_key_a_netrc_login_or_offline(tmp_path, monkeypatch, env, netrc_host):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    no_wandb_login(monkeypatch, tmp_path)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if netrc_host is not None:
+        netrc_file = Path(os.environ["NETRC"])
+        netrc_file.write_text(f"machine {netrc_host}\n  login user\n  password {'p' * 40}\n")
+        netrc_file.chmod(0o600)
+    check_start_up(parse(tmp_path, "--metrics.enable_wandb"))
+    if netrc_host is not None:  # a login for another host does not count
+        netrc_file.write_text(f"machine elsewhere.example.org\n  login user\n  password {'p' * 40}\n")
+        with pytest.raises(ConfigError, match="W&B has no API key"):
+            check_start_up(parse(tmp_path, "--metrics.enable_wandb"))
+
+
+def test_a_tensorboard_folder_that_cannot_be_created_is_named_in_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    config = parse(tmp_path, "--metrics.enable_tensorboard", "--metrics.save_tb_folder", "{tmp}/file/tb")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with pytest.raises(ConfigError, match=rf"^metrics.save_tb_folder='{tmp_path}/file/tb': {tmp_path}/file/tb "
+                                              r"cannot be created \(Not a directory\)$"):
+            LighthouseMetricsProcessor(config, ParallelDims(dp_replicate=1, dp_shard=1, cp=1, tp=1, pp=1, ep=1,
+                                                            etp=1, world_size=1))
+    finally:
+        dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("env, message", [

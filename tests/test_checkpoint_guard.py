@@ -2,6 +2,7 @@
 loaded for the newest older one that can, naming what failed; a checkpoint of another data-parallel degree is
 named and never skipped; a save on a full disk says so; Ctrl-C ends a job with one line."""
 import errno
+import json
 import logging
 import os
 import random
@@ -17,10 +18,11 @@ import pytest
 
 import models  # noqa: F401  (before torchtitan)
 from torch.distributed.checkpoint.api import CheckpointException
-from recipe import checkpoint_guard, trainer
+from recipe import checkpoint_guard, held_signals, trainer
 from recipe.checkpoint_guard import (CheckpointError, DataParallelMismatch, complete_steps, load_newest_intact,
-                                     save_or_stop, unfinished_steps)
-from recipe.checkpoint_manifest import MANIFEST, crc32, manifest_faults, read_manifest, write_manifest
+                                     resume_step, save_or_stop, unfinished_steps)
+from recipe.checkpoint_manifest import (MANIFEST, UnreadableManifest, crc32, manifest_faults, read_manifest,
+                                        write_manifest)
 from recipe.launch import free_port, single_process_env
 
 from .helpers import signal_when
@@ -29,12 +31,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def checkpoints(tmp_path, steps, half_written=()):
+    """Checkpoints of random bytes at `steps`, each with its manifest, and folders without `.metadata` (saves that
+    never finished) at `half_written`."""
     folder = tmp_path / "checkpoint"
     for step in [*steps, *half_written]:
         (folder / f"step-{step}").mkdir(parents=True)
         (folder / f"step-{step}" / "__0_0.distcp").write_bytes(os.urandom(32))
     for step in steps:
         (folder / f"step-{step}" / ".metadata").write_bytes(os.urandom(32))
+        write_manifest(str(folder / f"step-{step}"), data_parallel_degree=1)
     return str(folder)
 
 
@@ -114,6 +119,9 @@ def test_the_manifest_records_sizes_checksums_and_the_data_parallel_degree_and_f
     assert manifest_faults(str(step), manifest) == [".metadata is missing", "__0_0.distcp holds 33 bytes, the save "
                                                     "wrote 32", "__1_0.distcp fails its checksum"]
     (step / MANIFEST).write_text("{not json")
+    with pytest.raises(UnreadableManifest, match=r"^manifest.json is not JSON \(JSONDecodeError\)$"):
+        read_manifest(str(step))
+    (step / MANIFEST).unlink()
     assert read_manifest(str(step)) is None
 
 
@@ -137,13 +145,75 @@ def test_a_damaged_checkpoint_is_skipped_before_loading_naming_the_file_and_unfi
         load_newest_intact(FakeLoad(damaged=[]), str(tmp_path / "fresh"), initial_load_path=f"{folder}/step-6")
 
 
-def test_a_checkpoint_without_a_manifest_loads_with_a_warning(tmp_path, caplog):
-    folder = checkpoints(tmp_path, [2])
+def flip_a_byte(path: Path) -> None:
+    """One byte inside `path` inverted: same size, another checksum."""
+    offset = random.randrange(path.stat().st_size)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)[0]
+        f.seek(offset)
+        f.write(bytes([byte ^ 0xFF]))
+
+
+def edit_manifest(change):
+    """A tampering: `change(record)` of the parsed manifest.json, written back as JSON."""
+    def tamper(path: Path) -> None:
+        record = json.loads(path.read_text())
+        change(record)
+        path.write_text(json.dumps(record))
+    return tamper
+
+
+# (id, what is done to step-6's manifest.json, the warning's reason)
+TAMPERED = [
+    ("random-bytes", lambda path: path.write_bytes(os.urandom(random.randint(1, 200)) + b"\xff"),
+     r"manifest.json is not JSON \((UnicodeDecodeError|JSONDecodeError)\)"),
+    ("empty", lambda path: path.write_text(""), r"manifest.json is not JSON \(JSONDecodeError\)"),
+    ("empty-object", lambda path: path.write_text("{}"), "manifest.json has no record of the step's files"),
+    ("no-files-listed", edit_manifest(lambda record: record.update(files={})),
+     r"\.metadata is not in manifest.json and 2 more"),
+    ("shard-entry-deleted", edit_manifest(lambda record: record["files"].pop("__1_0.distcp")),
+     "__1_0.distcp is not in manifest.json"),
+    ("size-deleted", edit_manifest(lambda record: record["files"]["__1_0.distcp"].pop("bytes")),
+     "manifest.json records no size for __1_0.distcp"),
+    ("checksum-deleted", edit_manifest(lambda record: record["files"]["__1_0.distcp"].pop("crc32")),
+     "manifest.json records checksums for some files only"),
+    ("manifest-deleted", lambda path: path.unlink(),
+     r"it has no manifest.json \(a save cut before its end, or written by another program\); \[checkpoint\] "
+     "load_unverified = true loads such a step"),
+]
+
+
+@pytest.mark.parametrize("tamper, reason", [row[1:] for row in TAMPERED], ids=[row[0] for row in TAMPERED])
+def test_a_manifest_that_cannot_vouch_for_every_file_makes_the_step_damaged(tmp_path, caplog, tamper, reason):
+    """A flipped byte in a shard hides behind none of these: the step falls back, with one warning naming why."""
+    folder = manifested(tmp_path, [4, 6])
+    flip_a_byte(Path(folder) / "step-6" / "__1_0.distcp")
+    tamper(Path(folder) / "step-6" / MANIFEST)
+    load = FakeLoad(damaged=[])
     with caplog.at_level(logging.WARNING):
-        assert load_newest_intact(FakeLoad(damaged=[]), folder) is True
-    assert [r.getMessage() for r in caplog.records] == [
-        f"{folder}/step-2 has no {MANIFEST} (written by an older recipe, or its save ended just before it): loading "
-        "it unverified"]
+        assert load_newest_intact(load, folder) is True
+    assert load.asked == [4]
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert re.fullmatch(rf"{folder}/step-6 is damaged: {reason}; trying step-4", warning), warning
+    assert resume_step(folder) == 4
+    with pytest.raises(CheckpointError, match=rf"^{folder}/step-6 is damaged: {reason}$"):
+        load_newest_intact(FakeLoad(damaged=[]), folder, step=6)  # asked for by number: no fallback
+
+
+def test_a_step_without_a_manifest_loads_unverified_only_when_asked_and_an_initial_load_path_with_a_warning(
+        tmp_path, caplog):
+    folder = checkpoints(tmp_path, [2])
+    (Path(folder) / "step-2" / MANIFEST).unlink()
+    with pytest.raises(CheckpointError, match=rf"^{folder}/step-2 is damaged: it has no {MANIFEST} .* and no older "
+                                              "complete checkpoint is left to resume from$"):
+        load_newest_intact(FakeLoad(damaged=[]), folder)
+    assert resume_step(folder) is None and resume_step(folder, unverified=True) == 2
+    with caplog.at_level(logging.WARNING):
+        assert load_newest_intact(FakeLoad(damaged=[]), folder, unverified=True) is True
+        assert load_newest_intact(FakeLoad(damaged=[]), str(tmp_path / "fresh"),
+                                  initial_load_path=f"{folder}/step-2") is True
+    assert [r.getMessage() for r in caplog.records] == [f"{folder}/step-2 has no {MANIFEST}: loading it unverified"] * 2
 
 
 def test_another_data_parallel_degree_is_named_and_never_falls_back_to_an_older_step(tmp_path):
@@ -188,27 +258,76 @@ def test_a_save_on_a_full_disk_says_so_and_other_failures_pass_through(tmp_path,
     assert checkpoint_guard.FULL_DISK_FREE_BYTES > 10**5
 
 
-def test_ctrl_c_ends_the_job_in_one_line_with_exit_code_130(monkeypatch, capsys):
-    class Interrupted:
-        step = random.randint(1, 100)
+@pytest.fixture
+def signal_handlers(monkeypatch):
+    """The process's SIGINT and SIGTERM handlers and the held-signal state, given back after the test."""
+    monkeypatch.setattr(held_signals, "_noted", {})
+    monkeypatch.setattr(held_signals, "_interrupted", False)
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in before.items():
+        signal.signal(signum, handler)
+
+
+def press(signum=signal.SIGINT, times=1):
+    """What a terminal or SLURM does: `signum` to this process, `times` times."""
+    for _ in range(times):
+        os.kill(os.getpid(), signum)
+
+
+# (id, signals held from the start as train.py holds them, a signal sent before main, during training, while
+#  closing; the exit code; the line up to where a restart resumes)
+SIGNALS = [
+    ("ctrl-c-mid-step", False, None, lambda: press(), None, 130, "interrupted (Ctrl-C) at step {step}"),
+    ("ctrl-c-burst", False, None, lambda: press(), lambda: press(times=2), 130, "interrupted (Ctrl-C) at step {step}"),
+    ("ctrl-c-at-start-up", True, lambda: press(times=3), None, None, 130,
+     "interrupted (Ctrl-C) at step 0 (during start-up)"),
+    ("ctrl-c-while-closing", True, None, None, lambda: press(), 130,
+     "interrupted (Ctrl-C) at step {step} (while the job was closing)"),
+    ("sigterm-while-closing", True, None, None, lambda: press(signal.SIGTERM), 143,
+     "terminated (SIGTERM) while the job was closing after step {step}"),
+]
+
+
+@pytest.mark.parametrize("hold, before, training, closing, code, line", [row[1:] for row in SIGNALS],
+                         ids=[row[0] for row in SIGNALS])
+@pytest.mark.parametrize("saved", ["intact", "none", "damaged"], ids=["a-checkpoint", "none-yet", "none-intact"])
+def test_a_signal_at_any_moment_ends_the_job_in_one_line_naming_where_a_restart_resumes(
+        tmp_path, monkeypatch, capsys, signal_handlers, hold, before, training, closing, code, line, saved):
+    step, latest = random.randint(3, 100), random.randint(1, 2)
+    if saved != "none":  # a checkpoint with its manifest (or without), and a newer one whose save was cut before it
+        folder = checkpoints(tmp_path / "run", [latest, latest + 1])
+        for cut in [latest + 1] + ([latest] if saved == "damaged" else []):
+            (Path(folder) / f"step-{cut}" / MANIFEST).unlink()
+
+    class Job:
         closed = False
 
         def __init__(self, config, args):
-            pass
+            self.step = 0
 
         def train(self):
-            raise KeyboardInterrupt
+            self.step = step
+            if training:
+                training()
 
         def close(self):
-            Interrupted.closed = True
+            Job.closed = True
+            if closing:
+                closing()
 
-    monkeypatch.setattr(trainer, "LighthouseTrainer", Interrupted)
+    monkeypatch.setattr(trainer, "LighthouseTrainer", Job)
     monkeypatch.delenv("LIGHTHOUSE_DEBUG", raising=False)
+    if hold:
+        held_signals.hold_signals()
+    if before:
+        before()
     with pytest.raises(SystemExit) as exit_info:
-        trainer.main(["--job.config_file", "configs/debug.toml"])
-    assert exit_info.value.code == 130 and Interrupted.closed
-    assert capsys.readouterr().err == (f"error: interrupted (Ctrl-C) at step {Interrupted.step}; a restart resumes "
-                                       "from the latest complete checkpoint\n")
+        trainer.main(["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(tmp_path / "run")])
+    resumes = {"intact": f"step-{latest}", "none": "the start (no checkpoint yet)",
+               "damaged": f"none of the checkpoints in {tmp_path}/run/checkpoint (each is damaged)"}[saved]
+    assert exit_info.value.code == code and Job.closed == (before is None)  # a trainer built is closed
+    assert capsys.readouterr().err == f"error: {line.format(step=step)}; a restart resumes from {resumes}\n"
 
 
 @pytest.mark.slow
@@ -222,8 +341,8 @@ def test_ctrl_c_during_training_ends_train_py_in_one_line(tmp_path):
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal gives it
     _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 3, signal.SIGINT)
     assert job.returncode == 130, err[-3000:]
-    assert re.fullmatch(r"error: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the latest complete "
-                        r"checkpoint", err.splitlines()[-1]), err[-3000:]
+    assert re.fullmatch(r"error: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the start \(no "
+                        r"checkpoint yet\)", err.splitlines()[-1]), err[-3000:]
     assert "Traceback" not in err
 
 
@@ -305,7 +424,7 @@ def test_sigterm_saves_the_step_and_exits_143_and_ctrl_c_during_a_save_lets_it_f
     assert f"Training starts at step {saved + 1}" in out  # resumed from the step SIGTERM saved
     step = saved + 1
     assert err.splitlines()[-1] == (f"error: interrupted (Ctrl-C) at step {step} (during the save of step {step}, "
-                                    "which finished first); a restart resumes from the latest complete checkpoint")
+                                    f"which finished first); a restart resumes from step-{step}")
     assert "Traceback" not in err
     assert complete_steps(str(run / "checkpoint")) == [step, saved]
     step_folder = str(run / "checkpoint" / f"step-{step}")

@@ -4,7 +4,9 @@ only from complete checkpoints; the uninterrupted losses are the golden file's."
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
 import signal
 import time
 from importlib.metadata import version
@@ -13,6 +15,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from recipe.checkpoint_manifest import MANIFEST
 from recipe.debug_run import ARGS, INTERVAL, STEPS, final_losses, start_debug_run
 from recipe.metrics import METRICS_FILE
 
@@ -71,6 +74,24 @@ class Run:
             self.proc.send_signal(signal.SIGKILL)  # a no-op once it has exited
         assert self.proc.wait() == -signal.SIGKILL, f"ended before the kill:\n{self.tail()}"
 
+    def signal_when(self, condition: Callable[[], bool], signum: int, times: int = 1) -> tuple[int, str]:
+        """Send `signum` `times` times, 0.1 s apart, as soon as `condition` holds; the exit code and the last
+        line of the output."""
+        deadline = time.monotonic() + TIMEOUT_S
+        try:
+            while not condition():
+                assert self.proc.poll() is None, f"exited with {self.proc.returncode}:\n{self.tail()}"
+                assert time.monotonic() < deadline, f"timed out:\n{self.tail()}"
+                time.sleep(0.01)
+            for _ in range(times):
+                self.proc.send_signal(signum)
+                time.sleep(0.1)
+            code = self.proc.wait(timeout=TIMEOUT_S)
+        finally:
+            self.proc.kill()  # a no-op once it has exited
+        assert "Traceback" not in self.log.read_text(), self.tail()
+        return code, self.log.read_text().splitlines()[-1]
+
     def finish(self) -> None:
         """Wait for the process to end by itself, successfully (kill it after TIMEOUT_S)."""
         try:
@@ -93,8 +114,10 @@ def uninterrupted(tmp_path_factory) -> Iterator[Run]:
 
 
 def complete_steps(checkpoints: Path) -> list[int]:
-    """Steps whose checkpoint folder holds `.metadata`, the file DCP writes last."""
-    return sorted(int(p.name.removeprefix("step-")) for p in checkpoints.glob("step-*") if (p / ".metadata").exists())
+    """Steps whose checkpoint folder holds `.metadata`, the file DCP writes last, and the manifest written after it
+    (a kill between the two leaves a step a resume passes over)."""
+    return sorted(int(p.name.removeprefix("step-")) for p in checkpoints.glob("step-*")
+                  if (p / ".metadata").exists() and (p / MANIFEST).exists())
 
 
 def release(torch_version: str) -> str:
@@ -137,6 +160,53 @@ def test_sigkill_at_random_steps_and_mid_save_then_restart_ends_with_the_uninter
     uninterrupted.finish()
     assert final_losses(folder) == final_losses(uninterrupted.folder)
     assert sorted(final_losses(folder)) == list(range(1, STEPS + 1))
+
+
+def unreadable_manifest(path: Path) -> None:
+    """One of the ways a manifest.json stops vouching for its step: random bytes, empty, `{}`."""
+    random.choice([lambda: path.write_bytes(os.urandom(64) + b"\xff"), lambda: path.write_text(""),
+                   lambda: path.write_text("{}")])()
+
+
+@pytest.mark.slow
+def test_signals_at_start_up_mid_step_and_in_bursts_and_a_manifest_that_cannot_vouch_end_with_the_uninterrupted_losses(
+    uninterrupted, tmp_path
+):
+    """SIGTERM during start-up, three Ctrl-C at once mid-step and again during start-up, and a flipped byte in the
+    newest checkpoint under a manifest that cannot be read: each ends in one line naming where a restart resumes,
+    the restart passes over the damaged step, and the run ends with the uninterrupted losses, bit for bit."""
+    folder, checkpoints = tmp_path / "run", tmp_path / "run" / "checkpoint"
+    def a_second_in() -> Callable[[], bool]:  # train.py is importing torch then, well after its first line
+        began = time.monotonic()
+        return lambda: time.monotonic() > began + 1
+
+    starting = Run(folder, tmp_path / "sigterm-at-start-up.log")
+    assert starting.signal_when(a_second_in(), signal.SIGTERM) == (
+        143, "error: terminated (SIGTERM) at step 0; nothing was trained yet; a restart resumes from the start (no "
+             "checkpoint yet)")
+    mid_step = Run(folder, tmp_path / "ctrl-c-burst.log")
+    code, line = mid_step.signal_when(lambda: 5 in mid_step.logged_steps(), signal.SIGINT, times=3)
+    newest = max(complete_steps(checkpoints))
+    assert code == 130 and re.fullmatch(rf"error: interrupted \(Ctrl-C\) at step \d+( \(during the save of step \d+, "
+                                        rf"which finished first\))?; a restart resumes from step-{newest}", line), \
+        mid_step.tail()
+    shard = checkpoints / f"step-{newest}" / "__0_0.distcp"
+    with open(shard, "r+b") as f:
+        f.seek(shard.stat().st_size // 2)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0xFF]))
+    unreadable_manifest(checkpoints / f"step-{newest}" / MANIFEST)
+    older = f"step-{newest - INTERVAL}"
+    burst = Run(folder, tmp_path / "ctrl-c-burst-at-start-up.log")
+    assert burst.signal_when(a_second_in(), signal.SIGINT, times=3) == (
+        130, f"error: interrupted (Ctrl-C) at step 0 (during start-up); a restart resumes from {older}")
+    last = Run(folder, tmp_path / "last.log")
+    last.finish()
+    assert f"{checkpoints}/step-{newest} is damaged: {MANIFEST} " in last.log.read_text()
+    assert f"Training starts at step {newest - INTERVAL + 1}\n" in last.log.read_text()
+    uninterrupted.finish()
+    assert final_losses(folder) == final_losses(uninterrupted.folder)
 
 
 def test_the_debug_run_losses_match_the_golden_file(uninterrupted):

@@ -1,7 +1,8 @@
-"""The layer API names a wrong-typed setting or input at the call: config fields of the wrong type, tensors of an
-integer or complex dtype, empty dimensions, and what `select` is given."""
+"""The layer API names a wrong-typed setting or input at the call: config fields of the wrong type, a length that
+is not an int, tensors of an integer, complex or float8 dtype, empty dimensions, and what `select` is given."""
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,9 +22,10 @@ def test_a_config_field_of_the_wrong_type_is_a_type_error_naming_field_and_value
         LighthouseConfig(**{**VALID, field: value})
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.complex64, torch.bool])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.complex64, torch.bool, torch.float8_e4m3fn,
+                                   torch.float8_e5m2], ids=str)
 @pytest.mark.parametrize("entry", ["lighthouse_attention", "select"])
-def test_tensors_that_are_not_floating_point_are_a_type_error_naming_the_dtype(dtype, entry):
+def test_tensors_of_a_dtype_lighthouse_cannot_score_are_a_type_error_naming_the_dtype(dtype, entry):
     q, k, v = (x.to(dtype) for x in random_qkv(1, 64, 4, 2, 8))
     call = {"lighthouse_attention": lambda: lighthouse_attention(q, k, v, LighthouseConfig(**VALID)),
             "select": lambda: select(q, k, LighthouseConfig(**VALID), v=v)}[entry]
@@ -98,3 +100,12 @@ def test_levels_beyond_the_sequence_are_named_without_computing_the_huge_span():
     with pytest.raises(ValueError, match=r"^levels=1000000 is too many for seq_len=64: pool\*\*\(levels-1\) \(pool=2\) "
                                          "must divide seq_len$"):
         LighthouseConfig(**{**VALID, "levels": 1000000}).validate(64)
+
+
+@pytest.mark.parametrize("seq_len, kind", [(64.0, "float"), (float("nan"), "float"), (3.5, "float"), ("512", "str"),
+                                           (True, "bool"), (None, "NoneType"), (np.int64(64), "int64")], ids=repr)
+def test_a_length_that_is_not_an_int_is_one_value_error_naming_it(seq_len, kind):
+    config = LighthouseConfig(**VALID)
+    for check in (config.validate, config.gathered_len):
+        with pytest.raises(ValueError, match=rf"^seq_len={re.escape(repr(seq_len))} must be an int, not {kind}$"):
+            check(seq_len)

@@ -1,15 +1,114 @@
-"""SIGTERM under torchrun: a rank other than 0 removes the traceback torchelastic already wrote to its error file
-before it closes its trainer, and rank 0 dates its line when the stop was decided, so torchrun's summary heads with
-rank 0's line."""
+"""SIGTERM under torchrun: no rank records a stop in its error file through torchelastic's @record, a rank other
+than 0 leaves rank 0 to end a stop every rank decided, and rank 0 dates its line when the stop was decided, so
+torchrun's summary heads with rank 0's line every time; a two-process job shows it."""
 import json
 import os
+import re
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from torch.distributed.elastic.multiprocessing.errors import record
 
-from recipe.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, exit_on_config_error
+from recipe.checkpoint_guard import complete_steps
+from recipe.checkpoint_manifest import manifest_faults, read_manifest
+from recipe.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error
+from recipe.compat.torchtitan import without_stop_records
+from recipe.data import DataError
+from recipe.launch import free_port
 from recipe.preemption import Terminated
+
+from .helpers import REPO, child_env
+
+STOPPED = re.compile(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart resumes "
+                     r"from step-\1")
+
+
+def logged_steps(metrics: Path) -> list[int]:
+    """The steps rank 0 has logged to metrics.jsonl so far (complete lines only)."""
+    if not metrics.exists():
+        return []
+    lines = metrics.read_text().split("\n")[:-1]
+    return [record["step"] for record in map(json.loads, lines) if "step" in record and "event" not in record]
+
+
+def rank_1_of(torchrun_pid: int) -> int:
+    """The pid of the worker of rank 1, a child of the torchrun process (read from /proc)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1]) if entry.name.isdigit() else 0
+            environ = (entry / "environ").read_bytes() if parent == torchrun_pid else b""
+        except OSError:  # a process that has just ended
+            continue
+        if b"\0RANK=1\0" in b"\0" + environ:
+            return int(entry.name)
+    raise AssertionError(f"no worker of rank 1 under torchrun (pid {torchrun_pid})")
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_rank_stops_every_rank_after_the_same_saved_step_and_a_restart_resumes_from_it(tmp_path):
+    """SIGTERM reaches rank 1 only; the ranks agree, save that step together and end the job in one line."""
+    run, logs = tmp_path / "run", tmp_path / "torchrun"
+    metrics = run / "metrics.jsonl"
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--local-ranks-filter", "0",
+               "--master_port", str(free_port()),
+               "--log-dir", str(logs), "--redirects", "1:3",  # rank 1's output to its own files
+               "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run),
+               "--training.steps", "1000", "--training.seq_len", "128", "--checkpoint.enable",
+               "--checkpoint.interval", "1000"]  # no save of its own before the signal
+    env = {**child_env(), "OMP_NUM_THREADS": "1", "SLURM_JOB_ID": "4242"}  # under SLURM, a SIGTERM saves
+    env.pop("LIGHTHOUSE_DEBUG", None)
+
+    def stop_rank_1_after(step: int) -> tuple[str, str, int, str]:
+        """Run the command, SIGTERM rank 1 once rank 0 has logged a step past `step`; the job's stdout,
+        stderr, the step its one line names, and rank 1's own output."""
+        before = set(logs.glob("*/attempt_0/1/stdout.log"))
+        job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+        deadline = time.monotonic() + 300
+        try:
+            while not [s for s in logged_steps(metrics) if s > step + 1]:
+                assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+                time.sleep(0.05)
+            os.kill(rank_1_of(job.pid), signal.SIGTERM)
+            out, err = job.communicate(timeout=120)
+        finally:
+            job.kill()
+        lines = [line for line in err.splitlines() if STOPPED.fullmatch(line)]
+        assert len(lines) == 1, err[-5000:]  # rank 0 speaks for the job, once
+        stopped = int(STOPPED.fullmatch(lines[0]).group(1))
+        # torchrun exits 1 for any failed worker; its summary heads with rank 0, its exit code 143 and the line
+        assert job.returncode == 1, err[-5000:]
+        root_cause = err.split("Root Cause")[1]
+        assert "rank      : 0" in root_cause and "exitcode  : 143" in root_cause, err[-5000:]
+        assert f"traceback : {lines[0]}" in root_cause, err[-5000:]
+        # the one traceback is torchrun's own report of a failed worker: none from a worker
+        assert err.count("Traceback") == 1 and "recipe.preemption.Terminated" not in err, err[-5000:]
+        (rank_1,) = set(logs.glob("*/attempt_0/1/stdout.log")) - before
+        rank_1_out = rank_1.read_text() + (rank_1.parent / "stderr.log").read_text()
+        return out, err, stopped, rank_1_out
+
+    def last_step(output: str) -> int:
+        return int(re.findall(r"step:\s+(\d+)\s+loss:", output)[-1])
+
+    out, err, saved, rank_1_out = stop_rank_1_after(0)
+    assert last_step(out) == last_step(rank_1_out) == saved, rank_1_out[-3000:]
+    assert f"Saving a full checkpoint at last step, step {saved}." in rank_1_out
+    assert "Traceback" not in rank_1_out
+    assert complete_steps(str(run / "checkpoint")) == [saved]
+    step_folder = str(run / "checkpoint" / f"step-{saved}")
+    assert manifest_faults(step_folder, read_manifest(step_folder)) == []
+
+    # The same command again: both ranks load the saved step and go on from the next one.
+    out, err, again, rank_1_out = stop_rank_1_after(saved)
+    assert f"Training starts at step {saved + 1}" in out and f"Training starts at step {saved + 1}" in rank_1_out
+    assert last_step(out) == last_step(rank_1_out) == again > saved
+    assert complete_steps(str(run / "checkpoint")) == [again, saved]
+
+
 
 
 class EndedAtOnce(Exception):
@@ -20,20 +119,64 @@ def end_at_once(code: int) -> None:
     raise EndedAtOnce(code)
 
 
-def test_a_rank_other_than_0_drops_the_traceback_torchelastic_recorded_before_it_waits(monkeypatch, tmp_path):
-    """torchelastic's @record on Trainer.train writes the traceback first; the rank leaves rank 0 the summary."""
+class StoppedByTorchrun(Exception):
+    """Stands in for the SIGTERM torchrun sends a rank once rank 0 has ended the job."""
+
+
+@pytest.mark.parametrize("stop, waits", [
+    (Terminated("terminated (SIGTERM) at step 3; saved step-3 in 1.0 s; a restart resumes from step-3"), None),
+    (DataError("corpus.jsonl: byte 7 is not UTF-8"), 1),
+    (ConfigError("training.dataset_path='x' matches no files"), 1),
+], ids=["sigterm-every-rank", "data-this-rank", "config-this-rank"])
+def test_a_rank_other_than_0_leaves_a_stop_every_rank_decided_to_rank_0_and_names_its_own_after_a_wait(
+        monkeypatch, tmp_path, stop, waits):
+    """A SIGTERM stop: the rank waits until torchrun stops it, with no error file; a stop of its own is
+    recorded after one wait (rank 0, meeting the same, would have ended the job first)."""
     error_file = tmp_path / "error.json"
-    error_file.write_text(json.dumps({"message": {"message": "Traceback (most recent call last): ...",
-                                                  "extraInfo": {"py_callstack": "...", "timestamp": "1"}}}))
-    waits = []  # (seconds, whether the error file existed then)
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        if len(slept) > 20:
+            raise StoppedByTorchrun
+
     monkeypatch.delenv(DEBUG_ENV, raising=False)
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
-    monkeypatch.setattr(time, "sleep", lambda seconds: waits.append((seconds, error_file.exists())))
+    monkeypatch.setattr(time, "sleep", sleep)
     monkeypatch.setattr(os, "_exit", end_at_once)
-    with pytest.raises(EndedAtOnce) as exit_info, exit_on_config_error():
-        raise Terminated("terminated (SIGTERM) at step 3; saved step-3 in 1.0 s; a restart resumes from step-3")
-    assert exit_info.value.args == (143,) and waits == [(OTHER_RANKS_WAIT_S, False)]
+    with pytest.raises(StoppedByTorchrun if waits is None else EndedAtOnce), exit_on_config_error():
+        raise stop
+    assert set(slept) == {OTHER_RANKS_WAIT_S}
+    assert error_file.exists() == (waits is not None)
+    if waits is not None:
+        assert len(slept) == waits
+
+
+@pytest.mark.parametrize("failure, recorded", [
+    (Terminated("terminated (SIGTERM) at step 3; a restart resumes from step-3"), False),
+    (ConfigError("metrics.save_tb_folder='/proc/x': /proc/x cannot be created (No such file or directory)"), False),
+    (RuntimeError("a bug"), True),
+], ids=["stop", "config-mistake", "crash"])
+def test_torchelastic_records_a_crash_of_the_trainer_but_not_a_stop(monkeypatch, tmp_path, failure, recorded):
+    """torchtitan's Trainer methods carry torchelastic's @record, which writes any exception to the rank's error
+    file, dated when it passes; the trainer calls them without it for a stop, whose line rank 0 writes."""
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
+
+    @record
+    def train(trainer):
+        trainer.append("trained")
+        raise failure
+
+    calls = []
+    with pytest.raises(type(failure)) as raised:
+        without_stop_records(train)(calls)
+    assert raised.value is failure and calls == ["trained"]
+    assert error_file.exists() == recorded
+    if recorded:
+        assert "a bug" in json.loads(error_file.read_text())["message"]["message"]
 
 
 def test_rank_0s_line_is_dated_when_the_stop_was_decided_not_after_the_trainer_closed(monkeypatch, tmp_path):
@@ -52,34 +195,3 @@ def test_rank_0s_line_is_dated_when_the_stop_was_decided_not_after_the_trainer_c
     record = json.loads(error_file.read_text())["message"]
     assert record["extraInfo"]["timestamp"] == str(int(stop.raised_at)) != str(int(later))
     assert record["message"] == f"error: {stop}"
-
-
-@pytest.mark.parametrize("rank, kept", [("1", False), ("0", True)])
-def test_a_stopped_rank_other_than_0_drops_its_recorded_traceback_before_closing_the_trainer(
-        monkeypatch, tmp_path, rank, kept):
-    from recipe.trainer import main
-
-    error_file = tmp_path / "error.json"
-    seen_at_close = []
-
-    class StoppedTrainer:
-        step = 3
-
-        def __init__(self, config, args):
-            pass
-
-        def train(self):
-            error_file.write_text("{}")  # what torchelastic's @record on Trainer.train writes as the stop leaves it
-            raise Terminated("terminated (SIGTERM) at step 3; a restart resumes from step-3")
-
-        def close(self):
-            seen_at_close.append(error_file.exists())
-
-    monkeypatch.setenv(DEBUG_ENV, "1")  # the stop propagates: this test looks at what happened before
-    monkeypatch.setenv("RANK", rank)
-    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
-    with pytest.raises(Terminated):
-        main(["--job.config_file", str(Path(__file__).parents[1] / "configs" / "debug.toml"),
-              "--job.dump_folder", str(tmp_path / "run")],
-             trainer_cls=StoppedTrainer)
-    assert seen_at_close == [kept]

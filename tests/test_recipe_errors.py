@@ -16,7 +16,7 @@ import torch
 
 from recipe.compat import cpu as cpu_compat
 from recipe.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error, parse_job_config
-from recipe.launch import single_process_env
+from recipe.launch import one_process_env, single_process_env
 
 from .helpers import child_env, script_exit_code
 
@@ -101,6 +101,7 @@ def test_under_torchrun_rank_0_speaks_for_the_job_and_other_ranks_leave_it_time_
         waits = []  # (seconds, whether the error file existed yet)
         monkeypatch.setattr(time, "sleep", lambda seconds: waits.append((seconds, error_file.exists())))
         monkeypatch.setenv("RANK", rank)
+        monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
         monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
         with pytest.raises(EndedAtOnce) as exit_info, exit_on_config_error():
             raise ConfigError(message)
@@ -108,6 +109,37 @@ def test_under_torchrun_rank_0_speaks_for_the_job_and_other_ranks_leave_it_time_
         assert capsys.readouterr() == ("", f"error: {message}\n" if rank == "0" else "")
         assert json.loads(error_file.read_text())["message"]["extraInfo"]["py_callstack"] == f"error: {message}"
         assert waits == ([] if rank == "0" else [(OTHER_RANKS_WAIT_S, False)])
+
+
+@pytest.mark.parametrize("rank", ["0", "1", "7"])
+def test_outside_torchrun_every_rank_prints_its_line(capsys, monkeypatch, rank):
+    """A RANK set by hand (no torchrun to name rank 0's line for the job): each process says why it stopped."""
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    for name in ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_ERROR_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RANK", rank)
+    message = f"RANK={rank} and WORLD_SIZE=1 in the environment: RANK must be in [0, WORLD_SIZE)"
+    with pytest.raises(SystemExit) as exit_info, exit_on_config_error():
+        raise ConfigError(message)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+
+
+@pytest.mark.parametrize("environ, added", [
+    ({}, {"RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}),
+    ({"RANK": "0"}, {"LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}),
+    ({"RANK": "0", "WORLD_SIZE": "1"}, {"LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}),
+    ({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "10.0.0.1"}, {"LOCAL_RANK", "MASTER_PORT"}),
+    ({"RANK": "1"}, set()), ({"RANK": "1", "WORLD_SIZE": "2"}, set()), ({"RANK": "0", "WORLD_SIZE": "2"}, set()),
+    ({"RANK": "0", "WORLD_SIZE": "1", "TORCHELASTIC_RUN_ID": "x"}, set()),
+], ids=["none", "rank-0", "rank-0-of-1", "own-master", "rank-1", "rank-1-of-2", "rank-0-of-2", "torchrun"])
+def test_a_one_process_job_gets_what_torchrun_would_set_and_other_ranks_are_left_to_the_checks(environ, added):
+    """`RANK=0 WORLD_SIZE=1 python train.py` runs as a plain start does; a rank environment of several processes
+    is left as it is, for `check_launch` to refuse in one line."""
+    filled = one_process_env(environ)
+    assert set(filled) == added
+    if added:
+        assert {**environ, **filled}["RANK"] == filled["LOCAL_RANK"] == "0"
 
 
 @pytest.mark.slow

@@ -1,10 +1,15 @@
-"""The private parts of torchtitan 0.2.2 the recipe builds on: two ConfigManager hooks and the metrics rank."""
+"""The private parts of torchtitan 0.2.2 the recipe builds on: two ConfigManager hooks, the metrics rank and the
+Trainer methods under torchelastic's @record."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
+from torch.distributed.elastic.multiprocessing.errors import record
 from torchtitan.components.metrics import _get_metrics_rank
 from torchtitan.config import ConfigManager
+
+from ..errors import ConfigError, RunStopped
 
 TomlReader = Callable[[list[str]], "dict[str, Any] | None"]
 ConfigExtender = Callable[[Callable[[], type], list[str], "dict[str, Any] | None"], type]
@@ -36,3 +41,29 @@ def merge_configs(base: type, extension: type) -> type:
 def metrics_rank(parallel_dims: Any, job_config: Any) -> int:
     """The global rank that logs metrics (torchtitan's choice: the last pipeline stage's first rank)."""
     return _get_metrics_rank(parallel_dims, job_config)
+
+
+def without_stop_records(method: Callable) -> Callable:
+    """A torchtitan Trainer `method` decorated with torchelastic's @record, recording every failure in the rank's
+    error file but a stop (ConfigError, RunStopped): a stop's line is written there by rank 0 alone
+    (`recipe.cli.exit_on_config_error`), so no other rank's record of the same stop can head torchrun's summary."""
+    inner = method.__wrapped__  # @record keeps the function it wraps here (functools.wraps)
+
+    @functools.wraps(inner)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        stops: list[BaseException] = []
+
+        @record
+        def recorded() -> Any:
+            try:
+                return inner(*args, **kwargs)
+            except (ConfigError, RunStopped) as stop:
+                stops.append(stop)
+                return None
+
+        result = recorded()
+        if stops:
+            raise stops[0]
+        return result
+
+    return call
