@@ -31,8 +31,8 @@ from eval.cli import evaluation_parser, load_checkpoint
 from eval.heldout import heldout_windows
 from eval.options import int_list
 from eval.records import provenance, write_record
-from recipe.tokenizer import build_tokenizer
 from recipe.cli import as_config_error, exit_on_config_error
+from recipe.tokenizer import build_tokenizer
 
 
 def audit(argv: list[str]) -> dict:
