@@ -186,3 +186,15 @@ def test_a_resume_with_another_tokenizer_of_the_same_size_is_refused(assets, tra
     argv = job(assets, "run", "--training.steps", "4")
     argv[argv.index("--model.hf_assets_path") + 1] = str(other)
     assert "were trained with hf:400:" in refusal(assets, *argv)
+
+
+@pytest.mark.parametrize("entries", [320, 1024])
+def test_an_exact_bpe_has_that_many_entries_and_the_model_that_vocabulary(entries, tmp_path):
+    """`train_bpe(exact=True)`, which the throughput script's --vocab-size uses: reserved tokens fill what the text's
+    merges leave, so a model of a multiple of 64 entries has exactly that vocabulary."""
+    texts = [synthetic_document(fresh_seed(), 0, 500)]
+    folder = train_bpe(texts, entries, tmp_path / "bpe", exact=True)
+    config = parse_train_args(["--job.config_file", str(REPO / "configs/debug.toml"),
+                               "--model.hf_assets_path", str(folder)])
+    assert build_tokenizer(config).get_vocab_size() == entries
+    assert build_model(config, torch.device("meta")).output.weight.shape[0] == entries
