@@ -23,7 +23,7 @@ from recipe.cli import ConfigError, parse_job_config as parse_train_args
 from recipe.data import synthetic_document
 from recipe.metrics import METRICS_FILE, read_metrics
 from recipe.tokenizer import VOCAB_MULTIPLE, build_tokenizer
-from recipe.trainer import check_start_up
+from recipe.trainer import check_job, check_start_up
 
 from .helpers import fresh_seed, train_in_one_process
 
@@ -198,3 +198,27 @@ def test_an_exact_bpe_has_that_many_entries_and_the_model_that_vocabulary(entrie
                                "--model.hf_assets_path", str(folder)])
     assert build_tokenizer(config).get_vocab_size() == entries
     assert build_model(config, torch.device("meta")).output.weight.shape[0] == entries
+
+
+def test_make_tokenizer_trains_a_bpe_on_your_text_that_the_job_then_uses(assets, tmp_path):
+    out = script("make_tokenizer")(["--data", str(assets["train"]), "--vocab-size", "300", "--out",
+                                    str(tmp_path / "tok")])
+    config = parse_train_args(["--job.config_file", str(REPO / "configs/debug.toml"), "--model.hf_assets_path", str(out)])
+    tokenizer = build_tokenizer(config)
+    assert tokenizer.get_vocab_size() <= 300 and tokenizer.bos_id is not None and tokenizer.eos_id is not None
+    text = (assets["train"] / "doc0.txt").read_text()
+    assert tokenizer.decode(tokenizer.encode(text, add_bos=False, add_eos=False)) == text
+
+
+def test_the_context_extension_configs_chain_stage_0_to_1_to_2_with_one_long_rope():
+    stages = [parse_train_args(["--job.config_file", str(REPO / f"configs/extend/{name}.toml")])
+              for name in ("stage0_short", "stage1_lighthouse_long", "stage2_dense_long")]
+    for stage in stages:
+        check_job(stage)
+    short, long, dense = stages
+    assert not short.lighthouse.enable and long.lighthouse.enable and not dense.lighthouse.enable
+    assert long.training.seq_len == dense.training.seq_len > short.training.seq_len
+    assert long.rope.theta == dense.rope.theta != short.rope.theta
+    assert long.checkpoint.initial_load_path.startswith(short.job.dump_folder) and long.checkpoint.initial_load_model_only
+    assert dense.checkpoint.initial_load_path == f"{long.job.dump_folder}/checkpoint/step-{long.training.steps}"
+    assert short.checkpoint.interval and long.checkpoint.initial_load_path.endswith(f"step-{short.training.steps}")
