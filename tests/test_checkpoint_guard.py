@@ -25,7 +25,7 @@ from recipe.checkpoint_manifest import (MANIFEST, UnreadableManifest, crc32, man
                                         write_manifest)
 from recipe.launch import free_port, single_process_env
 
-from .helpers import signal_when
+from .helpers import signal_when, train_in_one_process
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -429,3 +429,13 @@ def test_sigterm_saves_the_step_and_exits_143_and_ctrl_c_during_a_save_lets_it_f
     assert complete_steps(str(run / "checkpoint")) == [step, saved]
     step_folder = str(run / "checkpoint" / f"step-{step}")
     assert manifest_faults(step_folder, read_manifest(step_folder)) == []
+
+
+def test_a_job_without_checkpoints_trains_to_its_end(tmp_path):
+    """No checkpoint is ever saved, so no manifest is waited for (the benchmarks train so)."""
+    out = train_in_one_process([["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(tmp_path),
+                                 "--training.steps", "3", "--training.seq_len", "128", "--checkpoint.no-enable"]])
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert not (tmp_path / "checkpoint").exists()
+    steps = [json.loads(line).get("step") for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert max(s for s in steps if s is not None) == 3
