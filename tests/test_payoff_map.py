@@ -270,6 +270,7 @@ def example_study(tmp_path: Path, **study: object) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # ten training processes and the per-token pass, two at a time
 def test_the_cpu_example_runs_as_written_and_reports_matched_compute_first_then_every_seed_and_the_anatomy(tmp_path):
     """The example builds its corpus, trains dense, the defaults and the frontier over two seeds, and reports
     "at equal GPU-seconds" first; with the per-token pass added, the anatomy and NIAH too."""
