@@ -13,6 +13,8 @@ block is the product of its values, the study the union of the blocks:
     seeds = [0, 1, 2, 3]
     dense = true                                         # a dense run of every seed of a block: the reference
     frontier = [600, 510, 400]                           # dense runs whose whole schedule ends sooner (optional)
+    stage0_seq_len = 8192                                # optional: context extension from a short dense stage 0
+    stage0_steps = 720
 
     [[grid]]
     topk = [1024, 2048]           # default: the config's        (stage 1)
@@ -37,6 +39,10 @@ while the stage-1 runs that other arms resume still are).
 then the config's decay to its end), validated and saved at its last step only, so its timed steps are
 undisturbed and its score is the final held-out loss. Each seed's frontier runs follow its dense run, longest
 first. With `steps` itself, they give each seed's final loss against training seconds (`eval.frontier`).
+
+`stage0_seq_len` and `stage0_steps` make the study one of context extension: for every seed, a dense run at the
+short length (`stage0_s<seed>`, its own schedule scaled as a frontier run's) trains first, and every stage-1,
+dense and frontier run of that seed starts from its final weights (model only: a fresh optimizer and schedule).
 """
 from __future__ import annotations
 
@@ -50,7 +56,8 @@ from typing import Any
 from .toml_config import get_key, load_toml
 
 STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
-              "anatomy_windows", "niah_lengths", "reported", "frontier", "corpus_sources"}
+              "anatomy_windows", "niah_lengths", "reported", "frontier", "corpus_sources",
+              "stage0_seq_len", "stage0_steps"}
 GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps", "seeds"}
 
 
@@ -65,8 +72,8 @@ class Stage1:
 
 @dataclass(frozen=True)
 class Run:
-    """One training process of the study: `kind` dense, frontier (dense on a schedule of its own length), stage1
-    or stage2 (resuming `stage1` at `switch`)."""
+    """One training process of the study: `kind` stage0 (dense at the short length of an extension study), dense,
+    frontier (dense on a schedule of its own length), stage1 or stage2 (resuming `stage1` at `switch`)."""
 
     name: str
     kind: str
@@ -97,6 +104,8 @@ class Study:
     reported: list[str] = field(default_factory=list)
     frontier: list[int] = field(default_factory=list)
     corpus_sources: list[Path] = field(default_factory=list)
+    stage0_seq_len: int = 0  # 0: no stage 0, every run starts from initial weights
+    stage0_steps: int = 0
 
 
 def _fail(path: Path, message: str) -> ValueError:
@@ -145,6 +154,7 @@ def load_study(path: Path) -> Study:
     if not isinstance(sources, list) or not all(isinstance(v, str) and v for v in sources):
         raise _fail(path, f"study.corpus_sources = {sources!r} must be a list of folder paths")
     parsed.corpus_sources = [Path(v) for v in sources]
+    _check_stage0(parsed, study)
     if steps in parsed.frontier:
         raise _fail(path, f"study.frontier = {parsed.frontier} repeats study.steps = {steps}: the dense run of "
                           "study.dense is that length")
@@ -176,6 +186,23 @@ def load_study(path: Path) -> Study:
     _check_per_token_pass(parsed)
     _check_reported(parsed)
     return parsed
+
+
+def _check_stage0(parsed: Study, study: dict) -> None:
+    """`stage0_seq_len` and `stage0_steps` come together, the length below the config's `training.seq_len`."""
+    given = [key for key in ("stage0_seq_len", "stage0_steps") if key in study]
+    if not given:
+        return
+    if len(given) == 1:
+        raise _fail(parsed.path, f"study.{given[0]} needs study.stage0_{'steps' if 'seq_len' in given[0] else 'seq_len'}")
+    seq_len, steps = study["stage0_seq_len"], study["stage0_steps"]
+    long = get_key(parsed.base, "training.seq_len")
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 1 <= seq_len < long:
+        raise _fail(parsed.path, f"study.stage0_seq_len = {seq_len!r} must be an integer below training.seq_len = "
+                                 f"{long} of {parsed.config}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
+        raise _fail(parsed.path, f"study.stage0_steps = {steps!r} must be an integer >= 2")
+    parsed.stage0_seq_len, parsed.stage0_steps = seq_len, steps
 
 
 def _check_per_token_pass(study: Study) -> None:
@@ -231,6 +258,8 @@ def plan_runs(study: Study) -> list[Run]:
     order: list[tuple[str, Any]] = []
     for axes in study.grid:
         for seed in axes["seeds"]:
+            if study.stage0_seq_len and ("stage0", seed) not in order:
+                order.append(("stage0", seed))
             for selection, topk, layers in itertools.product(axes["selection"], axes["topk"], axes["dense_layers"]):
                 stage1 = stage1_of(study, selection, topk, layers, seed)
                 if stage1 not in last_switch:
@@ -253,7 +282,9 @@ def plan_runs(study: Study) -> list[Run]:
     for kind, item in order:
         if kind == "stage1" and item.name not in needed:
             continue
-        if kind == "stage1":
+        if kind == "stage0":
+            runs.append(Run(stage0_name(item), "stage0", item, steps=study.stage0_steps))
+        elif kind == "stage1":
             runs.append(Run(item.name, "stage1", item.seed, item, steps=last_switch[item]))
         elif kind == "dense":
             if f"dense_s{item}" not in reported:
@@ -263,7 +294,19 @@ def plan_runs(study: Study) -> list[Run]:
                      if (name := frontier_name(item, n)) not in reported]
         elif item not in reported:
             runs.append(stage2[item])
+    if study.stage0_seq_len:  # every run that starts from initial weights starts from stage 0's instead
+        runs = [dataclasses.replace(run, after=(stage0_name(run.seed),)) if run.kind in STARTS_FRESH else run
+                for run in runs]
+        started = {run.seed for run in runs if run.kind in STARTS_FRESH}
+        runs = [run for run in runs if run.kind != "stage0" or run.seed in started]
     return runs
+
+
+STARTS_FRESH = ("stage1", "dense", "frontier")  # the runs that do not resume another run of the study
+
+
+def stage0_name(seed: int) -> str:
+    return f"stage0_s{seed}"
 
 
 def frontier_name(seed: int, steps: int) -> str:
@@ -271,17 +314,20 @@ def frontier_name(seed: int, steps: int) -> str:
 
 
 def long_first(runs: list[Run]) -> list[Run]:
-    """`runs` reordered to pack a fixed amount of machine time: dense runs first, then every stage 1 (so the stage-2
-    runs can start), then stage 2 by its dense steps, most first; ties keep the study's order."""
+    """`runs` reordered to pack a fixed amount of machine time: stage 0 (which the others start from), dense and
+    frontier runs, then every stage 1 (so the stage-2 runs can start), then stage 2 by its dense steps, most first;
+    ties keep the study's order."""
     def key(run: Run) -> tuple[int, int]:
-        return {"dense": (0, 0), "frontier": (0, 0), "stage1": (1, 0)}.get(run.kind, (2, run.switch - run.steps))
+        return {"stage0": (-1, 0), "dense": (0, 0), "frontier": (0, 0), "stage1": (1, 0)}.get(
+            run.kind, (2, run.switch - run.steps))
 
     return sorted(runs, key=key)
 
 
 def train_command(study: Study, run: Run, python: str = "python3") -> str:
     """The shell command (from the repository root) that trains `run`; rerun, it resumes its latest checkpoint."""
-    schedule = run.steps if run.kind == "frontier" else study.steps  # every other run shares the study's schedule
+    own = run.kind in ("frontier", "stage0")  # every other run shares the study's schedule
+    schedule = run.steps if own else study.steps
     argv = [python, "train.py", "--job.config_file", study.config,
             "--training.dataset_path", str(study.corpus / "train"),
             "--validation.dataset_path", str(study.corpus / "heldout"),
@@ -291,6 +337,12 @@ def train_command(study: Study, run: Run, python: str = "python3") -> str:
             "--training.steps", str(run.steps)]
     if run.kind == "frontier":
         argv += ["--validation.freq", str(run.steps), "--checkpoint.interval", str(run.steps)]
+    if run.kind == "stage0":
+        argv += ["--training.seq_len", str(study.stage0_seq_len), "--validation.seq_len", str(study.stage0_seq_len)]
+    elif study.stage0_seq_len and run.kind in STARTS_FRESH:
+        argv += ["--checkpoint.initial_load_path",
+                 str(study.run / stage0_name(run.seed) / "checkpoint" / f"step-{study.stage0_steps}"),
+                 "--checkpoint.initial_load_model_only"]
     if run.kind == "stage1":
         stage1 = run.stage1
         argv += ["--lighthouse.selection", stage1.selection, "--lighthouse.topk", str(stage1.topk),

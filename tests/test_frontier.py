@@ -168,3 +168,31 @@ def test_the_checked_in_frontier_study_queues_the_anchor_then_each_seeds_frontie
     runs = plan_runs(load_study(REPO / "configs" / "payoff" / "tiny_128k_frontier.toml"))
     assert [r.name for r in runs[:4]] == ["dense_s0", "dense_s0_steps600", "dense_s0_steps510", "dense_s0_steps400"]
     assert [r.kind for r in runs] == ["dense"] + ["frontier"] * 3 * 8
+
+
+def test_an_extension_study_trains_stage_0_short_first_and_starts_every_fresh_run_from_its_weights(tmp_path):
+    study = load_study(study_with(tmp_path, "frontier = [400]\nstage0_seq_len = 8192\nstage0_steps = 300"))
+    runs = {r.name: r for r in plan_runs(study)}
+    assert list(runs)[0] == "stage0_s3" and list(runs)[5] == "stage0_s4"
+    argv = shlex.split(train_command(study, runs["stage0_s3"]))
+    option = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+    assert (option["--training.seq_len"], option["--training.steps"], option["--lr_scheduler.total_steps"],
+            option["--lr_scheduler.warmup_steps"]) == ("8192", "300", "300", "30")
+    for name in ("causal_s3", "dense_s3", "dense_s3_steps400"):
+        assert runs[name].after == ("stage0_s3",)
+        command = train_command(study, runs[name])
+        assert "--checkpoint.initial_load_path out/stage0_s3/checkpoint/step-300" in command
+        assert "--checkpoint.initial_load_model_only" in command and "--training.seq_len" not in command
+    stage2 = train_command(study, runs["causal_s3_switch360"])
+    assert runs["causal_s3_switch360"].after == ("causal_s3",) and "out/causal_s3/checkpoint/step-360" in stage2
+    assert final_models(list(runs.values()))[3] == ["dense_s3", "causal_s3_switch360"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("stage0_seq_len = 8192", "needs study.stage0_steps"),
+    ("stage0_seq_len = 131072\nstage0_steps = 10", "below training.seq_len = 131072"),
+    ("stage0_seq_len = 8192\nstage0_steps = 1", "stage0_steps = 1 must be an integer >= 2"),
+], ids=["alone", "not-shorter", "steps"])
+def test_a_stage_0_mistake_names_the_key_and_value(tmp_path, extra, message):
+    with pytest.raises(ValueError, match=message):
+        load_study(study_with(tmp_path, extra))
