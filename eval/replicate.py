@@ -27,7 +27,7 @@ from recipe.metrics import METRICS_FILE, read_metrics
 from recipe.run_logs import LOSS_TAG, TPS_TAG
 from recipe.run_record import REPO
 
-DOCS = REPO / "docs"  # where a published report's results.json and replicate_loss.png go
+DOCS = REPO / "docs" / "records"  # where a published report's results.json and replicate_loss.png go
 FINAL_WINDOW = 20  # steps averaged for the final training loss
 SPIKE_WINDOW = 20  # dense steps after a switch searched for the spike
 SMOOTH = 10  # moving-mean window of the gap for recovery
