@@ -1,5 +1,6 @@
-"""Every shell command in README.md and docs/*.md (```bash blocks) runs as written, on CPU-sized overrides, or
-is checked without running, or is listed with the reason it cannot run here.
+"""Every shell command in README.md and docs/**/*.md (```bash blocks, the study pages of docs/studies/ included)
+runs as written, on CPU-sized overrides, or is checked without running, or is listed with the reason it cannot
+run here.
 
 How each command is handled is decided by ROWS, a reviewed table matched in order against the command (one
 logical line, its words joined by spaces, comments and `[--optional ...]` parts left out; `a && b` is two
@@ -41,7 +42,7 @@ from recipe.trainer import check_job
 from .helpers import REPO
 from .minimal_env import minimal_env, minimal_python
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
 OPTIONAL = re.compile(r"\s\[--[^\]]*\]")  # `[--submit]`, `[--section.key value ...]`: optional parts
