@@ -81,9 +81,6 @@ ROWS = [
         ("--no-torchtitan-check",), slow=True),
     # ------------------------------------------------------------------ checked without running
     Row(r"python train\.py --help$", "check", "lists every option"),
-    Row(r"python train\.py --job\.config_file configs/debug\.toml --job\.dump_folder outputs/debug-shadow "
-        r"--validation\.enable", "check",
-        "validation's settings are checked at start-up; tests/test_recipe_validation.py trains with the dense shadow"),
     Row(r"python train\.py --job\.config_file configs/debug\.toml --job\.dump_folder outputs/try --training\.steps 8 "
         r"--checkpoint\.enable --checkpoint\.interval 3$", "check",
         "the resume example; tests/test_crash_resume.py kills and resumes the debug run"),
