@@ -206,7 +206,7 @@ def plot_losses(run: Path, steps: int, path: Path) -> None:
 
 
 def markdown(results: dict) -> str:
-    """The arms table and the stage-1 table, as pasted into docs/results.md."""
+    """The arms table and the stage-1 table, as pasted into docs/studies/recoverability.md."""
     def fmt(x, spec=".4f"):
         return "never" if x is None else format(x, spec) if isinstance(x, float) else str(x)
 
