@@ -6,7 +6,6 @@ Lighthouse on or off and with any L, p, k.
 """
 from __future__ import annotations
 
-import copy
 import warnings
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from torch import nn
 from torchtitan.config import ConfigManager, JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
-import recipe.train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec that build_model looks up)
+from recipe.train_spec import job_model_args  # importing it registers the llama3_lighthouse TrainSpec
 from recipe.trainer import check_job
 
 
@@ -53,12 +52,10 @@ def check_lengths(job_config: JobConfig, lengths: list[int]) -> None:
 
 
 def build_model(job_config: JobConfig, device: torch.device) -> nn.Module:
-    """The job's model (name, flavor, `[lighthouse]`) with freshly initialised weights on `device`, in eval mode."""
-    spec = get_train_spec(job_config.model.name)
-    args = copy.deepcopy(spec.model_args[job_config.model.flavor])
-    args.update_from_config(job_config)
+    """The job's model (name, flavor, `[lighthouse]`, `[rope]`, the tokenizer's vocabulary) with freshly initialised
+    weights on `device`, in eval mode."""
     with torch.device("meta"):
-        model = spec.model_cls(args)
+        model = get_train_spec(job_config.model.name).model_cls(job_model_args(job_config))
     model.to_empty(device=device)
     with torch.no_grad():
         model.init_weights(buffer_device=device)

@@ -1,12 +1,14 @@
 """Held-out loss: mean next-token cross-entropy over fixed windows of documents the run never trained on.
 
-Windows are cut exactly as in training (`recipe.data.PackedDocuments`: BOS + bytes + EOS per document,
+Windows are cut exactly as in training (`recipe.data.PackedDocuments`: BOS + tokens + EOS per document,
 concatenated, `seq_len + 1` tokens per window), from one pass over the files in sorted order, so the same
 files give the same windows whatever the model or attention setting.
 
-Per document (`document_loss`), each document's bytes are scored whole, as lm-eval's `loglikelihood_rolling`
-scores them on the exported model: BOS before the first byte, then disjoint windows of at most `seq_len`
-predicted bytes, each window seeing the `seq_len` tokens before its last byte (`rolling_windows`).
+Per document (`document_loss`), each document's tokens are scored whole, as lm-eval's `loglikelihood_rolling`
+scores them on the exported model: BOS before the first token, then disjoint windows of at most `seq_len`
+predicted tokens, each window seeing the `seq_len` tokens before its last one (`rolling_windows`). The sum is
+divided by the documents' UTF-8 bytes: nats (or bits) per byte compare models across tokenizers; with the byte
+tokenizer they are nats per token.
 """
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ import torch.nn.functional as F
 
 from recipe.progress import progress_bar
 from recipe.data import BadDocument, PackedDocuments, match_local_files, read_documents
-from recipe.tokenizer import BOS_ID, ByteTokenizer
+from torchtitan.components.tokenizer import BaseTokenizer
+
+from recipe.tokenizer import ByteTokenizer, utf8_bytes
 
 
 class _OnePass:
@@ -32,14 +36,15 @@ class _OnePass:
             yield from read_documents(path)
 
 
-def heldout_windows(pattern: str, seq_len: int, count: int, option: str = "--data") -> torch.Tensor:
+def heldout_windows(pattern: str, seq_len: int, count: int, option: str = "--data",
+                    tokenizer: BaseTokenizer | None = None) -> torch.Tensor:
     """The first `count` windows [count, seq_len + 1] of the files matching `pattern`, the value of the command
-    line's `option` (named in a ValueError when it matches nothing usable)."""
+    line's `option` (named in a ValueError when it matches nothing usable), tokenized by `tokenizer` (bytes)."""
     if count < 1 or seq_len < 1:
         raise ValueError(f"count={count} and seq_len={seq_len} must be >= 1")
     files = match_local_files(pattern, option)
     windows = []
-    for window, labels in PackedDocuments(_OnePass(files), ByteTokenizer(), seq_len):
+    for window, labels in PackedDocuments(_OnePass(files), tokenizer or ByteTokenizer(), seq_len):
         windows.append(torch.cat([window["input"], labels[-1:]]))
         if len(windows) == count:
             return torch.stack(windows)
@@ -114,19 +119,20 @@ def mean_loss(logits_fn: LogitsFn, windows: torch.Tensor, batch_size: int = 1,
 
 
 def document_loss(logits_fn: LogitsFn, documents: list[str], seq_len: int, device: torch.device | str = "cpu",
-                  progress: bool | None = False) -> tuple[float, int]:
-    """(mean cross-entropy in nats per byte, bytes scored) of the documents scored whole (`rolling_windows`),
-    lm-eval's rolling log-likelihood of them over their bytes; a progress bar over the documents when
-    `progress` says so."""
+                  progress: bool | None = False, tokenizer: BaseTokenizer | None = None) -> tuple[float, int]:
+    """(cross-entropy in nats per UTF-8 byte, bytes scored) of the documents scored whole (`rolling_windows`),
+    lm-eval's rolling log-likelihood of them over their bytes, tokenized by `tokenizer` (bytes by default); a
+    progress bar over the documents when `progress` says so."""
+    tokenizer = tokenizer or ByteTokenizer()
     total, count = 0.0, 0
     bar = progress_bar(len(documents), "held-out loss (documents)", progress)
     for document in documents:
-        tokens = ByteTokenizer().encode(document, add_bos=False, add_eos=False)
-        for ids, scored in rolling_windows(tokens, BOS_ID, seq_len):
+        tokens = tokenizer.encode(document, add_bos=False, add_eos=False)
+        for ids, scored in rolling_windows(tokens, tokenizer.bos_id, seq_len):
             window = torch.tensor([ids], device=device)
             losses = token_losses(logits_fn, window[:, :-1], window[:, 1:])
             total += losses[0, -scored:].double().sum().item()
-        count += len(tokens)
+        count += utf8_bytes(document)
         bar.update()
     bar.close()
     return total / count, count

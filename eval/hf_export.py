@@ -15,7 +15,11 @@ The byte tokenizer becomes a `tokenizers` byte-level BPE without merges: byte b 
 decoding turns invalid UTF-8 into U+FFFD as ByteTokenizer.decode does. With `split_special_tokens` a literal
 "<bos>" in the text stays bytes, as in the recipe. EOS pads (left: generation continues the text's last byte).
 
-The tokenizer adds no BOS by default (tokenizer.json has no post-processor), because lm-eval (0.4.x) conditions
+A job with a Hugging Face tokenizer (`[model] hf_assets_path`) gets its tokenizer files copied back unchanged
+(tokenizer.json, tokenizer_config.json, special_tokens_map.json where present) and its BOS/EOS ids in config.json,
+EOS padding; the byte tokenizer is written as below.
+
+The byte tokenizer adds no BOS by default (tokenizer.json has no post-processor), because lm-eval (0.4.x) conditions
 every document of a rolling-perplexity task on its own prefix token, the tokenizer's BOS: a tokenizer that added
 BOS too would make lm-eval score log p(BOS | BOS) as part of each document. Without it, lm-eval's rolling
 log-likelihood of a document is the recipe's: bytes after BOS. Loading with `add_bos_token=True` (transformers 5)
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -34,10 +39,10 @@ from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
 from models.llama3_lighthouse import LighthouseLlama
-from recipe.tokenizer import BOS_ID, EOS_ID, NUM_BYTES
+from recipe.tokenizer import BOS_ID, EOS_ID, NUM_BYTES, TOKENIZER_FILES, build_tokenizer, hf_tokenizer_folder
 
 BOS_TOKEN, EOS_TOKEN = "<bos>", "<eos>"
-PAD_ID, PAD_TOKEN = EOS_ID, EOS_TOKEN  # the vocabulary has no spare id; padded positions are masked anyway
+PAD_TOKEN = EOS_TOKEN  # EOS pads: the byte vocabulary has no spare id, and padded positions are masked anyway
 RECORD_FILE = "lighthouse_export.json"
 WEIGHTS_FILE = "model.safetensors"
 
@@ -54,8 +59,9 @@ def rope_scaling(model: LighthouseLlama) -> dict:
             "original_max_position_embeddings": original}
 
 
-def hf_config(model: LighthouseLlama) -> dict:
-    """config.json of a transformers `LlamaForCausalLM` with the model's dimensions, RoPE and vocabulary."""
+def hf_config(model: LighthouseLlama, bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> dict:
+    """config.json of a transformers `LlamaForCausalLM` with the model's dimensions, RoPE and vocabulary, and the
+    tokenizer's BOS and EOS (EOS pads)."""
     args = model.model_args
     return {
         "architectures": ["LlamaForCausalLM"],
@@ -74,9 +80,9 @@ def hf_config(model: LighthouseLlama) -> dict:
         "max_position_embeddings": args.max_seq_len,
         "rope_theta": args.rope_theta,
         "rope_scaling": rope_scaling(model),
-        "bos_token_id": BOS_ID,
-        "eos_token_id": EOS_ID,
-        "pad_token_id": PAD_ID,
+        "bos_token_id": bos_id,
+        "eos_token_id": eos_id,
+        "pad_token_id": eos_id,
         "tie_word_embeddings": False,
         "torch_dtype": str(model.tok_embeddings.weight.dtype).removeprefix("torch."),
     }
@@ -120,11 +126,11 @@ def tokenizer_config(model_max_length: int) -> dict:
     }
 
 
-def generation_config() -> dict:
+def generation_config(bos_id: int = BOS_ID, eos_id: int = EOS_ID) -> dict:
     """generation_config.json: the special tokens `generate` stops at and pads with, and greedy decoding, which
     `generate` does by default but `pipeline("text-generation")` does only when the model's config says so (it
     samples at temperature 0.7 otherwise)."""
-    return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "do_sample": False}
+    return {"bos_token_id": bos_id, "eos_token_id": eos_id, "pad_token_id": eos_id, "do_sample": False}
 
 
 def readable_by_umask(path: Path) -> None:
@@ -135,13 +141,22 @@ def readable_by_umask(path: Path) -> None:
 
 
 def export(model: LighthouseLlama, job_config: JobConfig, out: Path, record: dict) -> None:
-    """Write config.json, generation_config.json, model.safetensors, tokenizer.json, tokenizer_config.json and
-    `record` (as lighthouse_export.json) into `out`."""
+    """Write config.json, generation_config.json, model.safetensors, the tokenizer files (the job's Hugging Face
+    tokenizer's, or the byte tokenizer's tokenizer.json and tokenizer_config.json) and `record` (as
+    lighthouse_export.json) into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     save_file(hf_weights(model, job_config), str(out / WEIGHTS_FILE), metadata={"format": "pt"})
     readable_by_umask(out / WEIGHTS_FILE)
-    byte_tokenizer().save(str(out / "tokenizer.json"))
-    files = {"config.json": hf_config(model), "generation_config.json": generation_config(),
-             "tokenizer_config.json": tokenizer_config(model.model_args.max_seq_len), RECORD_FILE: record}
+    tokenizer = build_tokenizer(job_config)
+    files = {"config.json": hf_config(model, tokenizer.bos_id, tokenizer.eos_id),
+             "generation_config.json": generation_config(tokenizer.bos_id, tokenizer.eos_id), RECORD_FILE: record}
+    source = hf_tokenizer_folder(job_config)
+    if source is None:
+        byte_tokenizer().save(str(out / "tokenizer.json"))
+        files["tokenizer_config.json"] = tokenizer_config(model.model_args.max_seq_len)
+    else:
+        for name in TOKENIZER_FILES:
+            if os.path.isfile(os.path.join(source, name)):
+                shutil.copyfile(os.path.join(source, name), out / name)
     for name, content in files.items():
         (out / name).write_text(json.dumps(content, indent=2, default=str) + "\n")

@@ -2,7 +2,7 @@
 
 For every (context length, depth) cell and every digit 0-9, one prompt is built: filler of the given
 length with the passkey sentence inserted at `depth` percent of it, ending in a question whose answer is
-the digit. One forward pass; the prediction is the argmax over the 10 digit tokens at the last position.
+the digit. Lengths are in the model's tokens (bytes, or a Hugging Face tokenizer's: `text_encoder`). One forward pass; the prediction is the argmax over the 10 digit tokens at the last position.
 A cell's score is the mean accuracy over the 10 digits.
 """
 from __future__ import annotations
@@ -15,6 +15,8 @@ from typing import Callable, Sequence
 import torch
 
 from recipe.progress import progress_bar
+from torchtitan.components.tokenizer import BaseTokenizer
+
 from recipe.tokenizer import ByteTokenizer
 
 DEPTHS = (0, 15, 30, 50, 70, 85, 100)
@@ -40,9 +42,12 @@ class NiahResult:
         return {"lengths": self.lengths, "depths": self.depths, "accuracy": self.accuracy, "mean": self.mean}
 
 
-def byte_encode(text: str) -> list[int]:
-    """The recipe's byte tokenizer without BOS or EOS: how prompts are encoded for its models."""
-    return ByteTokenizer().encode(text, add_bos=False, add_eos=False)
+def text_encoder(tokenizer: BaseTokenizer) -> Callable[[str], list[int]]:
+    """How prompts are encoded for a model of `tokenizer`: its ids without BOS or EOS."""
+    return lambda text: tokenizer.encode(text, add_bos=False, add_eos=False)
+
+
+byte_encode = text_encoder(ByteTokenizer())  # the recipe's byte tokenizer
 
 
 def check_grid(encode: Callable[[str], list[int]], lengths: Sequence[int], depths: Sequence[int] = DEPTHS) -> None:
@@ -65,7 +70,11 @@ def build_prompt(
     filler_len = length - len(needle) - len(question)
     if filler_len < 0:
         raise ValueError(f"length={length} is shorter than the needle and question ({len(needle) + len(question)} tokens)")
-    filler = encode("".join(rng.choice(_ALPHABET) for _ in range(filler_len)))[:filler_len]
+    text, filler = "", []
+    while len(filler) < filler_len:  # one character a token with bytes; a subword tokenizer needs more characters
+        text += "".join(rng.choice(_ALPHABET) for _ in range(filler_len - len(filler)))
+        filler = encode(text)
+    filler = filler[:filler_len]
     at = filler_len * depth // 100
     return filler[:at] + needle + filler[at:] + question
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import math
 import netrc
 import os
@@ -26,7 +27,7 @@ from .checkpoint_guard import complete_steps
 from .checkpoint_manifest import UnreadableManifest, read_manifest
 from .data import check_training_data, match_local_files
 from .lr_schedule import check_rewarm
-from .run_record import CONFIG_FILE, RUNS_FOLDER
+from .run_record import CONFIG_FILE, RUN_FILE, RUNS_FOLDER
 from .toml_config import get_key, load_toml, tomllib
 
 
@@ -320,6 +321,24 @@ def check_resume(job_config) -> None:
         logger.warning(f"optimizer.lr={job_config.optimizer.lr} differs from {lr} of the run that wrote the "
                        f"checkpoint: the resumed LR schedule keeps {lr}; to change it, start another "
                        "job.dump_folder with checkpoint.initial_load_path")
+
+
+def check_resume_tokenizer(job_config, fingerprint: str) -> None:
+    """A resume from the job's own checkpoint uses the tokenizer its run trained with (`fingerprint`, recorded in
+    run.json): the same ids mean other text under another tokenizer, even one of the same size."""
+    if not job_config.checkpoint.enable or latest_checkpoint_step(job_config) is None:
+        return
+    runs = os.path.join(job_config.job.dump_folder, RUNS_FOLDER)
+    records = sorted(os.listdir(runs)) if os.path.isdir(runs) else []
+    try:
+        with open(os.path.join(runs, records[-1], RUN_FILE), encoding="utf-8") as f:
+            then = json.load(f).get("tokenizer") if records else None
+    except (OSError, ValueError):
+        return
+    if then is not None and then != fingerprint:
+        raise ValueError(f"model.hf_assets_path={job_config.model.hf_assets_path!r} gives the tokenizer {fingerprint}, "
+                         f"but the checkpoints in {os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)}"
+                         f" were trained with {then}; resume with that tokenizer, or pass another --job.dump_folder")
 
 
 def check_data_parallel_degree(job_config, world_size: int) -> None:

@@ -128,8 +128,36 @@ class Resilience:
 
 
 @dataclass
+class Rope:
+    """The `[rope]` section: torchtitan's Llama-3 RoPE (a base frequency with llama3 frequency scaling, always
+    applied). The defaults are the flavors' (the paper's); context extension sets a larger `theta` or a larger
+    `scaling_factor` for the long length (docs/recipe.md), and a Hugging Face model is imported with its own."""
+
+    theta: float = 500000.0
+    """Base frequency of the rotary embedding (Hugging Face's `rope_theta`)."""
+
+    scaling_factor: float = 8.0
+    """Llama-3 frequency scaling: the low-frequency bands are divided by it (1 = no scaling)."""
+
+    low_freq_factor: float = 1.0
+    """Llama-3 scaling: wavelengths above original_max_position_embeddings / low_freq_factor are scaled fully."""
+
+    high_freq_factor: float = 4.0
+    """Llama-3 scaling: wavelengths below original_max_position_embeddings / high_freq_factor are not scaled."""
+
+    original_max_position_embeddings: int = 8192
+    """Llama-3 scaling: the context length the unscaled frequencies were trained for."""
+
+    change_imported: bool = False
+    """Start from a Hugging Face folder (checkpoint.initial_load_in_hf) whose config.json states another RoPE than
+    this section, on purpose: context extension of an imported model with a new theta or scaling for the long
+    length. Off, such a start is refused in one line that gives the flags carrying the folder's RoPE."""
+
+
+@dataclass
 class JobConfig:
     lighthouse: Lighthouse = field(default_factory=Lighthouse)
+    rope: Rope = field(default_factory=Rope)
     lr_scheduler: LRScheduler = field(default_factory=LRScheduler)
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
     host: Host = field(default_factory=Host)
@@ -160,11 +188,13 @@ def _check_context_parallel_layout(job_config) -> None:
         )
 
 
-def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[int, ...]]] | None = None) -> None:
+def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[int, ...]]] | None = None,
+                       hf_import: Callable[[], None] | None = None) -> None:
     """Raise ValueError if the checkpoint the job would start from cannot serve it (the trainer checks this at
     start, after `check_job_config`: the paper's stage 2 names a checkpoint that stage 1 has yet to write).
 
-    `checkpoint.initial_load_path` must be a folder with a readable `.metadata` (unless it is in HF format),
+    `checkpoint.initial_load_path` must be a folder with a readable `.metadata`, or in HF format
+    (`checkpoint.initial_load_in_hf`) one that `hf_import()` accepts (`recipe.hf_import.check_hf_import`),
     and a full resume from it (model, optimizer, LR, data position, step) needs a checkpoint that holds them
     all; torchtitan would stop at `Missing key ... dataloader.dp_rank_0` after building the model. Its weights
     must have the shapes of this job's model (`model_shapes()`: parameter name -> shape), else it is another
@@ -175,6 +205,8 @@ def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[in
     if not os.path.isdir(path):
         raise ValueError(f"checkpoint.initial_load_path={path!r} is not a folder")
     if checkpoint.initial_load_in_hf:
+        if hf_import is not None:
+            hf_import()
         return
     try:
         keys = FileSystemReader(path).read_metadata().state_dict_metadata
@@ -200,10 +232,20 @@ def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[in
         )
 
 
+def check_rope(rope: Rope) -> None:
+    """`[rope]` values torchtitan's RoPE can use (it divides by the factors and their difference)."""
+    for key in ("theta", "scaling_factor", "low_freq_factor", "original_max_position_embeddings"):
+        if not getattr(rope, key) > 0:
+            raise ValueError(f"[rope] {key}={getattr(rope, key)} must be > 0")
+    if not rope.high_freq_factor > rope.low_freq_factor:
+        raise ValueError(f"[rope] high_freq_factor={rope.high_freq_factor} must be above "
+                         f"low_freq_factor={rope.low_freq_factor}")
+
+
 def check_job_config(job_config, n_layers: int) -> None:
     """Raise ValueError naming the offending values if the job cannot run; no device is touched.
 
-    Checks the step count, `[validation]`, the `[lighthouse]` section against the model
+    Checks the step count, `[rope]`, `[validation]`, the `[lighthouse]` section against the model
     (`n_layers`) and every sequence length the job runs Lighthouse on, and the parallelisms this model supports.
     """
     section = getattr(job_config, "lighthouse", None)
@@ -214,6 +256,7 @@ def check_job_config(job_config, n_layers: int) -> None:
         )
     if job_config.training.steps < 1:
         raise ValueError(f"training.steps={job_config.training.steps} must be >= 1")
+    check_rope(job_config.rope)
     check_validation(job_config)
     if job_config.host.colocate_autograd and not hasattr(os, "sched_setaffinity"):
         raise ValueError("[host] colocate_autograd=true needs Linux (os.sched_setaffinity); set it to false")

@@ -65,7 +65,8 @@ class Stage1:
 
 @dataclass(frozen=True)
 class Run:
-    """One training process of the study: `kind` dense, stage1 or stage2 (resuming `stage1` at `switch`)."""
+    """One training process of the study: `kind` dense, frontier (dense on a schedule of its own length), stage1
+    or stage2 (resuming `stage1` at `switch`)."""
 
     name: str
     kind: str
@@ -258,7 +259,7 @@ def plan_runs(study: Study) -> list[Run]:
             if f"dense_s{item}" not in reported:
                 runs.append(Run(f"dense_s{item}", "dense", item, steps=study.steps))
         elif kind == "frontier":
-            runs += [Run(name, "dense", item, steps=n) for n in sorted(study.frontier, reverse=True)
+            runs += [Run(name, "frontier", item, steps=n) for n in sorted(study.frontier, reverse=True)
                      if (name := frontier_name(item, n)) not in reported]
         elif item not in reported:
             runs.append(stage2[item])
@@ -273,14 +274,14 @@ def long_first(runs: list[Run]) -> list[Run]:
     """`runs` reordered to pack a fixed amount of machine time: dense runs first, then every stage 1 (so the stage-2
     runs can start), then stage 2 by its dense steps, most first; ties keep the study's order."""
     def key(run: Run) -> tuple[int, int]:
-        return {"dense": (0, 0), "stage1": (1, 0)}.get(run.kind, (2, run.switch - run.steps))
+        return {"dense": (0, 0), "frontier": (0, 0), "stage1": (1, 0)}.get(run.kind, (2, run.switch - run.steps))
 
     return sorted(runs, key=key)
 
 
 def train_command(study: Study, run: Run, python: str = "python3") -> str:
     """The shell command (from the repository root) that trains `run`; rerun, it resumes its latest checkpoint."""
-    schedule = run.steps if run.kind == "dense" else study.steps  # stage 1 and 2 share the study's schedule
+    schedule = run.steps if run.kind == "frontier" else study.steps  # every other run shares the study's schedule
     argv = [python, "train.py", "--job.config_file", study.config,
             "--training.dataset_path", str(study.corpus / "train"),
             "--validation.dataset_path", str(study.corpus / "heldout"),
@@ -288,7 +289,7 @@ def train_command(study: Study, run: Run, python: str = "python3") -> str:
             "--lr_scheduler.total_steps", str(schedule),
             "--lighthouse.no-log-stats", "--debug.seed", str(run.seed), "--job.dump_folder", str(study.run / run.name),
             "--training.steps", str(run.steps)]
-    if run.kind == "dense" and run.steps != study.steps:
+    if run.kind == "frontier":
         argv += ["--validation.freq", str(run.steps), "--checkpoint.interval", str(run.steps)]
     if run.kind == "stage1":
         stage1 = run.stage1
@@ -309,6 +310,6 @@ def final_models(runs: list[Run]) -> dict[int, list[str]]:
     """Each seed's runs that end at the study's last step (dense and stage 2), in queue order."""
     finals: dict[int, list[str]] = {}
     for run in runs:
-        if run.kind != "stage1":
+        if run.kind in ("dense", "stage2"):
             finals.setdefault(run.seed, []).append(run.name)
     return finals

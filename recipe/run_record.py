@@ -103,11 +103,13 @@ def to_toml(sections: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def write_run_record(job_config: Any, argv: Sequence[str] | None = None, now: datetime.datetime | None = None) -> Path:
+def write_run_record(job_config: Any, argv: Sequence[str] | None = None, now: datetime.datetime | None = None,
+                     tokenizer: str | None = None) -> Path:
     """Write this start's `config.toml` and `run.json` under `<dump_folder>/runs/` and return their folder.
 
     `argv` is the job's arguments to train.py (default: this process's); the folder is named by the UTC
-    start time, with a suffix when a start in the same second already took that name.
+    start time, with a suffix when a start in the same second already took that name. `tokenizer`: what
+    identifies the tokenizer's ids (`recipe.tokenizer.tokenizer_fingerprint`), so a resume can check it.
     """
     now = now or datetime.datetime.now(datetime.timezone.utc)
     runs = Path(job_config.job.dump_folder) / RUNS_FOLDER
@@ -132,6 +134,7 @@ def write_run_record(job_config: Any, argv: Sequence[str] | None = None, now: da
         "world_size": int(os.environ.get("WORLD_SIZE", "1")),
         "host": platform.node(),
         "versions": library_versions(),
+        **({"tokenizer": tokenizer} if tokenizer else {}),
     }
     (folder / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return folder

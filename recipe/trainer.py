@@ -13,6 +13,7 @@ from typing import Iterator, Sequence
 import torch
 import torch.distributed as dist
 from torchtitan.components.checkpoint import AsyncMode
+from torchtitan.components.tokenizer import BaseTokenizer
 from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 from torchtitan.tools.logging import init_logger, logger
@@ -20,20 +21,24 @@ from torchtitan.train import Trainer
 
 from lighthouse.host_threads import autograd_threads, colocated_autograd
 
-from . import train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
+from models.llama3_lighthouse import LighthouseLlama, LighthouseLlamaArgs
+
 from .checkpoint_guard import complete_steps, load_newest_intact, resume_step, save_or_stop
 from .checkpoint_manifest import write_manifest
-from .checks import check_environment, check_settings, check_size, data_parallel_degree
+from .checks import check_environment, check_resume_tokenizer, check_settings, check_size, data_parallel_degree
 from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
 from .compat.torchtitan import without_stop_records
 from .dump_lock import DumpFolderLock
 from .finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state, recorded_grad_norms
+from .hf_import import check_hf_import
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
 from .held_signals import ctrl_c_held, release_ctrl_c, take_sigterm
 from .preemption import SigtermFlag, Terminated, save_on_sigterm
 from .run_record import run_start_record, write_run_record
 from .teardown import end_process_groups
+from .tokenizer import build_tokenizer, tokenizer_fingerprint
+from .train_spec import job_model_args, use_tokenizer  # importing it registers the llama3_lighthouse TrainSpec
 
 
 @as_config_error()
@@ -53,22 +58,28 @@ def check_job(job_config: JobConfig) -> None:
     check_settings(job_config, spec.model_args[flavor].n_layers)
 
 
-def model_shapes(job_config: JobConfig) -> dict[str, tuple[int, ...]]:
-    """The shape of each parameter of the job's model (built on the meta device: no memory, no device)."""
-    spec = get_train_spec(job_config.model.name)
+def model_shapes(args: LighthouseLlamaArgs) -> dict[str, tuple[int, ...]]:
+    """The shape of each parameter of a model of `args` (built on the meta device: no memory, no device)."""
     with torch.device("meta"):
-        model = spec.model_cls(spec.model_args[job_config.model.flavor])
+        model = LighthouseLlama(args)
     return {name: tuple(p.shape) for name, p in model.named_parameters()}
 
 
-def check_start_up(job_config: JobConfig) -> None:
-    """Every check before the trainer builds or writes anything: the settings (`check_job`), the checkpoint the
-    job starts from, and the machine, data and dump folder; a mistake raises ConfigError naming the values."""
+def check_start_up(job_config: JobConfig) -> BaseTokenizer:
+    """Every check before the trainer builds or writes anything: the settings (`check_job`), the tokenizer, the
+    checkpoint or Hugging Face folder the job starts from, and the machine, data and dump folder; a mistake raises
+    ConfigError naming the values. Returns the job's tokenizer."""
     check_job(job_config)
     with as_config_error():
-        check_initial_load(job_config, lambda: model_shapes(job_config))
+        tokenizer = build_tokenizer(job_config)
+        args = job_model_args(job_config, tokenizer)
+        shapes = model_shapes(args)
+        check_initial_load(job_config, lambda: shapes, lambda: check_hf_import(
+            job_config, args, shapes["layers.0.feed_forward.w1.weight"][0]))
         check_environment(job_config)
-        check_size(job_config, get_train_spec(job_config.model.name).model_args[job_config.model.flavor].dim)
+        check_resume_tokenizer(job_config, tokenizer_fingerprint(tokenizer))
+        check_size(job_config, args.dim)
+    return tokenizer
 
 
 def _not_hf_index_warning(record: logging.LogRecord) -> bool:
@@ -161,7 +172,10 @@ class LighthouseTrainer(Trainer):
     CPU if `[host] colocate_autograd` says so."""
 
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
-        check_start_up(job_config)
+        tokenizer = check_start_up(job_config)
+        # torchtitan builds the model from the flavor's arguments: give them the tokenizer's vocabulary first
+        use_tokenizer(get_train_spec(job_config.model.name).model_args[job_config.model.flavor], tokenizer)
+        self.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
         self.dump_lock = DumpFolderLock(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
         logger.info(f"Output folder: {os.path.abspath(job_config.job.dump_folder)}")
         if not job_config.checkpoint.last_save_in_hf:
@@ -324,7 +338,7 @@ class LighthouseTrainer(Trainer):
 
     def train_step(self, data_iterator: Iterator) -> None:
         if not self.trained and self.metrics_processor.jsonl is not None:
-            record = write_run_record(self.job_config, self.argv)
+            record = write_run_record(self.job_config, self.argv, tokenizer=self.tokenizer_fingerprint)
             logger.info(f"Run record (config.toml, run.json): {record}")
             self.metrics_processor.jsonl.write(run_start_record(self.step, record))
         self.trained = True

@@ -32,6 +32,7 @@ from eval.heldout import heldout_windows
 from eval.options import int_list
 from eval.records import provenance, write_record
 from recipe.cli import as_config_error, exit_on_config_error
+from recipe.tokenizer import build_tokenizer
 
 
 def audit(argv: list[str]) -> dict:
@@ -46,7 +47,8 @@ def audit(argv: list[str]) -> dict:
     args, job_argv = p.parse_known_args(argv)
     job_config = parse_job_config(job_argv)
     with as_config_error():
-        windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
+        windows = heldout_windows(args.data, job_config.training.seq_len, args.windows,
+                                  tokenizer=build_tokenizer(job_config))
     _, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
     results = causality_audit(logits, windows, args.lookaheads, args.samples, args.seed, args.batch_size,
                               args.progress)

@@ -16,7 +16,8 @@ mean loss of the positions between successive edges (does the model use far cont
 
 With `--documents N` it scores the first N documents whole instead, with dense attention, as lm-eval's rolling
 log-likelihood scores them on the exported model (`lighthouse_docs`, `wikitext`): {"loss": {"dense": nats per
-byte}, "bits_per_byte": ..., "documents": N, "bytes": ...}.
+byte}, "bits_per_byte": ..., "documents": N, "bytes": ...}. Text is tokenized by the run's tokenizer (bytes, or
+the Hugging Face tokenizer of `[model] hf_assets_path`); per byte, the numbers compare across tokenizers.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from eval.cli import evaluation_parser, load_checkpoint
 from eval.heldout import document_loss, heldout_documents, heldout_windows, setting_losses
 from eval.records import provenance, write_record
 from recipe.cli import as_config_error, exit_on_config_error
+from recipe.tokenizer import build_tokenizer
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -50,8 +52,9 @@ def main(argv: list[str] | None = None) -> dict:
     job_config, _ = job_config_of(Path(args.checkpoint), job_argv)
     seq_len = job_config.training.seq_len
     with as_config_error():
+        tokenizer = build_tokenizer(job_config)
         if args.documents is None:
-            windows = heldout_windows(args.data, seq_len, args.windows)
+            windows = heldout_windows(args.data, seq_len, args.windows, tokenizer=tokenizer)
         else:
             documents = heldout_documents(args.data, args.documents)
     model, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
         record |= {"loss": loss, "windows": args.windows, **({"by_position": by_position} if by_position else {})}
     else:
         model.set_lighthouse_enabled(False)
-        nats, count = document_loss(logits, documents, seq_len, device, args.progress)
+        nats, count = document_loss(logits, documents, seq_len, device, args.progress, tokenizer)
         loss = {"dense": nats}
         record |= {"loss": loss, "bits_per_byte": nats / math.log(2), "documents": args.documents, "bytes": count}
     record |= provenance(args.checkpoint, job_config, device)

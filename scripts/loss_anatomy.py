@@ -47,8 +47,9 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
     from eval.checkpoint import build_model, check_lengths, load_weights, logits_function, parse_job_config
     from eval.device import pick_device
     from eval.heldout import heldout_windows, token_losses
-    from eval.niah import byte_encode, check_grid, run_niah
+    from eval.niah import check_grid, run_niah, text_encoder
     from eval.records import provenance
+    from recipe.tokenizer import build_tokenizer
 
     names = [name for name, _ in args.checkpoint]
     if len(set(names)) != len(names):
@@ -57,9 +58,11 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
         raise ConfigError(f"--checkpoint {missing} are not folders (step folders such as run/checkpoint/step-720)")
     job_config = parse_job_config(job_argv)
     with as_config_error():
-        check_grid(byte_encode, args.niah_lengths, NIAH_DEPTHS)
+        tokenizer = build_tokenizer(job_config)
+        encode = text_encoder(tokenizer)
+        check_grid(encode, args.niah_lengths, NIAH_DEPTHS)
         check_lengths(job_config, args.niah_lengths)
-        windows = heldout_windows(args.data, job_config.training.seq_len, args.windows)
+        windows = heldout_windows(args.data, job_config.training.seq_len, args.windows, tokenizer=tokenizer)
     device = pick_device(args.device)
     model = build_model(job_config, device)
     logits = logits_function(model, job_config, device)
@@ -70,7 +73,7 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
         losses[name] = torch.stack(rows).numpy().astype(np.float16)
         models[name] = provenance(path, job_config, device)
         if args.niah_lengths:
-            niah[name] = run_niah(logits, byte_encode, args.niah_lengths, NIAH_DEPTHS, device=device,
+            niah[name] = run_niah(logits, encode, args.niah_lengths, NIAH_DEPTHS, device=device,
                                   progress=False).to_dict()
         print(f"{name}: mean loss {losses[name].astype(np.float64).mean():.4f}", flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -20,10 +20,11 @@ install()  # the CPU compatibility layer, before torchtitan is imported
 
 from eval.checkpoint import check_lengths, lighthouse_setting, parse_job_config
 from eval.cli import evaluation_parser, load_checkpoint
-from eval.niah import DEPTHS, byte_encode, check_grid, plot_heatmap, run_niah
+from eval.niah import DEPTHS, check_grid, plot_heatmap, run_niah, text_encoder
 from eval.options import int_list
 from eval.records import provenance, write_record
 from recipe.cli import as_config_error, exit_on_config_error
+from recipe.tokenizer import build_tokenizer
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -36,10 +37,11 @@ def main(argv: list[str] | None = None) -> dict:
     args, job_argv = p.parse_known_args(argv)
     job_config = parse_job_config(job_argv)
     with as_config_error():
-        check_grid(byte_encode, args.lengths, args.depths)
+        encode = text_encoder(build_tokenizer(job_config))
+        check_grid(encode, args.lengths, args.depths)
         check_lengths(job_config, args.lengths)
     _, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
-    result = run_niah(logits, byte_encode, args.lengths, args.depths, seed=args.seed, device=device,
+    result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device,
                       progress=args.progress)
     record = {**result.to_dict(), "seed": args.seed, **provenance(args.checkpoint, job_config, device)}
     path = write_record(args.out, record)

@@ -4,6 +4,7 @@
     python scripts/train_throughput.py --compile off,on --ac full                # also under torch.compile
     python scripts/train_throughput.py --allow-cpu --config configs/debug.toml   # CPU smoke run: seq 512, 3 steps
     python scripts/train_throughput.py --seq-len 8192 --compile on --ac full --colocate-autograd off,on
+    python scripts/train_throughput.py --vocab-size 131072 --json docs/train_throughput_vocab128k.json
 
 For each activation-checkpointing mode (`--ac none,full`) and compile setting (`--compile off,on`:
 torchtitan's per-block `torch.compile` of the model, Lighthouse layers included), trains the config
@@ -21,6 +22,10 @@ Lighthouse call the model used and with dense SDPA, forward and forward + backwa
 the Amdahl view: the share of the dense step spent in the attention of the layers that run Lighthouse,
 the whole-model ceiling if that attention cost nothing, and the speedup predicted from the per-layer
 speedup. Prints markdown tables; `--json` writes one record per checkpointing mode.
+
+`--vocab-size N` trains with a byte-level BPE of exactly N entries built here (`recipe.bpe`, on the synthetic
+corpus, filled with reserved tokens) instead of the byte tokenizer: what a larger output layer costs at long
+context, beside a run without it.
 """
 from __future__ import annotations
 
@@ -44,7 +49,9 @@ from eval.device import require_cuda
 from eval.records import environment, shown_path
 from eval.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, positive_int,
                              run_variant, switch_values, too_few_steps)
+from recipe.bpe import train_bpe
 from recipe.cli import exit_on_config_error
+from recipe.data import synthetic_document
 
 CPU_STEPS = 3  # the first two are not timed
 
@@ -62,6 +69,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--compile", default="off", help="torch.compile settings, comma-separated: off, on")
     parser.add_argument("--colocate-autograd", default="off",
                         help="[host] colocate_autograd settings, comma-separated: off, on")
+    parser.add_argument("--vocab-size", type=positive_int,
+                        help="train with a BPE tokenizer of this many entries built locally (default: bytes, 258)")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA too: a smoke run of a small config "
                         "(otherwise the script needs CUDA, so the paper model is never trained on a CPU by mistake)")
@@ -92,6 +101,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     runs: dict[tuple[str, str, bool, bool], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
+        tokenizer_args = []
+        if args.vocab_size:
+            texts = (synthetic_document(0, i, 100_000) for i in range(64))
+            tokenizer_args = ["--model.hf_assets_path", str(train_bpe(texts, args.vocab_size, Path(tmp) / "bpe",
+                                                                      exact=True))]
         for ac, compile_on, colocate in modes:
             for name in ("lighthouse", "dense"):
                 print(f"train_throughput: training {name} ac={ac} compile={compile_on} colocate_autograd={colocate}, "
@@ -100,7 +114,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 folder = Path(tmp) / "_".join((name, ac, "compile" if compile_on else "eager",
                                                "colocated" if colocate else "free"))
                 argv_variant = job_args(args.config, args.seq_len, args.steps, name == "lighthouse", ac, compile_on,
-                                        folder, colocate)
+                                        folder, colocate) + tokenizer_args
                 runs[name, ac, compile_on, colocate] = run_variant(argv_variant, folder, args.steps)
                 print(f"{name:10s} ac={ac:4s} compile={compile_on} colocate_autograd={colocate} "
                       f"{runs[name, ac, compile_on, colocate]}", flush=True)
@@ -110,12 +124,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     env = environment(device)
     model = (f"{shown_path(args.config)} ({job.model.flavor}: d {model_args.dim}, {model_args.n_layers} layers, "
              f"{model_args.n_heads} heads; dense layers {list(job.lighthouse.dense_layers)}; "
-             f"L={job.lighthouse.levels} p={job.lighthouse.pool} k={job.lighthouse.topk} {job.lighthouse.scorer})")
+             f"L={job.lighthouse.levels} p={job.lighthouse.pool} k={job.lighthouse.topk} {job.lighthouse.scorer}; "
+             f"vocabulary {args.vocab_size or model_args.vocab_size:,})")
     records = []
     for ac, compile_on, colocate in modes:
         lh, dense = runs["lighthouse", ac, compile_on, colocate], runs["dense", ac, compile_on, colocate]
         records.append({
-            "device": env["device"], "seq_len": args.seq_len, "model": model, "activation_checkpointing": ac,
+            "device": env["device"], "seq_len": args.seq_len, "model": model,
+            "vocab_size": args.vocab_size or model_args.vocab_size, "activation_checkpointing": ac,
             "compile": compile_on, "colocate_autograd": colocate,
             "lighthouse_tok_s": lh.get("tok_s"), "dense_tok_s": dense.get("tok_s"),
             "lighthouse_peak_gib": lh.get("peak_gib"), "dense_peak_gib": dense.get("peak_gib"),

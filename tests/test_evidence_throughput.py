@@ -188,3 +188,16 @@ def test_the_readme_cpu_smoke_run_is_small_by_default_and_says_what_it_trains(tm
     assert record["lighthouse_peak_gib"] > 0 and record["dense_peak_gib"] > 0
     assert record["lighthouse_layers"] == 3  # debug: 4 layers, layer 0 dense
     assert record["speedup"] == pytest.approx(record["lighthouse_tok_s"] / record["dense_tok_s"])
+
+
+def test_vocab_size_trains_both_variants_with_a_bpe_of_that_many_entries(tmp_path):
+    """`--vocab-size N` (the cost of a larger output layer): a BPE of exactly N entries is built locally and both
+    variants train with it; the record names the vocabulary."""
+    vocab = 64 * (8 + os.getpid() % 8)  # fresh, a multiple of 64, so the model's vocabulary is exactly it
+    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--allow-cpu", "--config", "configs/debug.toml",
+                          "--seq-len", "128", "--vocab-size", str(vocab), "--json", str(tmp_path / "tt.json")],
+                         cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    (record,) = json.loads((tmp_path / "tt.json").read_text())
+    assert record["vocab_size"] == vocab and f"vocabulary {vocab:,}" in record["model"]
+    assert record["lighthouse_tok_s"] > 0 and record["dense_tok_s"] > 0

@@ -10,7 +10,7 @@ import pytest
 
 from eval import frontier
 from eval.time_to_quality import Arm, report_records, time_to_quality
-from recipe.payoff_grid import load_study, plan_runs, train_command
+from recipe.payoff_grid import final_models, load_study, plan_runs, train_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -140,8 +140,10 @@ switch = [360]
 def test_frontier_runs_follow_each_seeds_dense_run_longest_first_with_the_schedule_scaled_to_their_length(tmp_path):
     study = load_study(study_with(tmp_path, 'frontier = [400, 600]\nreported = ["dense_s4_steps600"]'))
     runs = plan_runs(study)
-    assert [r.name for r in runs if r.kind == "dense"] == ["dense_s3", "dense_s3_steps600", "dense_s3_steps400",
-                                                           "dense_s4", "dense_s4_steps400"]
+    assert [(r.name, r.kind) for r in runs if r.kind != "stage1" and r.kind != "stage2"] == [
+        ("dense_s3", "dense"), ("dense_s3_steps600", "frontier"), ("dense_s3_steps400", "frontier"),
+        ("dense_s4", "dense"), ("dense_s4_steps400", "frontier")]
+    assert final_models(runs) == {3: ["dense_s3", "causal_s3_switch360"], 4: ["dense_s4", "causal_s4_switch360"]}
     argv = shlex.split(train_command(study, next(r for r in runs if r.name == "dense_s3_steps400")))
     option = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     assert (option["--training.steps"], option["--lr_scheduler.total_steps"], option["--lr_scheduler.warmup_steps"],
@@ -165,4 +167,4 @@ def test_a_frontier_or_corpus_source_mistake_names_the_key_and_value(tmp_path, e
 def test_the_checked_in_frontier_study_queues_the_anchor_then_each_seeds_frontier():
     runs = plan_runs(load_study(REPO / "configs" / "payoff" / "tiny_128k_frontier.toml"))
     assert [r.name for r in runs[:4]] == ["dense_s0", "dense_s0_steps600", "dense_s0_steps510", "dense_s0_steps400"]
-    assert len(runs) == 1 + 3 * 8 and all(r.kind == "dense" for r in runs)
+    assert [r.kind for r in runs] == ["dense"] + ["frontier"] * 3 * 8

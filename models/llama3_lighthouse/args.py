@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 from torch import nn
 from torchtitan.models.llama3 import TransformerModelArgs
+from torchtitan.models.llama3.model.args import RoPEScalingArgs
 from torchtitan.models.utils import get_dense_model_nparams_and_flops
 
 from lighthouse import LighthouseConfig
@@ -54,7 +55,7 @@ class LighthouseLlamaArgs(TransformerModelArgs):
         return [i for i in range(self.n_layers) if i not in self.dense_layers]
 
     def update_from_config(self, job_config, **kwargs) -> None:
-        """Take `seq_len` (torchtitan) and the `[lighthouse]` section of the job.
+        """Take `seq_len` (torchtitan), the `[lighthouse]` section and the `[rope]` section of the job.
 
         `max_seq_len`, the RoPE table's length, is the job's `training.seq_len`, as torchtitan sets it; set
         first, so a long-context job is not warned that it "exceeds original maximum": these models are
@@ -64,6 +65,11 @@ class LighthouseLlamaArgs(TransformerModelArgs):
         section = job_config.lighthouse
         self.lighthouse = section.to_config() if section.enable else None
         self.dense_layers = tuple(section.dense_layers)
+        rope = getattr(job_config, "rope", None)  # absent from torchtitan's own config: the flavor's RoPE stays
+        if rope is not None:
+            self.rope_theta = rope.theta
+            self.rope_scaling_args = RoPEScalingArgs(rope.scaling_factor, rope.low_freq_factor, rope.high_freq_factor,
+                                                     rope.original_max_position_embeddings)
 
     def get_nparams_and_flops(self, model: nn.Module, seq_len: int) -> tuple[int, int]:
         """torchtitan's dense count with each Lighthouse layer's attention term taken over S, not N."""

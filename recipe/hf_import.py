@@ -1,0 +1,105 @@
+"""Starting from a Hugging Face Llama folder (`--checkpoint.initial_load_path DIR --checkpoint.initial_load_in_hf`):
+torchtitan loads its safetensors through the TrainSpec's state dict adapter (`Llama3StateDictAdapter`); this
+module checks first, in one line, that the folder's `config.json` describes the job's model: the same shape
+(`model.flavor` and the tokenizer's vocabulary) and the same RoPE (`[rope]`), since torchtitan would load weights
+of another shape with a page of size mismatches and weights trained with another RoPE without a word.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from typing import Any
+
+from models.llama3_lighthouse import LighthouseLlamaArgs
+
+CONFIG_FILE = "config.json"
+
+
+def read_hf_config(path: str) -> dict[str, Any]:
+    """`config.json` of the folder `path` (checkpoint.initial_load_path), which must hold safetensors weights."""
+    where = f"checkpoint.initial_load_path={path!r} with checkpoint.initial_load_in_hf"
+    if not glob.glob(os.path.join(glob.escape(path), "*.safetensors")):
+        raise ValueError(f"{where}: the folder holds no .safetensors weights (a Hugging Face Llama folder has "
+                         "model.safetensors or model-*.safetensors beside config.json)")
+    try:
+        with open(os.path.join(path, CONFIG_FILE), encoding="utf-8") as f:
+            config = json.load(f)
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{where}: {CONFIG_FILE} cannot be read ({type(err).__name__}: {err})") from err
+    if config.get("model_type") != "llama":
+        raise ValueError(f"{where}: {CONFIG_FILE} has model_type={config.get('model_type')!r}; only Hugging Face "
+                         "Llama models ('llama') import into the recipe's Llama-3")
+    return config
+
+
+def shape_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs, ffn_hidden: int) -> list[str]:
+    """`config.json` keys whose value differs from the job's model (`args`, FFN width `ffn_hidden`), as
+    "key=value (the job: value)"."""
+    expected = {
+        "hidden_size": args.dim,
+        "num_hidden_layers": args.n_layers,
+        "num_attention_heads": args.n_heads,
+        "num_key_value_heads": args.n_kv_heads or args.n_heads,
+        "intermediate_size": ffn_hidden,
+        "vocab_size": args.vocab_size,
+        "head_dim": args.dim // args.n_heads,
+        "rms_norm_eps": args.norm_eps,
+        "tie_word_embeddings": False,  # torchtitan's Llama-3 has an output layer of its own
+        "attention_bias": False,
+        "mlp_bias": False,
+    }
+    defaults = {"num_key_value_heads": config.get("num_attention_heads"), "tie_word_embeddings": False,
+                "attention_bias": False, "mlp_bias": False, "head_dim": expected["head_dim"]}
+    found = {key: config.get(key, defaults.get(key)) for key in expected}
+    return [f"{key}={found[key]} (the job: {value})" for key, value in expected.items() if found[key] != value]
+
+
+def rope_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs) -> tuple[list[str], str]:
+    """(the RoPE settings of `config.json` that differ from the job's, the `[rope]` flags that carry them).
+
+    No `rope_scaling` is llama3 scaling with factor 1; llama3 scaling compares the factor and the two wavelength
+    bounds (original / low and original / high factor), which are what the frequencies depend on. Other scaling
+    types have no torchtitan equivalent and are refused."""
+    theta = config.get("rope_theta", 10000.0)
+    scaling = config.get("rope_scaling") or {"rope_type": "llama3", "factor": 1.0, "low_freq_factor": 1.0,
+                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind != "llama3":
+        return [f"rope_scaling type {kind!r}"], "(none: torchtitan's Llama-3 has llama3 scaling only)"
+    ours = args.rope_scaling_args
+    theirs = (float(scaling["factor"]), scaling["original_max_position_embeddings"] / scaling["low_freq_factor"],
+              scaling["original_max_position_embeddings"] / scaling["high_freq_factor"])
+    mine = (ours.scaling_factor, ours.original_max_position_embeddings / ours.low_freq_factor,
+            ours.original_max_position_embeddings / ours.high_freq_factor)
+    wrong = [] if math.isclose(theta, args.rope_theta) else [f"rope_theta={theta} (the job: {args.rope_theta})"]
+    if not all(math.isclose(a, b) for a, b in zip(theirs, mine)):
+        wrong.append(f"rope_scaling={json.dumps(config.get('rope_scaling'))} (the job: factor {ours.scaling_factor}, "
+                     f"original_max_position_embeddings {ours.original_max_position_embeddings}, low_freq_factor "
+                     f"{ours.low_freq_factor}, high_freq_factor {ours.high_freq_factor})")
+    flags = (f"--rope.theta {theta} --rope.scaling_factor {scaling['factor']} --rope.low_freq_factor "
+             f"{scaling['low_freq_factor']} --rope.high_freq_factor {scaling['high_freq_factor']} "
+             f"--rope.original_max_position_embeddings {scaling['original_max_position_embeddings']}")
+    return wrong, flags
+
+
+def check_hf_import(job_config, args: LighthouseLlamaArgs, ffn_hidden: int) -> None:
+    """Raise ValueError (one line) if the Hugging Face folder the job starts from is not a Llama of the job's
+    shape (`args`, FFN width `ffn_hidden`) and RoPE; torchtitan loads HF weights as weights only."""
+    path = job_config.checkpoint.initial_load_path
+    config = read_hf_config(path)
+    where = f"checkpoint.initial_load_path={path!r}: {CONFIG_FILE} has"
+    if not job_config.checkpoint.initial_load_model_only:
+        raise ValueError("checkpoint.initial_load_in_hf loads weights only: set checkpoint.initial_load_model_only "
+                         "= true (the optimizer, LR schedule and data position start fresh)")
+    shape = shape_mismatches(config, args, ffn_hidden)
+    if shape:
+        raise ValueError(f"{where} {', '.join(shape)}: model.flavor={job_config.model.flavor!r} with the tokenizer of "
+                         f"model.hf_assets_path={job_config.model.hf_assets_path!r} is another shape; pick (or add in "
+                         "models/llama3_lighthouse) a flavor with its dimensions and point model.hf_assets_path at its "
+                         "tokenizer")
+    rope, flags = rope_mismatches(config, args)
+    if rope and not job_config.rope.change_imported:
+        raise ValueError(f"{where} {', '.join(rope)}: the weights were trained with another RoPE; carry it with "
+                         f"{flags}, or pass --rope.change_imported to extend the context with this job's [rope]")

@@ -1,0 +1,224 @@
+"""Your tokenizer, your data, your weights, on CPU with nothing downloaded: a byte-level BPE trained here on a few
+KB of text, a randomly initialised transformers `LlamaForCausalLM` saved with it as a Hugging Face folder, then
+import -> one dense step -> resume with a Lighthouse step and a dense step -> export -> transformers, whose logits
+and held-out bits per byte are the recipe's.
+
+One run (`trained`) serves every assertion; the refusals only run the trainer's start-up checks.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from eval.checkpoint import build_model, load_weights, parse_job_config
+from recipe.bpe import train_bpe
+from recipe.cli import ConfigError, parse_job_config as parse_train_args
+from recipe.data import synthetic_document
+from recipe.metrics import METRICS_FILE, read_metrics
+from recipe.tokenizer import VOCAB_MULTIPLE, build_tokenizer
+from recipe.trainer import check_job, check_start_up
+
+from .helpers import fresh_seed, train_in_one_process
+
+REPO = Path(__file__).resolve().parents[1]
+SEQ_LEN, BPE_VOCAB = 128, 400
+VOCAB = -(-BPE_VOCAB // VOCAB_MULTIPLE) * VOCAB_MULTIPLE  # 448: the tokenizer's, padded
+ROPE = ["--rope.theta", "10000", "--rope.scaling_factor", "1"]  # the folder's: rope_theta 10000, no rope_scaling
+RELATIVE_TOLERANCE = 1e-5
+
+
+def script(name: str):
+    """`scripts/<name>.py`'s main, run in this process."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory) -> dict[str, Path]:
+    """Training text (.txt files), held-out documents (.jsonl), and a Hugging Face Llama folder: a BPE trained
+    on the training text and a random LlamaForCausalLM of the debug flavor's shape, with fresh seeds."""
+    root, seed = tmp_path_factory.mktemp("byo"), fresh_seed()
+    rng = random.Random(seed)
+    train = root / "train"
+    train.mkdir()
+    texts = [synthetic_document(seed, i, rng.randint(2000, 4000)) for i in range(6)]
+    for i, text in enumerate(texts):
+        (train / f"doc{i}.txt").write_text(text)
+    heldout = root / "heldout"
+    heldout.mkdir()
+    documents = [synthetic_document(seed + 1, i, rng.randint(80, 200)) for i in range(3)]
+    (heldout / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
+    hf = train_bpe(texts, BPE_VOCAB, root / "hf")
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=10000.0,
+                         max_position_embeddings=SEQ_LEN, tie_word_embeddings=False, bos_token_id=0, eos_token_id=1,
+                         initializer_range=0.2)  # sharp enough that attention depends on position (RoPE shows)
+    LlamaForCausalLM(config).save_pretrained(hf, safe_serialization=True)
+    return {"root": root, "train": train, "heldout": heldout, "hf": hf}
+
+
+def job(assets, dump: str, *extra: str) -> list[str]:
+    """train.py's arguments for the debug flavor on the training text with the folder's tokenizer and RoPE."""
+    return ["--job.config_file", str(REPO / "configs/debug.toml"), "--model.hf_assets_path", str(assets["hf"]),
+            "--training.dataset", "local", "--training.dataset_path", str(assets["train"]),
+            "--training.seq_len", str(SEQ_LEN), "--job.dump_folder", str(assets["root"] / dump),
+            "--checkpoint.interval", "1", "--lr_scheduler.warmup_steps", "1", *ROPE, *extra]
+
+
+IMPORT = ["--checkpoint.initial_load_path", "{hf}", "--checkpoint.initial_load_in_hf",
+          "--checkpoint.initial_load_model_only"]
+
+
+def importing(assets) -> list[str]:
+    return [arg.format(hf=assets["hf"]) for arg in IMPORT]
+
+
+@pytest.fixture(scope="module")
+def trained(assets) -> Path:
+    """The dump folder of: import, step 1 dense; then a resume with step 2 Lighthouse and step 3 dense."""
+    stage0 = job(assets, "run", *importing(assets), "--lighthouse.no-enable", "--training.steps", "1")
+    resumed = job(assets, "run", "--training.steps", "3", "--lighthouse.switch_to_dense_at_step", "2")
+    out = train_in_one_process([stage0, resumed])
+    assert out.returncode == 0, out.stderr[-4000:]
+    return assets["root"] / "run"
+
+
+def test_the_model_takes_the_tokenizers_vocabulary_padded_and_its_bos_eos(assets):
+    config = parse_train_args(job(assets, "unused"))
+    tokenizer = build_tokenizer(config)
+    assert (tokenizer.get_vocab_size(), tokenizer.bos_id, tokenizer.eos_id) == (BPE_VOCAB, 0, 1)
+    model = build_model(config, torch.device("cpu"))
+    assert model.tok_embeddings.weight.shape[0] == model.output.weight.shape[0] == VOCAB
+    assert model.model_args.eos_id == 1
+
+
+def test_the_import_loads_the_hugging_face_weights(assets, trained):
+    """Step 1's loss, taken before its update on the imported weights, is transformers' loss on the same window."""
+    tokenizer = build_tokenizer(parse_train_args(job(assets, "unused")))
+    stream = [t for f in sorted(assets["train"].iterdir()) for t in tokenizer.encode(f.read_text(), add_bos=True,
+                                                                                         add_eos=True)]
+    window = torch.tensor(stream[: 2 * (SEQ_LEN + 1)]).view(2, SEQ_LEN + 1)  # the first batch (local_batch_size 2)
+    hf_model = AutoModelForCausalLM.from_pretrained(assets["hf"]).eval()
+    with torch.no_grad():
+        logits = hf_model(window[:, :-1]).logits
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten()).item()
+    first = read_metrics(str(trained / METRICS_FILE))[0]
+    assert first["step"] == 1 and first["loss_metrics/global_avg_loss"] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("export") / "model"
+    script("export_hf")([str(trained / "checkpoint" / "step-3"), str(out)])
+    return out
+
+
+def test_the_export_computes_the_recipes_logits_with_the_same_tokenizer(assets, trained, exported):
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (exported / name).read_bytes() == (assets["hf"] / name).read_bytes()
+    job_config = parse_job_config(job(assets, "run"))
+    model = build_model(job_config, torch.device("cpu"))
+    load_weights(model, trained / "checkpoint" / "step-3")
+    model.set_lighthouse_enabled(False)
+    hf_model = AutoModelForCausalLM.from_pretrained(exported).eval()
+    ids = torch.randint(0, BPE_VOCAB, (2, SEQ_LEN))
+    with torch.no_grad():
+        expected, actual = model(ids), hf_model(ids).logits
+    assert (actual - expected).abs().max() / expected.abs().max() < RELATIVE_TOLERANCE
+    text = (assets["heldout"] / "docs.jsonl").read_text()[:100]
+    assert AutoTokenizer.from_pretrained(exported)(text).input_ids == build_tokenizer(job_config).encode(
+        text, add_bos=False, add_eos=False)
+
+
+def test_heldout_bits_per_byte_are_the_exported_models(assets, trained, exported, tmp_path):
+    record = script("heldout_loss")(["--checkpoint", str(trained / "checkpoint" / "step-3"), "--data",
+                                     str(assets["heldout"]), "--documents", "3", "--out", str(tmp_path / "heldout"),
+                                     "--no-progress", *job(assets, "run")])
+    tokenizer = AutoTokenizer.from_pretrained(exported)
+    hf_model = AutoModelForCausalLM.from_pretrained(exported).eval()
+    nats, count = 0.0, 0
+    for line in (assets["heldout"] / "docs.jsonl").read_text().splitlines():
+        document = json.loads(line)["text"]
+        ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer(document).input_ids]])
+        assert ids.shape[1] <= SEQ_LEN + 1  # one window: no rolling
+        with torch.no_grad():
+            logits = hf_model(ids[:, :-1]).logits[0]
+        nats += torch.nn.functional.cross_entropy(logits.double(), ids[0, 1:], reduction="sum").item()
+        count += len(document.encode("utf-8"))
+    assert record["bytes"] == count
+    assert record["bits_per_byte"] == pytest.approx(nats / count / math.log(2), rel=RELATIVE_TOLERANCE)
+
+
+def refusal(assets, *argv: str) -> str:
+    """The one line the trainer's start-up checks give for `argv`."""
+    with pytest.raises(ConfigError) as error:
+        check_start_up(parse_train_args(list(argv)))
+    assert "\n" not in str(error.value)
+    return str(error.value)
+
+
+def test_a_flavor_of_another_shape_is_refused_in_one_line(assets):
+    line = refusal(assets, *job(assets, "other", *importing(assets), "--model.flavor", "tiny"))
+    assert "hidden_size=128 (the job: 256)" in line and "num_hidden_layers=4 (the job: 8)" in line
+
+
+def test_another_rope_is_refused_with_the_flags_that_carry_it(assets):
+    argv = job(assets, "other", *importing(assets))
+    at = argv.index(ROPE[0])
+    del argv[at:at + len(ROPE)]
+    line = refusal(assets, *argv)
+    assert "rope_theta=10000.0 (the job: 500000.0)" in line and "--rope.theta 10000.0 --rope.scaling_factor 1.0" in line
+    check_start_up(parse_train_args([*argv, "--rope.change_imported"]))  # context extension on purpose
+
+
+def test_a_resume_with_another_tokenizer_of_the_same_size_is_refused(assets, trained, tmp_path):
+    other = train_bpe([synthetic_document(fresh_seed(), i, 3000) for i in range(6)], BPE_VOCAB, tmp_path / "tok")
+    argv = job(assets, "run", "--training.steps", "4")
+    argv[argv.index("--model.hf_assets_path") + 1] = str(other)
+    assert "were trained with hf:400:" in refusal(assets, *argv)
+
+
+@pytest.mark.parametrize("entries", [320, 1024])
+def test_an_exact_bpe_has_that_many_entries_and_the_model_that_vocabulary(entries, tmp_path):
+    """`train_bpe(exact=True)`, which the throughput script's --vocab-size uses: reserved tokens fill what the text's
+    merges leave, so a model of a multiple of 64 entries has exactly that vocabulary."""
+    texts = [synthetic_document(fresh_seed(), 0, 500)]
+    folder = train_bpe(texts, entries, tmp_path / "bpe", exact=True)
+    config = parse_train_args(["--job.config_file", str(REPO / "configs/debug.toml"),
+                               "--model.hf_assets_path", str(folder)])
+    assert build_tokenizer(config).get_vocab_size() == entries
+    assert build_model(config, torch.device("meta")).output.weight.shape[0] == entries
+
+
+def test_make_tokenizer_trains_a_bpe_on_your_text_that_the_job_then_uses(assets, tmp_path):
+    out = script("make_tokenizer")(["--data", str(assets["train"]), "--vocab-size", "300", "--out",
+                                    str(tmp_path / "tok")])
+    config = parse_train_args(["--job.config_file", str(REPO / "configs/debug.toml"), "--model.hf_assets_path", str(out)])
+    tokenizer = build_tokenizer(config)
+    assert tokenizer.get_vocab_size() <= 300 and tokenizer.bos_id is not None and tokenizer.eos_id is not None
+    text = (assets["train"] / "doc0.txt").read_text()
+    assert tokenizer.decode(tokenizer.encode(text, add_bos=False, add_eos=False)) == text
+
+
+def test_the_context_extension_configs_chain_stage_0_to_1_to_2_with_one_long_rope():
+    stages = [parse_train_args(["--job.config_file", str(REPO / f"configs/extend/{name}.toml")])
+              for name in ("stage0_short", "stage1_lighthouse_long", "stage2_dense_long")]
+    for stage in stages:
+        check_job(stage)
+    short, long, dense = stages
+    assert not short.lighthouse.enable and long.lighthouse.enable and not dense.lighthouse.enable
+    assert long.training.seq_len == dense.training.seq_len > short.training.seq_len
+    assert long.rope.theta == dense.rope.theta != short.rope.theta
+    assert long.checkpoint.initial_load_path.startswith(short.job.dump_folder) and long.checkpoint.initial_load_model_only
+    assert dense.checkpoint.initial_load_path == f"{long.job.dump_folder}/checkpoint/step-{long.training.steps}"
+    assert short.checkpoint.interval and long.checkpoint.initial_load_path.endswith(f"step-{short.training.steps}")
