@@ -8,7 +8,7 @@ of its own stage-2 steps (dense steps of the same model, on the same GPU, in the
 its steps. Per arm and seed: the paired difference at equal compute (the arm's final loss minus the frontier at
 its dense-equivalent steps, linear between neighbouring lengths) and the speedup at equal loss (the frontier's
 first steps at the arm's loss over the arm's dense-equivalent steps), then their distributions over seeds
-(docs/time_to_quality_long.md, addendum 2).
+(docs/studies/time_to_quality_long.md, addendum 2).
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from recipe.metrics import METRICS_FILE, read_metrics
 from recipe.run_logs import LOSS_TAG, TPS_TAG
 from recipe.run_record import REPO
 
-DOCS = REPO / "docs"  # where a published report's results.json and replicate_loss.png go
+DOCS = REPO / "docs" / "records"  # where a published report's results.json and replicate_loss.png go
 FINAL_WINDOW = 20  # steps averaged for the final training loss
 SPIKE_WINDOW = 20  # dense steps after a switch searched for the spike
 SMOOTH = 10  # moving-mean window of the gap for recovery
@@ -206,7 +206,7 @@ def plot_losses(run: Path, steps: int, path: Path) -> None:
 
 
 def markdown(results: dict) -> str:
-    """The arms table and the stage-1 table, as pasted into docs/results.md."""
+    """The arms table and the stage-1 table, as pasted into docs/studies/recoverability.md."""
     def fmt(x, spec=".4f"):
         return "never" if x is None else format(x, spec) if isinstance(x, float) else str(x)
 

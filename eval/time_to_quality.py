@@ -176,7 +176,7 @@ def exchange_rates(arm: Arm, dense: Arm) -> dict:
 
 
 def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
-    """The docs/time_to_quality.json object of an arm, with its time-to-quality speedup and exchange rates
+    """The docs/records/time_to_quality.json object of an arm, with its time-to-quality speedup and exchange rates
     against `dense`."""
     record = {"name": "dense" if arm.name == "dense_s0" else arm.name, "selection": arm.selection,
               "switch_step": arm.switch_step, "total_steps": arm.total_steps, "seq_len": seq_len, "seed": arm.seed,
@@ -215,7 +215,7 @@ def against_earlier_dense(records: list[dict], earlier: list[dict]) -> list[dict
 
 
 def report_records(arms: list[Arm], seq_len: int, device: str, commit: str, command: str = ARMS_COMMAND) -> list[dict]:
-    """The docs/time_to_quality.json list: each arm's record against the dense arm of its seed, with the commit
+    """The docs/records/time_to_quality.json list: each arm's record against the dense arm of its seed, with the commit
     of the tree the arms ran and the command that ran them."""
     dense = {a.seed: a for a in arms if a.label == "dense"}  # not a frontier run (`dense_s<seed>_steps<n>`)
     return [{**arm_record(a, dense.get(a.seed), seq_len, device), "commit": commit, "command": command}

@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--selection", default=["paper"], type=selection_list,
                         help="comma-separated selection modes to time (paper,causal,strict)")
     parser.add_argument("--out", default="outputs/bench_attention",
-                        help="folder for bench_attention.json, tables and plots (docs/ to publish)")
+                        help="folder for bench_attention.json, tables and plots (docs/records/ to publish)")
     parser.add_argument("--once", type=int, default=0, help="only run one fwd+bwd at this N, k=2048 (for ncu)")
     parser.add_argument("--colocate-autograd", action="store_true",
                         help="run with this thread and autograd's device threads on one CPU (lighthouse.host_threads)")

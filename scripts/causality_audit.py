@@ -8,7 +8,7 @@ For each lookahead b, sampled blocks [c, c + b) of held-out windows are scored w
 with every input from c + b on replaced by another window's tokens; the difference is the leak. Writes
 `<out>.json` ({"selection", "steps", "results": [...], provenance}) and `<out>.png`.
 
-    python scripts/causality_audit.py --combine a.json b.json --out docs/causality
+    python scripts/causality_audit.py --combine a.json b.json --out docs/records/causality
 
 merges audit records into `<out>.json`, a list of one object per (record, lookahead) with the keys
 selection, steps, lookahead, honest_loss, seen_loss, delta, stderr (plus samples and provenance), and

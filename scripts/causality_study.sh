@@ -14,7 +14,7 @@
 # Python's standard library). Each mode trains STEPS steps from the same seed and data order; the audit samples
 # SAMPLES block starts (seed 0) in WINDOWS held-out windows, at each of LOOKAHEADS, for the model with its own
 # selection and, as a control, with dense attention on the paper-trained weights. Everything goes under RUN;
-# the combined record is RUN/causality.json (+ .png), copied to docs/ only by hand.
+# the combined record is RUN/causality.json (+ .png), copied to docs/records/ only by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=/dev/null

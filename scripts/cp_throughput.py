@@ -2,19 +2,19 @@
 and compiled, with variants of `dense_layers`, CP degree W against W = 1 at equal tokens per rank, and where
 the Lighthouse step goes.
 
-    python scripts/cp_throughput.py --json docs/cp_throughput.json --plot docs/cp_throughput.png   # 2 GPUs
+    python scripts/cp_throughput.py --json docs/records/cp_throughput.json --plot docs/records/cp_throughput.png   # 2 GPUs
     python scripts/cp_throughput.py --config configs/debug.toml --tokens-per-rank 512 --steps 3 \\
         --topk 64 --ac none --allow-cpu                                            # CPU smoke run, gloo
-    python scripts/cp_throughput.py --records docs/cp_throughput.json --plot docs/cp_throughput.png   # replot
+    python scripts/cp_throughput.py --records docs/records/cp_throughput.json --plot docs/records/cp_throughput.png   # replot
     python scripts/cp_throughput.py --cp 1,4 --topk 2048 --attentions lighthouse -- --lighthouse.dense_layers
         # every layer Lighthouse: arguments after -- go to train.py
     python scripts/cp_throughput.py --config configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2.toml \\
         --tokens-per-rank 524288 --cp 2 --steps 3 --compile off,on --dense-layers 0,1,28,29 \\
-        --dense-layers 0 --dense-layers none --layer-times --json docs/cp_throughput_1m_cp2.json \\
-        --plot docs/cp_throughput_1m_cp2.png --resume                             # 1M tokens on 2 GPUs
+        --dense-layers 0 --dense-layers none --layer-times --json docs/records/cp_throughput_1m_cp2.json \\
+        --plot docs/records/cp_throughput_1m_cp2.png --resume                             # 1M tokens on 2 GPUs
     python scripts/cp_throughput.py --config configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2.toml \\
         --tokens-per-rank 524288 --cp 2 --steps 3 --compile on --stage2 3 \\
-        --json docs/cp_stage2_1m_cp2.json                                          # stage 2 at 1M
+        --json docs/records/cp_stage2_1m_cp2.json                                          # stage 2 at 1M
 
 For every degree W in `--cp`, each compile setting (`--compile off,on`) and each attention, trains the config
 (default: the paper's L=3, p=4, k=1536 stage 1, full activation checkpointing; its 12 tiles split over 2W

@@ -1,5 +1,5 @@
 """Run a list of shell commands on the GPUs of one machine: one command per GPU at a time, each after the
-commands it waits for, so independent study arms run side by side (docs/time_to_quality_long.md).
+commands it waits for, so independent study arms run side by side (docs/studies/time_to_quality_long.md).
 
     python scripts/gpu_queue.py --tasks tasks.tsv --gpus 0,1,2,3 --logs outputs/queue
 

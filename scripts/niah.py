@@ -1,7 +1,7 @@
 """Needle in a haystack on a checkpoint of the recipe's model, with the attention setting of the command line.
 
     python scripts/niah.py --checkpoint outputs/replicate/dense/checkpoint/step-800 \\
-        --lengths 2048,4096,8192,16384 --out docs/niah_dense \\
+        --lengths 2048,4096,8192,16384 --out docs/records/niah_dense \\
         --job.config_file configs/replicate/small.toml --lighthouse.no-enable
 
 The job arguments after the script's own options choose the model (`model.name`, `model.flavor`) and the

@@ -5,7 +5,7 @@ dense over seeds from one study TOML, then report distributions over seeds (docs
     python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3   # one machine
     python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3 --order long-first
     python scripts/payoff_map.py submit configs/payoff/tiny_128k_basin.toml -- --partition=gpu --gres=gpu:1
-    python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml [--include docs/time_to_quality.json]
+    python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml [--include docs/records/time_to_quality.json]
 
 The study file's format is `recipe.payoff_grid`'s docstring. `run` queues every run on the GPUs of this
 machine (`scripts/gpu_queue.py`: one run per GPU, each after the runs it resumes; rerun to continue a stopped

@@ -3,10 +3,10 @@
 #
 #   scripts/replicate.sh all                   # corpus, the three arms, evaluations, report
 #   STEPS=800 scripts/replicate.sh dense       # or one part at a time: corpus | dense | lighthouse | report
-#   scripts/replicate.sh report --publish      # also write docs/results.json and docs/replicate_loss.png
+#   scripts/replicate.sh report --publish      # also write docs/records/results.json and docs/records/replicate_loss.png
 #
 # The report (results.json, replicate_loss.png, report.md) goes to $RUN; only --publish (after `report` or
-# `all`) writes the tracked files in docs/. A CPU smoke run of the whole pipeline, the debug flavor at
+# `all`) writes the tracked files in docs/records/. A CPU smoke run of the whole pipeline, the debug flavor at
 # sequence 256 for 80 steps (17 Python processes, about 5 CPU-minutes; 8 minutes on 2 busy cores):
 #
 #   RUN=/tmp/replicate-smoke STEPS=80 NIAH_LENGTHS=256 NIAH_LIGHTHOUSE_LENGTHS=256 HELDOUT_WINDOWS=2 \
@@ -40,7 +40,7 @@ HELDOUT_WINDOWS=${HELDOUT_WINDOWS:-32}
 read -r -a EXTRA <<< "${EXTRA:-}"
 
 if [[ -n ${REPORT_OUT:-} ]]; then
-  echo "REPORT_OUT=$REPORT_OUT is not read: the report goes to RUN=$RUN; 'report --publish' also writes docs/" >&2
+  echo "REPORT_OUT=$REPORT_OUT is not read: the report goes to RUN=$RUN; 'report --publish' also writes docs/records/" >&2
   exit 2
 fi
 if (( STEPS <= 0 || STEPS % 80 != 0 )); then
@@ -108,7 +108,7 @@ part_lighthouse() {
   done
 }
 
-# part_report [--publish]: the report into $RUN; with --publish, its results and plot into docs/ as well.
+# part_report [--publish]: the report into $RUN; with --publish, its results and plot into docs/records/ as well.
 part_report() {
   "$PYTHON" scripts/replicate_report.py --run "$RUN" --steps "$STEPS" --config "$CONFIG" "$@" \
     ${EXTRA[@]+"${EXTRA[@]}"}

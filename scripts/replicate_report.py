@@ -1,10 +1,10 @@
 """Summarise a scripts/replicate.sh run: results.json, the loss-curve PNG and markdown tables.
 
     python scripts/replicate_report.py --run outputs/replicate --steps 800             # into the run folder
-    python scripts/replicate_report.py --run outputs/replicate --steps 800 --publish   # and into docs/
+    python scripts/replicate_report.py --run outputs/replicate --steps 800 --publish   # and into docs/records/
 
 The report goes to `--out` (default: the run folder); only `--publish` writes the tracked
-docs/results.json and docs/replicate_loss.png. What it measures (wall clock and training-loop time, the
+docs/records/results.json and docs/records/replicate_loss.png. What it measures (wall clock and training-loop time, the
 switch analysis against the dense arm) is described in `eval.replicate`.
 """
 from __future__ import annotations

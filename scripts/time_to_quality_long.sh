@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pre-registered study of docs/time_to_quality_long.md: time to quality and the exchange rate at 131,072
+# The pre-registered study of docs/studies/time_to_quality_long.md: time to quality and the exchange rate at 131,072
 # tokens, every arm and seed queued over the GPUs of one machine, one arm part per GPU at a time.
 #
 #   scripts/time_to_quality_long.sh corpus     # the package-folder corpus (stdlib + the packages below)

@@ -1,6 +1,6 @@
 """Stage-1 training throughput and peak memory of one model with Lighthouse and with dense SDPA, one device.
 
-    python scripts/train_throughput.py --json docs/train_throughput.json          # the paper model, seq 98,304
+    python scripts/train_throughput.py --json docs/records/train_throughput.json          # the paper model, seq 98,304
     python scripts/train_throughput.py --compile off,on --ac full                # also under torch.compile
     python scripts/train_throughput.py --allow-cpu --config configs/debug.toml   # CPU smoke run: seq 512, 3 steps
     python scripts/train_throughput.py --seq-len 8192 --compile on --ac full --colocate-autograd off,on

@@ -1,5 +1,6 @@
-"""Every shell command in README.md and docs/*.md (```bash blocks) runs as written, on CPU-sized overrides, or
-is checked without running, or is listed with the reason it cannot run here.
+"""Every shell command in README.md and docs/**/*.md (```bash blocks, the study pages of docs/studies/ included)
+runs as written, on CPU-sized overrides, or is checked without running, or is listed with the reason it cannot
+run here.
 
 How each command is handled is decided by ROWS, a reviewed table matched in order against the command (one
 logical line, its words joined by spaces, comments and `[--optional ...]` parts left out; `a && b` is two
@@ -41,7 +42,7 @@ from recipe.trainer import check_job
 from .helpers import REPO
 from .minimal_env import minimal_env, minimal_python
 
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
 OPTIONAL = re.compile(r"\s\[--[^\]]*\]")  # `[--submit]`, `[--section.key value ...]`: optional parts
@@ -80,9 +81,6 @@ ROWS = [
         ("--no-torchtitan-check",), slow=True),
     # ------------------------------------------------------------------ checked without running
     Row(r"python train\.py --help$", "check", "lists every option"),
-    Row(r"python train\.py --job\.config_file configs/debug\.toml --job\.dump_folder outputs/debug-shadow "
-        r"--validation\.enable", "check",
-        "validation's settings are checked at start-up; tests/test_recipe_validation.py trains with the dense shadow"),
     Row(r"python train\.py --job\.config_file configs/debug\.toml --job\.dump_folder outputs/try --training\.steps 8 "
         r"--checkpoint\.enable --checkpoint\.interval 3$", "check",
         "the resume example; tests/test_crash_resume.py kills and resumes the debug run"),
@@ -115,6 +113,12 @@ ROWS = [
         "as written", slow=True),
     Row(r"lm_eval --model hf --model_args pretrained=outputs/debug_eval/hf ", "skip",
         "needs the hf extra (lm-eval); tests/test_lm_eval_export.py runs this command on an export"),
+    # ------------------------------------------------------------------ your tokenizer, data and weights (docs/recipe.md)
+    Row(r"python scripts/export_hf\.py outputs/(debug|extend/stage2_dense_long)/checkpoint/", "help",
+        "exports a trained checkpoint: the walk-through runs export_hf.py as written, tests/test_bring_your_own.py "
+        "exports with a tokenizer"),
+    Row(r"python scripts/heldout_loss\.py --checkpoint outputs/debug/checkpoint/", "help",
+        "scores held-out files of your own; tests/test_bring_your_own.py checks its bits per byte"),
     # ------------------------------------------------------------------ cannot run here
     Row(r"pip install -e \.\[train\]$", "skip", "installs into the environment from the network"),
     Row(r"python -m pip install --no-index --find-links wheelhouse ", "skip",
@@ -127,6 +131,11 @@ ROWS = [
     Row(r"torchrun --nproc_per_node=8 --local-ranks-filter 0 train\.py --job\.config_file configs/<name>\.toml", "skip",
         "a template: <name> stands for a config"),
     Row(r"python scripts/train_throughput\.py ", "skip", f"times the paper model: {GPU}"),
+    Row(r"python train\.py --job\.config_file configs/debug\.toml --model\.flavor <", "skip",
+        "a template: DIR stands for a Hugging Face Llama folder (tests/test_bring_your_own.py imports one on CPU)"),
+    Row(r"python train\.py --job\.config_file configs/extend/", "skip",
+        "needs your tokenizer in assets/tokenizer and your text in data/; tests/test_bring_your_own.py parses the "
+        "three configs and checks their chain"),
     Row(r"(SP=<site-packages>; |CORPUS_SOURCES=|STEPS=\d+ scripts/replicate\.sh |scripts/time_to_quality\.sh )", "skip",
         f"a study of GPU hours (placeholders for the corpus sources): {GPU}"),
     Row(r"(DEVICE=.* |RUN=outputs/payoff )?scripts/time_to_quality_long\.sh (corpus|run|report)$", "skip",

@@ -224,8 +224,8 @@ def test_a_failed_variant_is_recorded_with_its_error_and_the_sweep_goes_on(monke
 def test_the_checked_in_1m_records_back_the_tables_and_numbers_of_the_docs(tmp_path):
     """docs/context_parallel.md's 1M-on-one-node section quotes its records: the block-time table verbatim,
     each variant's tok/s, the dense step and the speedups; every record names the card and commit."""
-    records = json.loads((REPO / "docs" / "cp_throughput_1m_cp2.json").read_text())
-    stage2 = json.loads((REPO / "docs" / "cp_stage2_1m_cp2.json").read_text())
+    records = json.loads((REPO / "docs" / "records" / "cp_throughput_1m_cp2.json").read_text())
+    stage2 = json.loads((REPO / "docs" / "records" / "cp_stage2_1m_cp2.json").read_text())
     text = (REPO / "docs" / "context_parallel.md").read_text()
     assert cp_throughput.layer_times_table(records) in text
     dense = stage2["runs"]["stage2"]["tok_s"]
@@ -246,7 +246,7 @@ def test_the_checked_in_1m_records_back_the_tables_and_numbers_of_the_docs(tmp_p
 
 def test_the_checked_in_2_gpu_probes_back_the_longest_context_cell():
     """The two single-length probes at 1M+ on 2 GPUs: 1,572,864 trains, 2,097,152 runs out of memory."""
-    probes = [p for record in json.loads((REPO / "docs" / "max_context_2gpu_probes.json").read_text())
+    probes = [p for record in json.loads((REPO / "docs" / "records" / "max_context_2gpu_probes.json").read_text())
               for result in record["results"] for p in result["probes"]]
     assert [(p["seq_len"], p["fits"], p.get("error")) for p in probes] == [(2_097_152, False, "out of memory"),
                                                                             (1_572_864, True, None)]

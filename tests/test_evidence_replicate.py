@@ -229,7 +229,7 @@ def test_replicate_report_goes_to_the_run_folder_and_leaves_the_tracked_docs_alo
     """`replicate.sh report` without --publish: results, plot and tables under $RUN, docs/ untouched."""
     run = tmp_path / "run"
     _fabricate_run(run, 160, random.Random())
-    tracked = [REPO / "docs" / "results.json", REPO / "docs" / "replicate_loss.png"]
+    tracked = [REPO / "docs" / "records" / "results.json", REPO / "docs" / "records" / "replicate_loss.png"]
     before = [(path.read_bytes(), path.stat().st_mtime_ns) for path in tracked]
     env = {key: value for key, value in os.environ.items() if key != "REPORT_OUT"}
     out = subprocess.run(["bash", "scripts/replicate.sh", "report"], cwd=REPO, capture_output=True, text=True,

@@ -169,7 +169,7 @@ def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag, monkeypa
 
 @pytest.mark.slow
 def test_the_readme_cpu_smoke_run_is_small_by_default_and_says_what_it_trains(tmp_path):
-    """`--allow-cpu --config configs/debug.toml` (README, troubleshooting): the config's length, 3 steps, no
+    """`--allow-cpu --config configs/debug.toml` (docs/troubleshooting.md): the config's length, 3 steps, no
     activation checkpointing, and a line on stderr before each variant."""
     out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--allow-cpu", "--config", "configs/debug.toml",
                           "--json", str(tmp_path / "tt.json")],

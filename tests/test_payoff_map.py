@@ -171,7 +171,7 @@ def basin_untrained(tmp_path: Path) -> str:
 def test_a_report_of_the_checked_in_records_alone_needs_no_run_folder(tmp_path, monkeypatch):
     """A fresh checkout re-draws the study's report from its records (here those of seeds 2 and 3): `--include`
     only, no run folder."""
-    records = [r for r in json.loads((REPO / "docs" / "payoff_basin.json").read_text())["records"]
+    records = [r for r in json.loads((REPO / "docs" / "records" / "payoff_basin.json").read_text())["records"]
                if r["seed"] in (2, 3)]
     include = tmp_path / "earlier.json"
     include.write_text(json.dumps(records))
