@@ -4,7 +4,7 @@
     python scripts/train_throughput.py --compile off,on --ac full                # also under torch.compile
     python scripts/train_throughput.py --allow-cpu --config configs/debug.toml   # CPU smoke run: seq 512, 3 steps
     python scripts/train_throughput.py --seq-len 8192 --compile on --ac full --colocate-autograd off,on
-    python scripts/train_throughput.py --vocab-size 131072 --json docs/train_throughput_vocab128k.json
+    python scripts/train_throughput.py --vocab-size 131072 --json docs/records/train_throughput_vocab128k.json
 
 For each activation-checkpointing mode (`--ac none,full`) and compile setting (`--compile off,on`:
 torchtitan's per-block `torch.compile` of the model, Lighthouse layers included), trains the config
