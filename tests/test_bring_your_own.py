@@ -18,11 +18,12 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from eval.checkpoint import build_model, load_weights, parse_job_config
+from eval.heldout import heldout_windows
 from recipe.bpe import train_bpe
 from recipe.cli import ConfigError, parse_job_config as parse_train_args
 from recipe.data import synthetic_document
 from recipe.metrics import METRICS_FILE, read_metrics
-from recipe.tokenizer import VOCAB_MULTIPLE, build_tokenizer
+from recipe.tokenizer import BOS_ID, EOS_ID, VOCAB_MULTIPLE, build_tokenizer
 from recipe.trainer import check_job, check_start_up
 
 from .helpers import fresh_seed, train_in_one_process
@@ -157,6 +158,62 @@ def test_heldout_bits_per_byte_are_the_exported_models(assets, trained, exported
         count += len(document.encode("utf-8"))
     assert record["bytes"] == count
     assert record["bits_per_byte"] == pytest.approx(nats / count / math.log(2), rel=RELATIVE_TOLERANCE)
+
+
+VALIDATION_STEPS, VALIDATION_BATCH = 2, 2
+
+
+def validating(assets, dump: str, tokenizer: str) -> list[str]:
+    """One step of `tokenizer` ("bpe": the folder's, "byte": `.`), validated on the training text's first windows."""
+    argv = job(assets, dump, "--training.steps", "1", "--validation.enable", "--validation.dataset", "local",
+               "--validation.dataset_path", str(assets["train"]), "--validation.steps", str(VALIDATION_STEPS),
+               "--validation.local_batch_size", str(VALIDATION_BATCH), "--validation.seq_len", str(SEQ_LEN))
+    if tokenizer == "byte":
+        argv[argv.index("--model.hf_assets_path") + 1] = "."
+    return argv
+
+
+@pytest.fixture(scope="module")
+def validated(assets) -> dict[str, list[str]]:
+    """The arguments of a byte run and of a BPE run, each trained one step and validated after it."""
+    argvs = {name: validating(assets, f"validated-{name}", name) for name in ("byte", "bpe")}
+    out = train_in_one_process(list(argvs.values()))
+    assert out.returncode == 0, out.stderr[-4000:]
+    return argvs
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe"])
+def test_validation_reports_bits_per_byte_of_the_windows_target_text(assets, validated, tokenizer):
+    """bits per byte x ln 2 x the bytes of the windows' target text = per-token loss x their target tokens: for
+    the byte tokenizer, bits per byte is the loss over ln 2 scaled by the share of targets that are not BOS/EOS."""
+    argv = validated[tokenizer]
+    tok = build_tokenizer(parse_train_args(argv))
+    targets = heldout_windows(str(assets["train"]), SEQ_LEN, VALIDATION_STEPS * VALIDATION_BATCH,
+                              tokenizer=tok)[:, 1:].flatten()
+    text = tok.decode([t for t in targets.tolist() if t not in (tok.bos_id, tok.eos_id)])
+    text_bytes = len(text.encode("utf-8"))
+    if tokenizer == "byte":
+        assert text_bytes == targets.numel() - torch.isin(targets, torch.tensor([BOS_ID, EOS_ID])).sum()
+    (record,) = [r for r in read_metrics(argv[argv.index("--job.dump_folder") + 1] + f"/{METRICS_FILE}")
+                 if "validation_metrics/loss" in r]
+    for attention in ("lighthouse", "dense"):
+        loss, bits = record[f"validation/{attention}_loss"], record[f"validation/{attention}_bits_per_byte"]
+        assert bits * math.log(2) * text_bytes == pytest.approx(loss * targets.numel(), rel=1e-6)
+
+
+def test_a_resumed_bpe_run_sees_the_batches_of_an_uninterrupted_one(assets):
+    """Steps 1-4 in one run and as 2 + a resume for 2 more (one LR schedule of 4 steps): the same losses bit for bit
+    (the data position of a BPE stream, its partial window included, is in the checkpoint)."""
+    schedule = ["--lr_scheduler.total_steps", "4"]
+    straight = job(assets, "straight", "--training.steps", "4", *schedule)
+    first, resumed = (job(assets, "resumed", "--training.steps", str(steps), *schedule) for steps in (2, 4))
+    out = train_in_one_process([straight, first, resumed])
+    assert out.returncode == 0, out.stderr[-4000:]
+    losses = {name: {r["step"]: r["loss_metrics/global_avg_loss"] for r in read_metrics(
+        str(assets["root"] / name / METRICS_FILE)) if "loss_metrics/global_avg_loss" in r}
+        for name in ("straight", "resumed")}
+    assert sorted(losses["straight"]) == [1, 2, 3, 4]
+    assert losses["resumed"] == losses["straight"]
 
 
 def refusal(assets, *argv: str) -> str:
