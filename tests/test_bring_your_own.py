@@ -216,6 +216,29 @@ def test_a_resumed_bpe_run_sees_the_batches_of_an_uninterrupted_one(assets):
     assert losses["resumed"] == losses["straight"]
 
 
+def test_last_save_in_hf_writes_a_folder_that_transformers_loads_with_the_recipes_logits(assets):
+    """Import, then two steps at lr 0: step 1 a full checkpoint, step 2 `last_save_in_hf`, whose folder (torchtitan's
+    safetensors, the recipe's config.json and tokenizer files) gives the logits of step 1's weights in the recipe."""
+    argv = job(assets, "in_hf", *importing(assets), "--training.steps", "2", "--optimizer.lr", "0",
+               "--lighthouse.no-enable", "--checkpoint.last_save_model_only", "--checkpoint.last_save_in_hf")
+    out = train_in_one_process([argv])
+    assert out.returncode == 0, out.stderr[-4000:]
+    folder = assets["root"] / "in_hf" / "checkpoint" / "step-2"
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (folder / name).read_bytes() == (assets["hf"] / name).read_bytes()
+    job_config = parse_job_config(argv)
+    model = build_model(job_config, torch.device("cpu"))
+    load_weights(model, folder.parent / "step-1")
+    hf_model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = torch.randint(0, BPE_VOCAB, (2, SEQ_LEN))
+    with torch.no_grad():
+        expected, actual = model(ids), hf_model(ids).logits
+    assert (actual - expected).abs().max() / expected.abs().max() < RELATIVE_TOLERANCE
+    text = (assets["heldout"] / "docs.jsonl").read_text()[:100]
+    assert AutoTokenizer.from_pretrained(folder)(text).input_ids == build_tokenizer(job_config).encode(
+        text, add_bos=False, add_eos=False)
+
+
 def refusal(assets, *argv: str) -> str:
     """The one line the trainer's start-up checks give for `argv`."""
     with pytest.raises(ConfigError) as error:
