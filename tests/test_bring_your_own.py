@@ -10,15 +10,18 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from eval.checkpoint import build_model, load_weights, parse_job_config
-from eval.heldout import heldout_windows
+from eval.checkpoint import build_model, load_weights, logits_function, parse_job_config
+from eval.heldout import document_loss, heldout_windows
 from recipe.bpe import train_bpe
 from recipe.cli import ConfigError, parse_job_config as parse_train_args
 from recipe.data import synthetic_document
@@ -158,6 +161,31 @@ def test_heldout_bits_per_byte_are_the_exported_models(assets, trained, exported
         count += len(document.encode("utf-8"))
     assert record["bytes"] == count
     assert record["bits_per_byte"] == pytest.approx(nats / count / math.log(2), rel=RELATIVE_TOLERANCE)
+
+
+@pytest.mark.slow  # lm_eval starts in its own process and loads the model (about a minute)
+def test_lm_evals_rolling_score_of_the_bpe_export_is_the_recipes_per_document_loss(assets, trained, exported,
+                                                                                     tmp_path):
+    """lm-eval's documented command on the local task lighthouse_docs: each document's rolling log-likelihood is
+    eval.heldout.document_loss with the job's BPE (its tokens after BOS, windows of the training length)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf_home")}
+    command = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={exported}",
+               "--include_path", str(REPO / "eval" / "lm_eval_tasks"), "--tasks", "lighthouse_docs", "--device",
+               "cpu", "--batch_size", "4", "--output_path", str(tmp_path), "--log_samples"]
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    (path,) = tmp_path.rglob("samples_lighthouse_docs_*.jsonl")
+    job_config = parse_job_config(job(assets, "run"))
+    model = build_model(job_config, torch.device("cpu"))
+    load_weights(model, trained / "checkpoint" / "step-3")
+    model.set_lighthouse_enabled(False)
+    logits_fn, tokenizer = logits_function(model, job_config, torch.device("cpu")), build_tokenizer(job_config)
+    for sample in map(json.loads, path.read_text().splitlines()):
+        text = sample["doc"]["text"]
+        nats, count = document_loss(logits_fn, [text], SEQ_LEN, tokenizer=tokenizer)
+        (actual,) = sample["filtered_resps"]
+        assert count == len(text.encode("utf-8")) and float(actual) == pytest.approx(-nats * count, abs=1e-3), text
 
 
 VALIDATION_STEPS, VALIDATION_BATCH = 2, 2
