@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
@@ -30,6 +31,7 @@ from .cli import ConfigError, RunStopped, as_config_error, exit_on_config_error,
 from .compat.torchtitan import without_stop_records
 from .dump_lock import DumpFolderLock
 from .finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state, recorded_grad_norms
+from .hf_config import write_hf_files
 from .hf_import import check_hf_import
 from .job_config import check_initial_load, check_job_config
 from .lighthouse_stats import attach_observers
@@ -227,9 +229,22 @@ class LighthouseTrainer(Trainer):
         begin = time.monotonic()
         with ctrl_c_held(f"during the save of step {curr_step}, which finished first"):
             save_or_stop(save, self.checkpoint_folder, curr_step, last_step)
+            if last_step and self.checkpointer.last_save_in_hf:
+                self.write_hf_files(curr_step)
             for step in self.saves_written(curr_step, last_step):
                 self.write_step_manifest(step)
         self.last_save_s = time.monotonic() - begin
+
+    def write_hf_files(self, step: int) -> None:
+        """config.json, generation_config.json and the tokenizer files (`recipe.hf_config`) beside the safetensors of
+        the last step's `[checkpoint] last_save_in_hf` save, so the folder loads in transformers as an export does;
+        rank 0 writes, every rank waits for it (the manifest lists them)."""
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            ffn_hidden = model_shapes(self.model_args)["layers.0.feed_forward.w1.weight"][0]
+            write_hf_files(Path(self.checkpoint_folder) / f"step-{step}", self.model_args, ffn_hidden,
+                           self.checkpointer.export_dtype, self.job_config)
+        if dist.is_initialized():
+            dist.barrier()
 
     def saves_written(self, curr_step: int, last_step: bool) -> list[int]:
         """The saves whose files are all written once torchtitan's save of `curr_step` has returned: the

@@ -6,10 +6,14 @@ less context than dense attention. What a run will reach after the switch to den
 dense loss of its current weights, so every `validation.freq` steps the validator scores the same held-out
 windows twice while Lighthouse is on (`validation/lighthouse_loss`, `validation/dense_loss`), and once,
 dense, otherwise. The windows are the first `validation.steps` batches of `validation.dataset` (the recipe's
-`local` or `synthetic` sources), the same at every evaluation.
+`local` or `synthetic` sources), the same at every evaluation. Beside each per-token loss goes its bits per byte
+(`validation/lighthouse_bits_per_byte`, `validation/dense_bits_per_byte`): the windows' nats over the UTF-8 bytes
+of their target tokens (`recipe.tokenizer.token_bytes`; BOS and EOS have none), which compare runs across
+tokenizers.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 
 import torch
@@ -22,6 +26,7 @@ from torchtitan.tools import utils
 from torchtitan.tools.logging import logger
 
 from .data import PackedDocuments, build_source
+from .tokenizer import token_bytes
 
 VALIDATION_DATASETS = ("local", "synthetic")
 SYNTHETIC_SEED_OFFSET = 1_000_003  # synthetic held-out documents differ from the training ones
@@ -70,6 +75,7 @@ class DenseShadowValidator(Validator):
         self.metrics_processor = metrics_processor
         self.dp_world_size, self.dp_rank = dp_world_size, dp_rank
         self.pp_schedule = self.pp_has_first_stage = self.pp_has_last_stage = None
+        self.token_bytes = token_bytes(tokenizer).to(utils.device_type)
 
     def heldout_batches(self) -> ParallelAwareDataloader:
         """A fresh loader of the held-out windows: every evaluation reads the same first batches."""
@@ -84,10 +90,11 @@ class DenseShadowValidator(Validator):
             **{**asdict(validation.dataloader), "num_workers": 0},
         )
 
-    def mean_loss(self, model_parts: list[nn.Module]) -> float:
-        """Mean next-token loss over the held-out windows and data-parallel ranks."""
+    def mean_loss(self, model_parts: list[nn.Module]) -> tuple[float, float]:
+        """Mean next-token loss over the held-out windows and data-parallel ranks, and bits per byte: the windows'
+        nats over the UTF-8 bytes of their target tokens."""
         device_type = utils.device_type
-        losses = []
+        losses, nats, text_bytes = [], [], 0.0
         for batch, (input_dict, labels) in enumerate(self.heldout_batches()):
             if batch == self.job_config.validation.steps:
                 break
@@ -96,17 +103,27 @@ class DenseShadowValidator(Validator):
             labels = labels.to(device_type)
             # Counted before context-parallel sharding, as the training step does: each CP rank's loss sum
             # covers its shard, and the sum over the loss mesh (dp x cp) then divides by every token once.
-            tokens = (labels != IGNORE_INDEX).sum()
+            targets = labels != IGNORE_INDEX
+            tokens, batch_bytes = targets.sum(), self.token_bytes[labels[targets]].sum()
             inputs, labels, extra_inputs, extra_kwargs = self.post_dataloading_process(input_dict, labels, model_parts)
             if self.parallel_dims.dp_enabled:
                 tokens = dist_utils.dist_sum(tokens, self.parallel_dims.get_mesh("batch"), None)
+                batch_bytes = dist_utils.dist_sum(batch_bytes, self.parallel_dims.get_mesh("batch"), None)
             with self.validation_context(), self.maybe_enable_amp:
                 loss_sum = self.loss_fn(model_parts[0](inputs, **extra_inputs, **extra_kwargs), labels)
             losses.append(loss_sum.detach() / tokens)
-        loss = torch.stack(losses).sum() / len(losses)
+            nats.append(loss_sum.detach())
+            text_bytes += float(batch_bytes)
+        loss, nats = torch.stack(losses).sum() / len(losses), torch.stack(nats).sum()
         if self.parallel_dims.dp_cp_enabled:
-            return dist_utils.dist_sum(loss, self.parallel_dims.get_optional_mesh("loss"))
-        return loss.item()
+            loss_mesh = self.parallel_dims.get_optional_mesh("loss")
+            return dist_utils.dist_sum(loss, loss_mesh), dist_utils.dist_sum(nats, loss_mesh) / text_bytes / math.log(2)
+        return loss.item(), nats.item() / text_bytes / math.log(2)
+
+    def scores(self, attention: str, model_parts: list[nn.Module]) -> dict[str, float]:
+        """`validation/<attention>_loss` and `validation/<attention>_bits_per_byte` of the model as it is set."""
+        loss, bits_per_byte = self.mean_loss(model_parts)
+        return {f"validation/{attention}_loss": loss, f"validation/{attention}_bits_per_byte": bits_per_byte}
 
     @torch.no_grad()
     def validate(self, model_parts: list[nn.Module], step: int) -> None:
@@ -116,10 +133,10 @@ class DenseShadowValidator(Validator):
         metrics = {}
         try:
             if lighthouse_on:
-                metrics["validation/lighthouse_loss"] = self.mean_loss(model_parts)
+                metrics.update(self.scores("lighthouse", model_parts))
                 for model in model_parts:
                     model.set_lighthouse_enabled(False)
-            metrics["validation/dense_loss"] = self.mean_loss(model_parts)
+            metrics.update(self.scores("dense", model_parts))
         finally:
             for model in model_parts:
                 model.set_lighthouse_enabled(lighthouse_on)

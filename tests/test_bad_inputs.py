@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torchtitan.config.job_config import Model
 from torchtitan.distributed import ParallelDims
 
 import models  # noqa: F401  (before torchtitan; registers llama3_lighthouse)
@@ -29,6 +30,7 @@ from recipe.cli import DEBUG_ENV, ConfigError, parse_job_config
 from recipe.dump_lock import LOCK_FILE, DumpFolderLock
 from recipe.launch import single_process_env
 from recipe.metrics import LighthouseMetricsProcessor
+from recipe.tokenizer import ByteTokenizer
 from recipe.trainer import check_start_up
 
 REPO = Path(__file__).resolve().parent.parent
@@ -99,6 +101,15 @@ def other_flavor_checkpoint(tmp_path: Path) -> None:
     """Weights of another model under the debug model's parameter names, as DCP saves them."""
     dcp.save({"tok_embeddings.weight": torch.randn(258, 96), "train_state": {"step": 10}},
              storage_writer=dcp.FileSystemWriter(str(tmp_path / "other")))
+
+
+def tokenizer_files(*names: str):
+    """A setup: a folder tmp_path/tokenizer with the files `names`, of random bytes."""
+    def setup(tmp_path: Path) -> None:
+        (tmp_path / "tokenizer").mkdir()
+        for name in names:
+            (tmp_path / "tokenizer" / name).write_bytes(os.urandom(64))
+    return setup
 
 
 LOCAL_TRAINING = ["--training.dataset", "local", "--training.dataset_path"]
@@ -223,6 +234,18 @@ ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
     ("changed-seq-len", ["--training.seq_len", "256"], previous_run(**{"training.seq_len": 512}),
      "training.seq_len=256", "differs from 512 of the run that wrote the checkpoints in .*; resume with the same "
      "value"),
+    ("tokenizer-folder-missing", ["--model.hf_assets_path", "{tmp}/tokenizer"], nothing,
+     "model.hf_assets_path=", r"tokenizer' does not exist: point it at a folder with a Hugging Face tokenizer.json, "
+     r"or set it to \".\" for the byte tokenizer"),
+    ("tokenizer-folder-file", ["--model.hf_assets_path", "{tmp}/tokenizer.json"],
+     lambda tmp: (tmp / "tokenizer.json").write_bytes(os.urandom(64)),
+     "model.hf_assets_path=", "is a file, not a folder"),
+    ("tokenizer-sentencepiece-only", ["--model.hf_assets_path", "{tmp}/tokenizer"],
+     tokenizer_files("tokenizer.model"), "model.hf_assets_path=",
+     r"holds tokenizer.model but no tokenizer.json, the file the recipe reads: .*save_pretrained"),
+    ("tokenizer-config-only", ["--model.hf_assets_path", "{tmp}/tokenizer"],
+     tokenizer_files("tokenizer_config.json", "special_tokens_map.json"), "model.hf_assets_path=",
+     "holds tokenizer_config.json, special_tokens_map.json but no tokenizer.json"),
     ("wandb-without-key", ["--metrics.enable_wandb"], nothing, "metrics.enable_wandb=true",
      r"W&B has no API key \(no WANDB_API_KEY, no netrc entry from `wandb login`\) and WANDB_MODE='' is not offline"),
 ]
@@ -253,6 +276,15 @@ def test_a_bad_input_is_refused_at_start_up_naming_the_key_and_changing_nothing(
     assert key in text and "\n" not in text
     assert re.search(message, text), text
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("path", [".", "", None, "{tmp}"], ids=["dot", "empty", "unset", "folder-without-tokenizer"])
+def test_dot_empty_unset_or_a_folder_without_tokenizer_files_is_the_byte_tokenizer(tmp_path, monkeypatch, path):
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    config = parse(tmp_path, *([] if path is None else ["--model.hf_assets_path", path]))
+    if path is None:
+        config.model.hf_assets_path = Model().hf_assets_path  # configs/debug.toml sets "."
+    assert isinstance(check_start_up(config), ByteTokenizer)
 
 
 def no_wandb_login(monkeypatch, tmp_path: Path) -> None:
@@ -400,7 +432,7 @@ def train_py(tmp_path: Path, *args: str, **env_vars: str) -> subprocess.Complete
                           timeout=300)
 
 
-@pytest.mark.parametrize("case", ["lr", "non-utf8", "locked", "no-torchrun"])
+@pytest.mark.parametrize("case", ["lr", "non-utf8", "locked", "no-torchrun", "tokenizer-missing"])
 def test_train_py_exits_2_with_one_line_and_no_traceback(tmp_path, case):
     folder = tmp_path / "run"
     args = ["--job.config_file", DEBUG, "--job.dump_folder", str(folder)]
@@ -415,6 +447,9 @@ def test_train_py_exits_2_with_one_line_and_no_traceback(tmp_path, case):
     elif case == "locked":
         holder = hold_lock(folder)
         expected = f"error: job.dump_folder='{folder}' is in use by a running job (pid 4242 on elsewhere)"
+    elif case == "tokenizer-missing":
+        args += ["--model.hf_assets_path", str(tmp_path / "tokenizer")]
+        expected = f"error: model.hf_assets_path='{tmp_path / 'tokenizer'}' does not exist"
     else:  # set by hand, not by torchrun: without the check rank 0 waits for rank 1 forever
         env = {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "", "MASTER_PORT": ""}
         expected = "error: WORLD_SIZE=2 in the environment, but the job was not started by torchrun"

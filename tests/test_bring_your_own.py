@@ -10,19 +10,23 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from eval.checkpoint import build_model, load_weights, parse_job_config
+from eval.checkpoint import build_model, load_weights, logits_function, parse_job_config
+from eval.heldout import document_loss, heldout_windows
 from recipe.bpe import train_bpe
 from recipe.cli import ConfigError, parse_job_config as parse_train_args
 from recipe.data import synthetic_document
 from recipe.metrics import METRICS_FILE, read_metrics
-from recipe.tokenizer import VOCAB_MULTIPLE, build_tokenizer
+from recipe.tokenizer import BOS_ID, EOS_ID, VOCAB_MULTIPLE, build_tokenizer
 from recipe.trainer import check_job, check_start_up
 
 from .helpers import fresh_seed, train_in_one_process
@@ -157,6 +161,110 @@ def test_heldout_bits_per_byte_are_the_exported_models(assets, trained, exported
         count += len(document.encode("utf-8"))
     assert record["bytes"] == count
     assert record["bits_per_byte"] == pytest.approx(nats / count / math.log(2), rel=RELATIVE_TOLERANCE)
+
+
+@pytest.mark.slow  # lm_eval starts in its own process and loads the model (about a minute)
+def test_lm_evals_rolling_score_of_the_bpe_export_is_the_recipes_per_document_loss(assets, trained, exported,
+                                                                                     tmp_path):
+    """lm-eval's documented command on the local task lighthouse_docs: each document's rolling log-likelihood is
+    eval.heldout.document_loss with the job's BPE (its tokens after BOS, windows of the training length)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "HF_HOME": str(tmp_path / "hf_home")}
+    command = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={exported}",
+               "--include_path", str(REPO / "eval" / "lm_eval_tasks"), "--tasks", "lighthouse_docs", "--device",
+               "cpu", "--batch_size", "4", "--output_path", str(tmp_path), "--log_samples"]
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    (path,) = tmp_path.rglob("samples_lighthouse_docs_*.jsonl")
+    job_config = parse_job_config(job(assets, "run"))
+    model = build_model(job_config, torch.device("cpu"))
+    load_weights(model, trained / "checkpoint" / "step-3")
+    model.set_lighthouse_enabled(False)
+    logits_fn, tokenizer = logits_function(model, job_config, torch.device("cpu")), build_tokenizer(job_config)
+    for sample in map(json.loads, path.read_text().splitlines()):
+        text = sample["doc"]["text"]
+        nats, count = document_loss(logits_fn, [text], SEQ_LEN, tokenizer=tokenizer)
+        (actual,) = sample["filtered_resps"]
+        assert count == len(text.encode("utf-8")) and float(actual) == pytest.approx(-nats * count, abs=1e-3), text
+
+
+VALIDATION_STEPS, VALIDATION_BATCH = 2, 2
+
+
+def validating(assets, dump: str, tokenizer: str) -> list[str]:
+    """One step of `tokenizer` ("bpe": the folder's, "byte": `.`), validated on the training text's first windows."""
+    argv = job(assets, dump, "--training.steps", "1", "--validation.enable", "--validation.dataset", "local",
+               "--validation.dataset_path", str(assets["train"]), "--validation.steps", str(VALIDATION_STEPS),
+               "--validation.local_batch_size", str(VALIDATION_BATCH), "--validation.seq_len", str(SEQ_LEN))
+    if tokenizer == "byte":
+        argv[argv.index("--model.hf_assets_path") + 1] = "."
+    return argv
+
+
+@pytest.fixture(scope="module")
+def validated(assets) -> dict[str, list[str]]:
+    """The arguments of a byte run and of a BPE run, each trained one step and validated after it."""
+    argvs = {name: validating(assets, f"validated-{name}", name) for name in ("byte", "bpe")}
+    out = train_in_one_process(list(argvs.values()))
+    assert out.returncode == 0, out.stderr[-4000:]
+    return argvs
+
+
+@pytest.mark.parametrize("tokenizer", ["byte", "bpe"])
+def test_validation_reports_bits_per_byte_of_the_windows_target_text(assets, validated, tokenizer):
+    """bits per byte x ln 2 x the bytes of the windows' target text = per-token loss x their target tokens: for
+    the byte tokenizer, bits per byte is the loss over ln 2 scaled by the share of targets that are not BOS/EOS."""
+    argv = validated[tokenizer]
+    tok = build_tokenizer(parse_train_args(argv))
+    targets = heldout_windows(str(assets["train"]), SEQ_LEN, VALIDATION_STEPS * VALIDATION_BATCH,
+                              tokenizer=tok)[:, 1:].flatten()
+    text = tok.decode([t for t in targets.tolist() if t not in (tok.bos_id, tok.eos_id)])
+    text_bytes = len(text.encode("utf-8"))
+    if tokenizer == "byte":
+        assert text_bytes == targets.numel() - torch.isin(targets, torch.tensor([BOS_ID, EOS_ID])).sum()
+    (record,) = [r for r in read_metrics(argv[argv.index("--job.dump_folder") + 1] + f"/{METRICS_FILE}")
+                 if "validation_metrics/loss" in r]
+    for attention in ("lighthouse", "dense"):
+        loss, bits = record[f"validation/{attention}_loss"], record[f"validation/{attention}_bits_per_byte"]
+        assert bits * math.log(2) * text_bytes == pytest.approx(loss * targets.numel(), rel=1e-6)
+
+
+def test_a_resumed_bpe_run_sees_the_batches_of_an_uninterrupted_one(assets):
+    """Steps 1-4 in one run and as 2 + a resume for 2 more (one LR schedule of 4 steps): the same losses bit for bit
+    (the data position of a BPE stream, its partial window included, is in the checkpoint)."""
+    schedule = ["--lr_scheduler.total_steps", "4"]
+    straight = job(assets, "straight", "--training.steps", "4", *schedule)
+    first, resumed = (job(assets, "resumed", "--training.steps", str(steps), *schedule) for steps in (2, 4))
+    out = train_in_one_process([straight, first, resumed])
+    assert out.returncode == 0, out.stderr[-4000:]
+    losses = {name: {r["step"]: r["loss_metrics/global_avg_loss"] for r in read_metrics(
+        str(assets["root"] / name / METRICS_FILE)) if "loss_metrics/global_avg_loss" in r}
+        for name in ("straight", "resumed")}
+    assert sorted(losses["straight"]) == [1, 2, 3, 4]
+    assert losses["resumed"] == losses["straight"]
+
+
+def test_last_save_in_hf_writes_a_folder_that_transformers_loads_with_the_recipes_logits(assets):
+    """Import, then two steps at lr 0: step 1 a full checkpoint, step 2 `last_save_in_hf`, whose folder (torchtitan's
+    safetensors, the recipe's config.json and tokenizer files) gives the logits of step 1's weights in the recipe."""
+    argv = job(assets, "in_hf", *importing(assets), "--training.steps", "2", "--optimizer.lr", "0",
+               "--lighthouse.no-enable", "--checkpoint.last_save_model_only", "--checkpoint.last_save_in_hf")
+    out = train_in_one_process([argv])
+    assert out.returncode == 0, out.stderr[-4000:]
+    folder = assets["root"] / "in_hf" / "checkpoint" / "step-2"
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (folder / name).read_bytes() == (assets["hf"] / name).read_bytes()
+    job_config = parse_job_config(argv)
+    model = build_model(job_config, torch.device("cpu"))
+    load_weights(model, folder.parent / "step-1")
+    hf_model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    ids = torch.randint(0, BPE_VOCAB, (2, SEQ_LEN))
+    with torch.no_grad():
+        expected, actual = model(ids), hf_model(ids).logits
+    assert (actual - expected).abs().max() / expected.abs().max() < RELATIVE_TOLERANCE
+    text = (assets["heldout"] / "docs.jsonl").read_text()[:100]
+    assert AutoTokenizer.from_pretrained(folder)(text).input_ids == build_tokenizer(job_config).encode(
+        text, add_bos=False, add_eos=False)
 
 
 def refusal(assets, *argv: str) -> str:
