@@ -5,6 +5,7 @@ import logging
 import os
 import random
 import re
+import runpy
 import subprocess
 import sys
 import time
@@ -171,7 +172,7 @@ def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
     assert config.lighthouse.topk == 256
 
 
-@pytest.mark.parametrize("script, args, hint", [
+GPU_ONLY_SCRIPTS = [
     ("bench_attention.py", [], ""),
     ("gpu_parity.py", ["--quick"], ""),
     ("cp_parity.py", [], "; --device cpu runs it with gloo"),  # it has a CPU mode and says so
@@ -180,12 +181,33 @@ def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
                              r"configs/debug.toml\)"),
     ("max_context.py", [], r"; --allow-cpu runs a smoke run of a small config with gloo \(--config "
                            r"configs/debug.toml\)"),
-])
+]
+
+
+@pytest.mark.parametrize("script, args, hint", GPU_ONLY_SCRIPTS)
 def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert script_exit_code(script, args, monkeypatch) == 2
     out, err = capsys.readouterr()
     assert out == "" and re.fullmatch(rf"error: {script} needs an NVIDIA GPU with CUDA; torch .*\){hint}\n", err)
+
+
+@pytest.mark.parametrize("script, args, hint", GPU_ONLY_SCRIPTS)
+def test_under_torchrun_a_gpu_only_script_hands_its_line_to_torchruns_summary(script, args, hint, monkeypatch,
+                                                                             capsys, tmp_path):
+    """As train.py's lines do: rank 0 writes it to torchrun's error file (no "To enable traceback see ...")."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(os, "_exit", end_at_once)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    for name, value in (("RANK", "0"), ("TORCHELASTIC_RUN_ID", "none"),
+                        ("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", [f"scripts/{script}", *args])
+    with pytest.raises(EndedAtOnce) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
+    line = capsys.readouterr().err.rstrip("\n")
+    assert exit_info.value.args == (2,) and re.fullmatch(rf"error: {script} needs an NVIDIA GPU with CUDA; .*{hint}", line)
+    assert json.loads((tmp_path / "error.json").read_text())["message"]["extraInfo"]["py_callstack"] == line
 
 
 @pytest.mark.parametrize("world, args, message", [
