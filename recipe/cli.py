@@ -23,13 +23,13 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 from torchtitan.config import JobConfig
 
 from .compat.torchtitan import HookedConfigManager, merge_configs
+from .cpu_size import CONFIG_FILE_FLAGS, config_file_arg  # noqa: F401  (read before torch is imported)
 from .errors import (  # noqa: F401  (the one-line exit lives with the errors; imported from here too)
     DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, RunStopped, debug_enabled, exit_on_config_error)
 from .job_config import JobConfig as LighthouseJobConfig
 from .toml_config import get_key, tomllib
 
 
-CONFIG_FILE_FLAGS = ("--job.config_file", "--job.config-file")
 _TYPE_NAMES = {bool: ("true or false", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
                str: ("a string", "strings")}
 
@@ -42,19 +42,6 @@ def as_config_error() -> Iterator[None]:
         yield
     except ValueError as err:
         raise ConfigError(str(err)) from err
-
-
-def config_file_arg(args: Sequence[str]) -> str | None:
-    """The `--job.config_file` value in `args` (either spelling, `--flag value` or `--flag=value`), as
-    torchtitan's ConfigManager finds it."""
-    for i, arg in enumerate(args):
-        flag, eq, value = arg.partition("=")
-        if flag in CONFIG_FILE_FLAGS:
-            if eq:
-                return value
-            if i + 1 < len(args):
-                return args[i + 1]
-    return None
 
 
 def _matches(value: Any, kind: Any) -> bool:

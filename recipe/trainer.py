@@ -247,8 +247,10 @@ class LighthouseTrainer(Trainer):
     def manifest_written_async_save(self) -> None:
         """Write the manifest of the asynchronous save being written once every rank's part of it is (asked at
         each step boundary while one is, every rank alike), so a job that fails later resumes from it verified."""
+        if self.async_save_step is None:  # also when checkpoints are off: torchtitan's manager then has no future
+            return
         future = self.checkpointer.save_future
-        if self.async_save_step is not None and not self.sigterm.any_rank(future is not None and not future.done()):
+        if not self.sigterm.any_rank(future is not None and not future.done()):
             self.finish_async_save()
 
     def write_step_manifest(self, step: int) -> None:
