@@ -104,9 +104,12 @@ def byte_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def tokenizer_config(model_max_length: int) -> dict:
+def tokenizer_config() -> dict:
     """tokenizer_config.json: a fast tokenizer over tokenizer.json whose special tokens in text stay bytes, that
-    adds no BOS unless asked, pads on the left with EOS and gives the model ids and attention mask only."""
+    adds no BOS unless asked, pads on the left with EOS and gives the model ids and attention mask only. It sets no
+    length limit: bytes have none, and the model's is config.json's `max_position_embeddings`, which lm-eval
+    reads; lm-eval tokenizes whole documents before it cuts them into windows, and a tokenizer limit of the
+    model's length made transformers warn of "indexing errors" on every longer document."""
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": BOS_TOKEN,
@@ -116,7 +119,6 @@ def tokenizer_config(model_max_length: int) -> dict:
         "model_input_names": ["input_ids", "attention_mask"],
         "split_special_tokens": True,
         "clean_up_tokenization_spaces": False,
-        "model_max_length": model_max_length,
     }
 
 
@@ -142,6 +144,6 @@ def export(model: LighthouseLlama, job_config: JobConfig, out: Path, record: dic
     readable_by_umask(out / WEIGHTS_FILE)
     byte_tokenizer().save(str(out / "tokenizer.json"))
     files = {"config.json": hf_config(model), "generation_config.json": generation_config(),
-             "tokenizer_config.json": tokenizer_config(model.model_args.max_seq_len), RECORD_FILE: record}
+             "tokenizer_config.json": tokenizer_config(), RECORD_FILE: record}
     for name, content in files.items():
         (out / name).write_text(json.dumps(content, indent=2, default=str) + "\n")

@@ -138,7 +138,7 @@ def test_heldout_loss_follows_the_run_record_and_scores_whole_documents(trained,
     documents = heldout_documents(data, 3)
     nats, count = document_loss(lambda ids: model(ids), documents, SEQ_LEN)
     assert losses["seq_len"] == SEQ_LEN and losses["documents"] == 3 and losses["bytes"] == count > 3 * SEQ_LEN
-    assert losses["loss"] == {"dense": pytest.approx(nats, rel=1e-6)}
+    assert losses["loss"] == {"dense": pytest.approx(nats, rel=1e-6)} and losses["attention"] == "dense"
     assert losses["bits_per_byte"] == pytest.approx(nats / math.log(2), rel=1e-9)
 
 
