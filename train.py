@@ -11,11 +11,14 @@ SIGTERM, from the first line on, in one line and exit code 130 and 143.
 import os
 import sys
 
-from recipe.errors import speaks_for_the_job
+from recipe.cpu_size import check_cpu_size_at_once
+from recipe.errors import exit_on_config_error, speaks_for_the_job
 from recipe.held_signals import hold_signals
 
 if __name__ == "__main__":  # before the heavy imports: a signal during them is acted on once the settings are read
     hold_signals(sigterm=speaks_for_the_job())  # under torchrun, SIGTERM stops another rank at once, as before
+    with exit_on_config_error():  # a GPU-sized job on a CPU ends at once, not after 20 s of imports
+        check_cpu_size_at_once(sys.argv[1:])
 
 from recipe.compat import install  # noqa: E402
 

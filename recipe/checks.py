@@ -25,6 +25,7 @@ from lighthouse.attention import CUDA_ONLY
 
 from .checkpoint_guard import complete_steps
 from .checkpoint_manifest import UnreadableManifest, read_manifest
+from .cpu_size import cpu_size_error
 from .data import check_training_data, match_local_files
 from .lr_schedule import check_rewarm
 from .run_record import CONFIG_FILE, RUN_FILE, RUNS_FOLDER
@@ -40,7 +41,6 @@ def _positive_finite(key: str, value: float) -> None:
 OPTIMIZERS = ("Adam", "AdamW")  # what torchtitan's build_optimizers knows
 # Values a run accepts but that almost certainly say something else than meant: each is warned once.
 TINY_LR, TINY_MAX_NORM, HUGE_EPS = 1e-12, 1e-12, 1.0
-CPU_MAX_TOKENS = 2**20  # tokens per microbatch beyond which a CPU step takes hours: refused, not left to hang
 
 
 def float_settings(config, prefix: str = "") -> Iterator[tuple[str, float]]:
@@ -189,7 +189,7 @@ def device_memory_bytes() -> int:
 
 def check_size(job_config, dim: int) -> None:
     """A microbatch that fits: one float32 hidden state of it (a lower bound of what a step holds) fits in the
-    device's memory, and on a CPU it holds at most `CPU_MAX_TOKENS` tokens (more takes hours per step)."""
+    device's memory, and on a CPU it is one a CPU trains in minutes a step (`recipe.cpu_size.cpu_size_error`)."""
     training = job_config.training
     tokens = training.local_batch_size * training.seq_len
     size = f"training.local_batch_size={training.local_batch_size} x training.seq_len={training.seq_len}"
@@ -198,9 +198,9 @@ def check_size(job_config, dim: int) -> None:
         raise ValueError(f"{size} = {tokens:,} tokens per microbatch: one float32 hidden state of it ({dim} values a "
                          f"token) needs {tokens * dim * 4 / 2**30:,.0f} GiB, more than the device's "
                          f"{memory / 2**30:,.0f} GiB; lower them (training.global_batch_size accumulates microbatches)")
-    if not torch.cuda.is_available() and tokens > CPU_MAX_TOKENS:
-        raise ValueError(f"{size} = {tokens:,} tokens per microbatch is more than a CPU trains in hours per step "
-                         f"(at most {CPU_MAX_TOKENS:,} here); lower them, or train on a GPU")
+    if not torch.cuda.is_available() and job_config.comm.mode == "default" and (  # not a dry run: it trains
+            error := cpu_size_error(job_config.model.flavor, training.local_batch_size, training.seq_len)):
+        raise ValueError(error)
 
 
 def check_parallelism(job_config, world_size: int) -> None:

@@ -15,9 +15,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import json
-import os
-import sys
-import time
 import types
 import typing
 from dataclasses import fields, is_dataclass
@@ -26,20 +23,15 @@ from typing import Any, Callable, Iterator, Literal, Sequence
 from torchtitan.config import JobConfig
 
 from .compat.torchtitan import HookedConfigManager, merge_configs
-from .errors import ConfigError, RunStopped, speaks_for_the_job
+from .cpu_size import CONFIG_FILE_FLAGS, config_file_arg  # noqa: F401  (read before torch is imported)
+from .errors import (  # noqa: F401  (the one-line exit lives with the errors; imported from here too)
+    DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, RunStopped, debug_enabled, exit_on_config_error)
 from .job_config import JobConfig as LighthouseJobConfig
 from .toml_config import get_key, tomllib
 
 
-DEBUG_ENV = "LIGHTHOUSE_DEBUG"
-CONFIG_FILE_FLAGS = ("--job.config_file", "--job.config-file")
 _TYPE_NAMES = {bool: ("true or false", "booleans"), int: ("an integer", "integers"), float: ("a number", "numbers"),
                str: ("a string", "strings")}
-
-
-def debug_enabled() -> bool:
-    """True when `LIGHTHOUSE_DEBUG` is set (to anything but "" or "0"): errors keep their traceback."""
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 @contextlib.contextmanager
@@ -50,64 +42,6 @@ def as_config_error() -> Iterator[None]:
         yield
     except ValueError as err:
         raise ConfigError(str(err)) from err
-
-
-OTHER_RANKS_WAIT_S = 5.0  # how long a rank other than 0 leaves rank 0 to end the job first (same mistake)
-
-
-@contextlib.contextmanager
-def exit_on_config_error() -> Iterator[None]:
-    """Print a ConfigError (or RunStopped) raised inside as `error: <message>` on stderr and exit with code 2
-    (or its `exit_code`); outside torchrun every process prints it.
-
-    Under torchrun (`TORCHELASTIC_ERROR_FILE` set) rank 0 speaks for the job: it prints the line, writes it
-    to torchrun's error file, so torchrun's failure summary names it as the root cause in place of "To enable
-    traceback see ...", and ends at once (`os._exit` with streams flushed; the trainer has closed in its own
-    `finally`). torchrun then stops every other rank and exits 1, as it does for any failed worker. Every
-    other rank first waits `OTHER_RANKS_WAIT_S`: when it meets the same mistake as rank 0 it is stopped
-    there, with no error file (torchelastic's @record leaves stops unrecorded: `recipe.compat.torchtitan`), so
-    the summary never heads with a stopped rank; when the mistake is its own it then writes its file and ends
-    the same way. A stop every rank decides at the same step (`every_rank`: SIGTERM) waits for torchrun
-    however long rank 0 takes to end."""
-    try:
-        yield
-    except (ConfigError, RunStopped) as err:
-        if debug_enabled():
-            raise
-        line = f"error: {err}"
-        code = 2 if isinstance(err, ConfigError) else err.exit_code
-        rank_0 = os.environ.get("RANK", "0") == "0"
-        if speaks_for_the_job():
-            print(line, file=sys.stderr, flush=True)
-        error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
-        if not error_file:
-            raise SystemExit(code) from None
-        if not rank_0:
-            time.sleep(OTHER_RANKS_WAIT_S)
-            while err.every_rank:  # rank 0 ends the job with the same stop, then torchrun stops this rank
-                time.sleep(OTHER_RANKS_WAIT_S)
-        # torchrun's own record format; its summary shows py_callstack, here the one line, dated when the stop
-        # was decided (not after the trainer closed): torchrun heads its summary with the earliest record
-        stamp = getattr(err, "raised_at", None) or time.time()
-        record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(stamp))}}
-        with open(error_file, "w", encoding="utf-8") as f:
-            json.dump({"message": record}, f)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
-
-def config_file_arg(args: Sequence[str]) -> str | None:
-    """The `--job.config_file` value in `args` (either spelling, `--flag value` or `--flag=value`), as
-    torchtitan's ConfigManager finds it."""
-    for i, arg in enumerate(args):
-        flag, eq, value = arg.partition("=")
-        if flag in CONFIG_FILE_FLAGS:
-            if eq:
-                return value
-            if i + 1 < len(args):
-                return args[i + 1]
-    return None
 
 
 def _matches(value: Any, kind: Any) -> bool:

@@ -1,10 +1,16 @@
-"""The two ways a job ends on purpose with one line instead of a traceback (`recipe.cli.exit_on_config_error`
-prints them): a mistake in its settings, found at start-up, and a stop after it started; and which processes
-print that line. Standard library only (train.py imports it before anything heavy)."""
+"""The two ways a job ends on purpose with one line instead of a traceback: a mistake in its settings, found at
+start-up, and a stop after it started; which processes print that line, and `exit_on_config_error`, which prints
+it (and hands it to torchrun). Standard library only (train.py and the scripts use it before anything heavy)."""
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import sys
 import time
+from typing import Iterator
+
+DEBUG_ENV = "LIGHTHOUSE_DEBUG"
 
 
 class ConfigError(ValueError):
@@ -30,3 +36,53 @@ def speaks_for_the_job() -> bool:
     """Whether this process prints the line a job ends with: every process outside torchrun, rank 0 alone under
     torchrun (whose failure summary names that line for the job)."""
     return os.environ.get("RANK", "0") == "0" or "TORCHELASTIC_RUN_ID" not in os.environ
+
+
+def debug_enabled() -> bool:
+    """True when `LIGHTHOUSE_DEBUG` is set (to anything but "" or "0"): errors keep their traceback."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+OTHER_RANKS_WAIT_S = 5.0  # how long a rank other than 0 leaves rank 0 to end the job first (same mistake)
+
+
+@contextlib.contextmanager
+def exit_on_config_error() -> Iterator[None]:
+    """Print a ConfigError (or RunStopped) raised inside as `error: <message>` on stderr and exit with code 2
+    (or its `exit_code`); outside torchrun every process prints it.
+
+    Under torchrun (`TORCHELASTIC_ERROR_FILE` set) rank 0 speaks for the job: it prints the line, writes it
+    to torchrun's error file, so torchrun's failure summary names it as the root cause in place of "To enable
+    traceback see ...", and ends at once (`os._exit` with streams flushed; the trainer has closed in its own
+    `finally`). torchrun then stops every other rank and exits 1, as it does for any failed worker. Every
+    other rank first waits `OTHER_RANKS_WAIT_S`: when it meets the same mistake as rank 0 it is stopped
+    there, with no error file (torchelastic's @record leaves stops unrecorded: `recipe.compat.torchtitan`), so
+    the summary never heads with a stopped rank; when the mistake is its own it then writes its file and ends
+    the same way. A stop every rank decides at the same step (`every_rank`: SIGTERM) waits for torchrun
+    however long rank 0 takes to end."""
+    try:
+        yield
+    except (ConfigError, RunStopped) as err:
+        if debug_enabled():
+            raise
+        line = f"error: {err}"
+        code = 2 if isinstance(err, ConfigError) else err.exit_code
+        rank_0 = os.environ.get("RANK", "0") == "0"
+        if speaks_for_the_job():
+            print(line, file=sys.stderr, flush=True)
+        error_file = os.environ.get("TORCHELASTIC_ERROR_FILE")
+        if not error_file:
+            raise SystemExit(code) from None
+        if not rank_0:
+            time.sleep(OTHER_RANKS_WAIT_S)
+            while err.every_rank:  # rank 0 ends the job with the same stop, then torchrun stops this rank
+                time.sleep(OTHER_RANKS_WAIT_S)
+        # torchrun's own record format; its summary shows py_callstack, here the one line, dated when the stop
+        # was decided (not after the trainer closed): torchrun heads its summary with the earliest record
+        stamp = getattr(err, "raised_at", None) or time.time()
+        record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(stamp))}}
+        with open(error_file, "w", encoding="utf-8") as f:
+            json.dump({"message": record}, f)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

@@ -94,9 +94,12 @@ def byte_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def tokenizer_config(model_max_length: int) -> dict:
+def tokenizer_config() -> dict:
     """tokenizer_config.json: a fast tokenizer over tokenizer.json whose special tokens in text stay bytes, that
-    adds no BOS unless asked, pads on the left with EOS and gives the model ids and attention mask only."""
+    adds no BOS unless asked, pads on the left with EOS and gives the model ids and attention mask only. It sets no
+    length limit: bytes have none, and the model's is config.json's `max_position_embeddings`, which lm-eval
+    reads; lm-eval tokenizes whole documents before it cuts them into windows, and a tokenizer limit of the
+    model's length made transformers warn of "indexing errors" on every longer document."""
     return {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": BOS_TOKEN,
@@ -106,7 +109,6 @@ def tokenizer_config(model_max_length: int) -> dict:
         "model_input_names": ["input_ids", "attention_mask"],
         "split_special_tokens": True,
         "clean_up_tokenization_spaces": False,
-        "model_max_length": model_max_length,
     }
 
 
@@ -127,7 +129,7 @@ def write_hf_files(out: Path, args: LighthouseLlamaArgs, ffn_hidden: int, dtype:
     source = hf_tokenizer_folder(job_config)
     if source is None:
         byte_tokenizer().save(str(out / "tokenizer.json"))
-        files["tokenizer_config.json"] = tokenizer_config(args.max_seq_len)
+        files["tokenizer_config.json"] = tokenizer_config()
     else:
         for name in TOKENIZER_FILES:
             if os.path.isfile(os.path.join(source, name)):

@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.documents is not None and args.by_position:
         p.error("--by-position buckets the positions of windows; it does not go with --documents")
     job_config, _ = job_config_of(Path(args.checkpoint), job_argv)
+    if args.documents is not None:  # scored dense, as lm-eval scores the export; the record says so
+        job_config.lighthouse.enable = False
     seq_len = job_config.training.seq_len
     with as_config_error():
         tokenizer = build_tokenizer(job_config)
@@ -64,7 +66,6 @@ def main(argv: list[str] | None = None) -> dict:
                                            device, args.by_position, args.progress)
         record |= {"loss": loss, "windows": args.windows, **({"by_position": by_position} if by_position else {})}
     else:
-        model.set_lighthouse_enabled(False)
         nats, count = document_loss(logits, documents, seq_len, device, args.progress, tokenizer)
         loss = {"dense": nats}
         record |= {"loss": loss, "bits_per_byte": nats / math.log(2), "documents": args.documents, "bytes": count}

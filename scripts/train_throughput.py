@@ -141,6 +141,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         })
 
     print(f"\n{model}\nseq_len {args.seq_len}, batch 1, {args.steps} steps (first {WARMUP_STEPS} not timed)")
+    if on_cpu:
+        print(f"CPU smoke run: tok/s is {args.steps - WARMUP_STEPS} step(s) of {args.seq_len} tokens, each variant in a "
+              "fresh process whose first steps on a CPU run several times slower than its later ones; train.py's "
+              f"log of the config (local batch {job.training.local_batch_size}, every step) reads higher. Compare "
+              "the variants with each other, not with that log")
     print(" | ".join(f"{k} {v}" for k, v in env.items()))
     print("\n| activation checkpointing | compile | colocated host threads | Lighthouse tok/s | dense tok/s | speedup | "
           "Lighthouse peak GiB | dense peak GiB | per-layer attention speedup | Amdahl ceiling | predicted |")

@@ -1,4 +1,4 @@
-"""scripts/niah.py, scripts/heldout_loss.py and scripts/causality_audit.py on a tiny checkpoint written by a short
+"""scripts/niah.py, scripts/heldout_loss.py, scripts/causality_audit.py and scripts/generate.py on a tiny checkpoint written by a short
 training run on CPU.
 
 The run: train.py (on CPU the Lighthouse call is the reference), the debug flavor at sequence 256, three steps on a byte corpus of this repository's own sources.
@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -138,7 +140,7 @@ def test_heldout_loss_follows_the_run_record_and_scores_whole_documents(trained,
     documents = heldout_documents(data, 3)
     nats, count = document_loss(lambda ids: model(ids), documents, SEQ_LEN)
     assert losses["seq_len"] == SEQ_LEN and losses["documents"] == 3 and losses["bytes"] == count > 3 * SEQ_LEN
-    assert losses["loss"] == {"dense": pytest.approx(nats, rel=1e-6)}
+    assert losses["loss"] == {"dense": pytest.approx(nats, rel=1e-6)} and losses["attention"] == "dense"
     assert losses["bits_per_byte"] == pytest.approx(nats / math.log(2), rel=1e-9)
 
 
@@ -180,3 +182,33 @@ def test_causality_audit_records_each_lookahead_and_combines_into_the_docs_layou
     assert [(r["selection"], r["lookahead"]) for r in rows] == [("dense", 1), ("dense", 8), ("causal", 1), ("causal", 8)]
     assert set(ROW_KEYS) <= set(rows[0])
     assert (tmp_path / "docs" / "causality.png").stat().st_size > 0
+
+
+def test_generate_samples_greedily_the_dense_models_most_likely_bytes_and_reproducibly_with_a_seed(trained, capsys):
+    """scripts/generate.py in this process: temperature 0 continues the prompt with the argmax of the checkpoint's
+    dense logits at every position (one forward pass over prompt + sample checks all of them); a seed repeats a
+    sample, and top-k 1 is greedy."""
+    _, step = trained
+    generate = runpy.run_path(str(REPO / "scripts" / "generate.py"))["main"]
+    prompt = random.choice(["def ", "import ", "class Light", "# "])
+    common = ["--checkpoint", str(step), "--prompt", prompt, "--max-new", str(random.randrange(8, 40)), "--device",
+              "cpu"]
+    greedy = generate([*common, "--temperature", "0"])
+    assert capsys.readouterr().out == prompt + greedy + "\n"
+    model = build_model(parse_job_config([*JOB, "--lighthouse.no-enable"]), torch.device("cpu"))
+    load_weights(model, step)
+    ids = ByteTokenizer().encode(prompt + greedy, add_bos=True, add_eos=False)
+    with torch.no_grad():
+        predicted = model(torch.tensor([ids]))[0, :-1].argmax(dim=-1).tolist()
+    start = len(prompt.encode()) + 1
+    assert ids[start:] == predicted[start - 1:]
+    assert generate([*common, "--top-k", "1"]) == greedy
+    seed = ["--seed", str(random.randrange(2**31)), "--temperature", "1.5"]
+    assert generate([*common, *seed]) == generate([*common, *seed])
+
+
+def test_generate_names_a_prompt_longer_than_the_models_window(trained, monkeypatch, capsys):
+    _, step = trained
+    code = script_exit_code("generate.py", ["--checkpoint", str(step), "--prompt", "x" * SEQ_LEN], monkeypatch)
+    assert (code, capsys.readouterr().err) == (2, f"error: --prompt is {SEQ_LEN + 1} tokens with BOS, not below "
+                                                  f"training.seq_len={SEQ_LEN}, the model's window\n")

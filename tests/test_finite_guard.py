@@ -32,7 +32,7 @@ def test_the_first_non_finite_step_is_named_with_its_values_when_checked_and_fin
     guard.record(bad + 1, [torch.rand(())], [torch.tensor(math.inf)])  # a later bad step is not the one named
     with pytest.raises(NonFiniteStep, match=rf"^step {bad}: loss=nan, grad_norm=0\.5 is not finite; stopped at step "
                                             rf"{bad + 2} before saving it, so no checkpoint was saved \(a restart "
-                                            "starts over\)"):
+                                            r"starts over\)"):
         guard.check(bad + 2)
     only_norm = FiniteGuard()
     only_norm.record(7, [torch.rand(())], [torch.tensor(math.inf)])

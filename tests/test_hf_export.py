@@ -6,16 +6,19 @@ steps, switching to dense after step 1: step-1 is a stage-1 checkpoint, step-2 a
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import logging
 import os
+import random
 import shutil
 import stat
 import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 import torch
@@ -135,7 +138,18 @@ def test_the_conversion_is_exact_on_weights_that_make_attention_depend_on_positi
 def test_the_export_follows_the_runs_record_not_the_config_file(exported):
     config = json.loads((exported / "config.json").read_text())
     assert config["max_position_embeddings"] == SEQ_LEN
-    assert AutoTokenizer.from_pretrained(exported).model_max_length == SEQ_LEN
+
+
+def test_a_document_longer_than_the_model_tokenizes_without_a_length_warning(tmp_path):
+    """lm-eval tokenizes whole documents, then cuts windows of config.json's max_position_embeddings: the
+    tokenizer has no limit of its own to warn about."""
+    job_config, model = sharp_random_model(JOB)
+    export(model, job_config, tmp_path, record={})
+    text = "".join(random.choice("ab ü\n") for _ in range(random.randrange(SEQ_LEN + 1, 3 * SEQ_LEN)))
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    with transformers_warnings() as messages:
+        assert len(tokenizer(text)["input_ids"]) > SEQ_LEN
+    assert messages == []
 
 
 def test_a_config_file_that_disagrees_with_the_record_is_refused(step_folder, tmp_path, capsys):
@@ -186,20 +200,27 @@ def test_a_checkpoint_without_its_run_record_needs_the_config_file(step_folder, 
     assert record["run_record"] is None and record["job_config"]["training"]["seq_len"] == SEQ_LEN
 
 
-def test_the_folder_loads_without_warnings(exported):
-    """No RoPE complaint (original_max_position_embeddings must stay below max_position_embeddings), nothing else."""
+@contextlib.contextmanager
+def transformers_warnings() -> Iterator[list[str]]:
+    """The messages transformers logs at warning level or above inside the block."""
     messages: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: messages.append(record.getMessage())
     transformers_logger = logging.getLogger("transformers")
     transformers_logger.addHandler(handler)
     try:
+        yield messages
+    finally:
+        transformers_logger.removeHandler(handler)
+
+
+def test_the_folder_loads_without_warnings(exported):
+    """No RoPE complaint (original_max_position_embeddings must stay below max_position_embeddings), nothing else."""
+    with transformers_warnings() as messages:
         config = json.loads((exported / "config.json").read_text())["rope_scaling"]
         assert config["original_max_position_embeddings"] < SEQ_LEN
         AutoTokenizer.from_pretrained(exported)
         AutoModelForCausalLM.from_pretrained(exported)
-    finally:
-        transformers_logger.removeHandler(handler)
     assert messages == []
 
 

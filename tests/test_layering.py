@@ -2,6 +2,7 @@
 enter the algorithm, a model file without distributed code, and every private torch/Triton/torchtitan call
 inside a `compat` module."""
 import ast
+import warnings
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,12 @@ def test_the_private_call_check_finds_each_kind_of_use(tmp_path):
         "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu", "DTensor._op_dispatcher",
         "M._maybe_load_toml",
     ])
+
+
+@pytest.mark.parametrize("package", sorted(PROJECT | {"train.py", "conftest.py"}))
+def test_every_source_compiles_without_a_warning(package):
+    """An invalid escape sequence ("\\)" in a string that is not raw) is a SyntaxWarning, an error in a later Python."""
+    for path in sources(package):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            compile(path.read_text(), str(path), "exec")

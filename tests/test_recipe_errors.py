@@ -5,6 +5,7 @@ import logging
 import os
 import random
 import re
+import runpy
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from recipe import cpu_size
 from recipe.compat import cpu as cpu_compat
 from recipe.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error, parse_job_config
 from recipe.launch import one_process_env, single_process_env
@@ -171,7 +173,7 @@ def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
     assert config.lighthouse.topk == 256
 
 
-@pytest.mark.parametrize("script, args, hint", [
+GPU_ONLY_SCRIPTS = [
     ("bench_attention.py", [], ""),
     ("gpu_parity.py", ["--quick"], ""),
     ("cp_parity.py", [], "; --device cpu runs it with gloo"),  # it has a CPU mode and says so
@@ -180,12 +182,33 @@ def test_a_toml_without_custom_config_module_still_reads_lighthouse(tmp_path):
                              r"configs/debug.toml\)"),
     ("max_context.py", [], r"; --allow-cpu runs a smoke run of a small config with gloo \(--config "
                            r"configs/debug.toml\)"),
-])
+]
+
+
+@pytest.mark.parametrize("script, args, hint", GPU_ONLY_SCRIPTS)
 def test_gpu_only_scripts_say_they_need_cuda(script, args, hint, monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert script_exit_code(script, args, monkeypatch) == 2
     out, err = capsys.readouterr()
     assert out == "" and re.fullmatch(rf"error: {script} needs an NVIDIA GPU with CUDA; torch .*\){hint}\n", err)
+
+
+@pytest.mark.parametrize("script, args, hint", GPU_ONLY_SCRIPTS)
+def test_under_torchrun_a_gpu_only_script_hands_its_line_to_torchruns_summary(script, args, hint, monkeypatch,
+                                                                             capsys, tmp_path):
+    """As train.py's lines do: rank 0 writes it to torchrun's error file (no "To enable traceback see ...")."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(os, "_exit", end_at_once)
+    monkeypatch.delenv(DEBUG_ENV, raising=False)
+    for name, value in (("RANK", "0"), ("TORCHELASTIC_RUN_ID", "none"),
+                        ("TORCHELASTIC_ERROR_FILE", str(tmp_path / "error.json"))):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", [f"scripts/{script}", *args])
+    with pytest.raises(EndedAtOnce) as exit_info:
+        runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
+    line = capsys.readouterr().err.rstrip("\n")
+    assert exit_info.value.args == (2,) and re.fullmatch(rf"error: {script} needs an NVIDIA GPU with CUDA; .*{hint}", line)
+    assert json.loads((tmp_path / "error.json").read_text())["message"]["extraInfo"]["py_callstack"] == line
 
 
 @pytest.mark.parametrize("world, args, message", [
@@ -351,3 +374,44 @@ def test_out_of_memory_during_training_ends_in_one_line_and_exit_code_1(tmp_path
         "training.local_batch_size=2; raise parallelism.context_parallel_degree (more GPUs), set "
         "activation_checkpoint.mode='full', lower training.local_batch_size or lower training.seq_len")
     assert "Traceback" not in run.stdout + run.stderr
+
+
+ONE_M = "configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2.toml"
+PAPER = "configs/paper/stage1_L3_p2_k1536_dilated.toml"
+NEEDS_A_GPU = "with the paper flavor needs a GPU (none found): a CPU trains at most 8,192 tokens per microbatch"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--job.config_file", ONE_M], f"{ONE_M}: training.seq_len=1048576 {NEEDS_A_GPU}"),
+    (["--job.config_file", PAPER], f"{PAPER}: training.seq_len=98304 {NEEDS_A_GPU}"),
+    (["--job.config_file", PAPER, "--training.seq-len=8192"], None),  # tyro's other spelling, with "="
+    (["--job.config_file", "configs/debug.toml", "--model.flavor", "paper"], None),  # 2 x 512 tokens
+    (["--job.config_file", "configs/debug.toml", "--training.seq_len", "4194304"],
+     "configs/debug.toml: training.local_batch_size=2 x training.seq_len=4194304 = 8,388,608 tokens with the debug "
+     "flavor needs a GPU (none found): a CPU trains at most 1,048,576"),
+    (["--job.config_file", PAPER, "--comm.mode", "fake_backend"], None),  # a dry run trains nothing
+    (["--job.config_file", PAPER, "--help"], None),
+    (["--job.config_file", "missing.toml"], None),  # the full parse names it
+    (["--job.config_file", PAPER, "--training.seq_len", "many"], None),  # tyro names it
+], ids=["1m", "paper", "paper-short", "debug-as-paper", "debug-too-long", "dry-run", "help", "missing-file", "not-a-number"])
+def test_a_gpu_sized_job_is_refused_on_a_cpu_from_its_toml_and_command_line_alone(args, message, monkeypatch):
+    monkeypatch.setattr(cpu_size, "gpu_device_present", lambda: False)
+    if message is None:
+        cpu_size.check_cpu_size_at_once(args)
+    else:
+        with pytest.raises(ConfigError, match=f"^{re.escape(message)}"):
+            cpu_size.check_cpu_size_at_once(args)
+
+
+@pytest.mark.skipif(cpu_size.gpu_device_present(), reason="a machine with a GPU trains the paper model")
+def test_train_py_refuses_a_gpu_sized_job_on_a_cpu_in_one_line_before_importing_torch():
+    code = ("import atexit, runpy, sys\n"
+            "atexit.register(lambda: print('torch imported:', 'torch' in sys.modules))\n"
+            f"sys.argv = ['train.py', '--job.config_file', {ONE_M!r}]\n"
+            "runpy.run_path('train.py', run_name='__main__')\n")
+    env = {**child_env(), **single_process_env()}
+    env.pop(DEBUG_ENV, None)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == "torch imported: False\n"
+    assert out.stderr.splitlines() == [f"error: {ONE_M}: training.seq_len=1048576 {NEEDS_A_GPU} of it in minutes a "
+                                       "step; use configs/debug.toml on CPU, or lower them"]

@@ -46,7 +46,7 @@ def metrics_rank(parallel_dims: Any, job_config: Any) -> int:
 def without_stop_records(method: Callable) -> Callable:
     """A torchtitan Trainer `method` decorated with torchelastic's @record, recording every failure in the rank's
     error file but a stop (ConfigError, RunStopped): a stop's line is written there by rank 0 alone
-    (`recipe.cli.exit_on_config_error`), so no other rank's record of the same stop can head torchrun's summary."""
+    (`recipe.errors.exit_on_config_error`), so no other rank's record of the same stop can head torchrun's summary."""
     inner = method.__wrapped__  # @record keeps the function it wraps here (functools.wraps)
 
     @functools.wraps(inner)
