@@ -142,6 +142,8 @@ ROWS = [
         f"the 131,072-token study on a 4-GPU machine: {GPU} (tests/test_gpu_queue.py checks its queue)"),
     Row(r"python scripts/causality_audit\.py --checkpoint outputs/payoff/", "help",
         f"audits a 131,072-token checkpoint of the basin study: {GPU}"),
+    Row(r"python scripts/generate\.py --checkpoint outputs/debug/", "help",
+        "samples from the quickstart's checkpoint; tests/test_evidence_eval.py samples a trained one"),
     Row(r"python scripts/payoff_map\.py (run|report) configs/payoff/example_cpu\.toml", "help",
         "trains the CPU-sized example for minutes: tests/test_payoff_map.py runs it as written (slow)"),
     Row(r"python scripts/payoff_map\.py tasks configs/payoff/", "run", "prints the study's queue, trains nothing"),
