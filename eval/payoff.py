@@ -86,6 +86,7 @@ def distributions(records: list[dict], threshold: float | None, baseline: str | 
                     **({"group": "lower" if r["final_heldout_loss"] < threshold else "upper"}
                        if threshold is not None else {}),
                     **({"time_to_quality": r["time_to_quality_speedup"]} if "time_to_quality_speedup" in r else {}),
+                    **({"bits_per_byte": round(r["final_bits_per_byte"], 4)} if "final_bits_per_byte" in r else {}),
                     **time_to_quality_bound(r, arms.get("dense", {}).get(s))}
                 for s, r in sorted(seeds.items())}
         entry: dict = {"seeds": rows}
@@ -159,6 +160,13 @@ def markdown(summary: dict) -> str:
         median = (">= " if entry.get("time_to_quality_median_at_least") else "") + str(
             entry.get("time_to_quality_median", "-"))
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {groups} | {median} |")
+    if any("bits_per_byte" in row for arm in summary["arms"].values() for row in arm["seeds"].values()):
+        lines += ["", "Final held-out loss in bits per byte (comparable across tokenizers):", "",
+                  "| arm | " + " | ".join(f"seed {s}" for s in seeds) + " |", "|---|" + "---|" * len(seeds)]
+        for arm, entry in summary["arms"].items():
+            cells = [f"{entry['seeds'][s]['bits_per_byte']:.4f}" if "bits_per_byte" in entry["seeds"].get(s, {})
+                     else "-" for s in seeds]
+            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += ["", "| arm - reference | seeds | differences | mean | 95% bootstrap interval | below 0 |",
               "|---|---|---|---|---|---|"]
     for p in summary["paired"]:

@@ -31,6 +31,7 @@ from recipe.metrics import read_metrics
 
 STEP_TIME = "time_metrics/end_to_end(s)"
 DENSE_LOSS = "validation/dense_loss"
+DENSE_BITS_PER_BYTE = "validation/dense_bits_per_byte"  # comparable across tokenizers (recipe/validation.py)
 LIGHTHOUSE_LOSS = "validation/lighthouse_loss"
 ARMS_COMMAND = "scripts/time_to_quality.sh (configs/time_to_quality/tiny_64k.toml)"
 _FOLDER = re.compile(
@@ -76,6 +77,8 @@ class Arm:
     losses: dict[int, float] = field(repr=False)
     lighthouse_losses: dict[int, float] = field(default_factory=dict, repr=False)
     """Stage 1's held-out loss under its own Lighthouse attention (the dense-shadow validator's second score)."""
+    final_bits_per_byte: float | None = None
+    """The last step's held-out dense loss in bits per UTF-8 byte (None in runs logged before that metric)."""
 
     @property
     def label(self) -> str:
@@ -141,7 +144,8 @@ def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
                 incomplete.append(folder.name)
                 continue
             raise ValueError(f"{folder}: steps 1..{total} are not all logged, or the last step was not validated")
-        arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses, lighthouse))
+        arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses, lighthouse,
+                        validation_losses(records, DENSE_BITS_PER_BYTE).get(total)))
     return arms
 
 
@@ -184,6 +188,8 @@ def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
               "train_seconds": round(arm.train_seconds, 3), "final_heldout_loss": arm.final_loss,
               "curve": [[round(t, 3), v] for t, v in arm.curve],
               "step_curve": [[int(step), v] for step, v in arm.step_curve]}
+    if arm.final_bits_per_byte is not None:
+        record["final_bits_per_byte"] = arm.final_bits_per_byte
     if arm.lighthouse_losses:
         record["stage1_lighthouse_curve"] = [[s, v] for s, v in sorted(arm.lighthouse_losses.items())]
     if dense is not None and arm.switch_step is not None:  # a Lighthouse -> dense arm, against its seed's dense run

@@ -293,6 +293,8 @@ def test_the_cpu_example_runs_as_written_and_reports_matched_compute_first_then_
     assert all(row["dense_equivalent_steps"] > 0 for row in placed["arms"]["causal_switch4"]["seeds"].values())
     table = (tmp_path / "run" / "report" / "payoff.md").read_text()
     assert table.startswith("At equal GPU-seconds") and table.index("At matched steps") > 0
+    assert "bits per byte" in table and all("bits_per_byte" in row for arm in summary["arms"].values()
+                                            for row in arm["seeds"].values())
     anatomy = json.loads((tmp_path / "run" / "report" / "payoff_anatomy.json").read_text())
     carried = [c["carried"] for c in anatomy["differences"][0]["position"].values()]
     assert sum(carried) == pytest.approx(1.0)

@@ -63,3 +63,17 @@ def test_joining_an_earlier_report_again_keeps_one_record_per_run_and_the_run_fo
     joined = payoff.join(here, earlier)
     assert [(r["name"], r["final_heldout_loss"]) for r in joined] == [
         ("dense_s1", 2.24), ("causal_s1_switch360", 2.31), ("dense_s0", 2.3317), ("causal_s2_switch360", 2.35)]
+
+
+def test_bits_per_byte_are_tabled_beside_the_per_token_finals_when_the_runs_logged_them():
+    rng = random.Random(3)
+    records = [run("dense_s0", 0, 2.33, 490.0), run("causal_s0_switch360", 0, 2.30, 350.0, reached=400.0),
+               run("dense_s1", 1, 2.24, 480.0)]
+    assert "bits per byte" not in payoff.markdown(payoff.distributions(records, threshold=None))
+    for r in records[:2]:
+        r["final_bits_per_byte"] = rng.uniform(0.5, 1.5)
+    summary = payoff.distributions(records, threshold=None)
+    assert summary["arms"]["causal_switch360"]["seeds"][0]["bits_per_byte"] == round(records[1]["final_bits_per_byte"], 4)
+    table = payoff.markdown(summary)
+    assert "bits per byte" in table
+    assert f"| dense | {records[0]['final_bits_per_byte']:.4f} | - |" in table  # seed 1 logged none
