@@ -1,14 +1,15 @@
-"""Sample text from a checkpoint: a prompt's bytes, then `--max-new` sampled bytes, with dense attention.
+"""Sample text from a checkpoint: a prompt, then `--max-new` sampled tokens, with dense attention.
 
     python scripts/generate.py --checkpoint outputs/debug/checkpoint/step-20 --prompt "def main(" --max-new 200
     python scripts/generate.py --checkpoint STEP_DIR --prompt "The" --temperature 0 --device cuda   # greedy
 
-The model and `training.seq_len` come from the record of the run that wrote the checkpoint, as for
-scripts/heldout_loss.py (eval/checkpoint_run.py); job arguments override it, and a checkpoint without run records
-needs `--job.config_file` of its run. Every step runs the whole window (at most `training.seq_len` tokens, the
-model's RoPE table) with dense attention in every layer: a few hundred bytes take seconds on a CPU. Sampling is
-softmax(logits / temperature) over the `--top-k` most likely bytes; temperature 0 is greedy. Stops at EOS. The
-text goes to stdout, bytes that are not UTF-8 replaced.
+The model, its tokenizer (bytes, or the Hugging Face tokenizer of `model.hf_assets_path`) and `training.seq_len`
+come from the record of the run that wrote the checkpoint, as for scripts/heldout_loss.py
+(eval/checkpoint_run.py); job arguments override it, and a checkpoint without run records needs
+`--job.config_file` of its run. Every step runs the whole window (at most `training.seq_len` tokens, the model's
+RoPE table) with dense attention in every layer: a few hundred tokens take seconds on a CPU. Sampling is
+softmax(logits / temperature) over the `--top-k` most likely tokens; temperature 0 is greedy. Stops at EOS. The
+text goes to stdout; a byte model's bytes that are not UTF-8 print as U+FFFD.
 """
 from __future__ import annotations
 
@@ -25,19 +26,21 @@ import torch
 from eval.checkpoint_run import job_config_of
 from eval.cli import load_checkpoint
 from eval.heldout import LogitsFn
-from recipe.cli import ConfigError, exit_on_config_error
-from recipe.tokenizer import BOS_ID, EOS_ID, NUM_BYTES, ByteTokenizer
+from recipe.cli import ConfigError, as_config_error, exit_on_config_error
+from recipe.tokenizer import build_tokenizer
 
 
 @torch.no_grad()
-def sample(logits_fn: LogitsFn, prompt: list[int], max_new: int, window: int, temperature: float = 1.0,
-           top_k: int | None = None, generator: torch.Generator | None = None) -> list[int]:
-    """Up to `max_new` tokens after `prompt` (ids), each drawn from the logits of the last `window` tokens: bytes
-    only (never BOS), stopping after EOS; temperature 0 takes the most likely byte."""
+def sample(logits_fn: LogitsFn, prompt: list[int], max_new: int, window: int, tokenizer,
+           temperature: float = 1.0, top_k: int | None = None, generator: torch.Generator | None = None) -> list[int]:
+    """Up to `max_new` tokens after `prompt` (ids), each drawn from the logits of the last `window` tokens: ids of
+    `tokenizer`'s vocabulary only (never BOS, nor the padding of the model's output layer), stopping after EOS;
+    temperature 0 takes the most likely token."""
     ids = list(prompt)
     for _ in range(max_new):
         logits = logits_fn(torch.tensor([ids[-window:]]))[0, -1].float().cpu()
-        logits[BOS_ID] = -torch.inf
+        logits[tokenizer.bos_id] = -torch.inf
+        logits[tokenizer.get_vocab_size():] = -torch.inf
         if temperature == 0:
             token = int(logits.argmax())
         else:
@@ -45,40 +48,43 @@ def sample(logits_fn: LogitsFn, prompt: list[int], max_new: int, window: int, te
                 logits[logits < logits.topk(top_k).values[-1]] = -torch.inf
             token = int(torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator))
         ids.append(token)
-        if token == EOS_ID:
+        if token == tokenizer.eos_id:
             break
     return ids[len(prompt):]
 
 
-def main(argv: list[str] | None = None) -> str:
-    """Load the checkpoint, sample after the prompt, print the prompt and the sampled text; return the text."""
+def main(argv: list[str] | None = None) -> list[int]:
+    """Load the checkpoint, sample after the prompt, print the prompt and the sampled text; return the sampled
+    ids (the text of a byte model's sample can hold invalid UTF-8, printed as U+FFFD)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 epilog="Other arguments are job arguments, e.g. --job.config_file configs/debug.toml")
     p.add_argument("--checkpoint", required=True, help="a step folder, e.g. outputs/debug/checkpoint/step-20")
     p.add_argument("--prompt", default="", help="text the sample continues (default: none, after BOS)")
-    p.add_argument("--max-new", type=int, default=200, help="bytes to sample (default 200)")
+    p.add_argument("--max-new", type=int, default=200, help="tokens to sample (default 200)")
     p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")
-    p.add_argument("--top-k", type=int, default=40, help=f"sample among this many bytes, 1-{NUM_BYTES + 1} "
-                   "(default 40)")
+    p.add_argument("--top-k", type=int, default=40, help="sample among this many tokens (default 40)")
     p.add_argument("--seed", type=int, help="the sampling seed (default: a fresh one)")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     args, job_argv = p.parse_known_args(argv)
-    if args.max_new < 1 or args.temperature < 0 or not 1 <= args.top_k <= NUM_BYTES + 1:
+    if args.max_new < 1 or args.temperature < 0 or args.top_k < 1:
         p.error(f"--max-new={args.max_new} must be >= 1, --temperature={args.temperature} >= 0 and "
-                f"--top-k={args.top_k} in [1, {NUM_BYTES + 1}]")
+                f"--top-k={args.top_k} >= 1")
     job_config, _ = job_config_of(Path(args.checkpoint), job_argv)
+    with as_config_error():
+        tokenizer = build_tokenizer(job_config)
+    if args.top_k > tokenizer.get_vocab_size():
+        p.error(f"--top-k={args.top_k} exceeds the tokenizer's {tokenizer.get_vocab_size()} entries")
     job_config.lighthouse.enable = False  # a window grows one token at a time: Lighthouse needs fixed lengths
     window = job_config.training.seq_len
-    prompt = ByteTokenizer().encode(args.prompt, add_bos=True, add_eos=False)
+    prompt = tokenizer.encode(args.prompt, add_bos=True, add_eos=False)
     if len(prompt) >= window:
         raise ConfigError(f"--prompt is {len(prompt)} tokens with BOS, not below training.seq_len={window}, the "
                           "model's window")
     _, logits, _ = load_checkpoint(args.checkpoint, args.device, job_config)
     generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-    new = sample(logits, prompt, args.max_new, window, args.temperature, args.top_k, generator)
-    text = ByteTokenizer().decode(new)
-    print(args.prompt + text, flush=True)
-    return text
+    new = sample(logits, prompt, args.max_new, window, tokenizer, args.temperature, args.top_k, generator)
+    print(args.prompt + tokenizer.decode(new), flush=True)
+    return new
 
 
 if __name__ == "__main__":
