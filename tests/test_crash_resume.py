@@ -62,14 +62,18 @@ class Run:
             lines = f.read().decode().splitlines(keepends=True)
         return [json.loads(line)["step"] for line in lines if line.endswith("\n")]
 
+    def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Poll `condition` every 10 ms while the process runs, for at most TIMEOUT_S."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while not condition():
+            assert self.proc.poll() is None, f"exited with {self.proc.returncode}:\n{self.tail()}"
+            assert time.monotonic() < deadline, f"timed out:\n{self.tail()}"
+            time.sleep(0.01)
+
     def sigkill_when(self, condition: Callable[[], bool]) -> None:
         """SIGKILL the process as soon as `condition` holds (polled every 10 ms); it must still be running."""
-        deadline = time.monotonic() + TIMEOUT_S
         try:
-            while not condition():
-                assert self.proc.poll() is None, f"exited with {self.proc.returncode}:\n{self.tail()}"
-                assert time.monotonic() < deadline, f"timed out:\n{self.tail()}"
-                time.sleep(0.01)
+            self.wait_until(condition)
         finally:
             self.proc.send_signal(signal.SIGKILL)  # a no-op once it has exited
         assert self.proc.wait() == -signal.SIGKILL, f"ended before the kill:\n{self.tail()}"
@@ -77,12 +81,8 @@ class Run:
     def signal_when(self, condition: Callable[[], bool], signum: int, times: int = 1) -> tuple[int, str]:
         """Send `signum` `times` times, 0.1 s apart, as soon as `condition` holds; the exit code and the last
         line of the output."""
-        deadline = time.monotonic() + TIMEOUT_S
         try:
-            while not condition():
-                assert self.proc.poll() is None, f"exited with {self.proc.returncode}:\n{self.tail()}"
-                assert time.monotonic() < deadline, f"timed out:\n{self.tail()}"
-                time.sleep(0.01)
+            self.wait_until(condition)
             for _ in range(times):
                 self.proc.send_signal(signum)
                 time.sleep(0.1)
