@@ -11,9 +11,9 @@ SIGTERM, from the first line on, in one line and exit code 130 and 143.
 import os
 import sys
 
-from recipe.cpu_size import check_cpu_size_at_once
 from recipe.errors import exit_on_config_error, speaks_for_the_job
-from recipe.held_signals import hold_signals
+from recipe.resilience.held_signals import hold_signals
+from recipe.train.cpu_size import check_cpu_size_at_once
 
 if __name__ == "__main__":  # before the heavy imports: a signal during them is acted on once the settings are read
     hold_signals(sigterm=speaks_for_the_job())  # under torchrun, SIGTERM stops another rank at once, as before
@@ -25,7 +25,7 @@ from recipe.compat import install  # noqa: E402
 install()  # the CPU compatibility layer (a no-op with an accelerator), before torchtitan is imported
 
 from recipe.launch import one_process_env  # noqa: E402
-from recipe.trainer import main  # noqa: E402
+from recipe.train.trainer import main  # noqa: E402
 
 if __name__ == "__main__":
     os.environ.update(one_process_env(os.environ))  # a plain `python train.py` is a one-process job

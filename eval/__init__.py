@@ -1,2 +1,2 @@
-"""Evaluation and measurement: held-out loss, NIAH, the causality audit, throughput, the single-layer benchmark,
-GPU and context-parallel parity, the study reports and the Hugging Face export of trained checkpoints."""
+"""Evaluation and measurement: `metrics` of trained checkpoints, `benchmarks` and parity checks, `studies` (the
+reports); the modules at this level load checkpoints and write records for all three."""

@@ -15,8 +15,8 @@ from torch import nn
 from torchtitan.config import ConfigManager, JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
-from recipe.train_spec import job_model_args  # importing it registers the llama3_lighthouse TrainSpec
-from recipe.trainer import check_job
+from recipe.train.train_spec import job_model_args  # importing it registers the llama3_lighthouse TrainSpec
+from recipe.train.trainer import check_job
 
 
 def parse_job_config(argv: list[str]) -> JobConfig:

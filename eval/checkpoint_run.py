@@ -1,7 +1,7 @@
 """The run that wrote a checkpoint: its own record of the job, and the attention the checkpoint was trained with.
 
 A step folder `<dump_folder>/<checkpoint.folder>/step-N` sits beside `<dump_folder>/runs/<start time>/`, one
-folder per process start of the job (recipe/run_record.py). The start that wrote step N is the last one in
+folder per process start of the job (recipe/logs/run_record.py). The start that wrote step N is the last one in
 `metrics.jsonl` whose `run_start` step is at most N (a resumed start begins after the step it loaded); with a
 single record folder that one is taken. Its `config.toml` is the job as it ran, so tools that rebuild the model
 read it rather than a config file named on their command line, which may differ (another `training.seq_len`,
@@ -17,10 +17,10 @@ from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.checkpoint import lighthouse_setting
-from recipe.cli import CONFIG_FILE_FLAGS, ConfigError, as_config_error, config_file_arg, parse_job_config
-from recipe.metrics import METRICS_FILE, read_metrics
-from recipe.run_record import CONFIG_FILE, RUN_START, RUNS_FOLDER
-from recipe.trainer import check_job
+from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.logs.run_record import CONFIG_FILE, RUN_START, RUNS_FOLDER
+from recipe.train.cli import CONFIG_FILE_FLAGS, ConfigError, as_config_error, config_file_arg, parse_job_config
+from recipe.train.trainer import check_job
 
 _STEP_FOLDER = re.compile(r"step-(\d+)")
 

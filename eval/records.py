@@ -16,7 +16,7 @@ import torchtitan
 from torchtitan.config import JobConfig
 
 from eval.checkpoint import lighthouse_setting
-from recipe.run_record import REPO, source_commit
+from recipe.logs.run_record import REPO, source_commit
 
 
 def command_line() -> str:

@@ -1,5 +1,5 @@
-"""Trainer glue for Lighthouse on torchtitan: job config, tokenizer, data, metrics, dense-shadow validation,
-run records and logs, sweeps, corpus building, and the compatibility layer (`recipe.compat`).
+"""Trainer glue for Lighthouse on torchtitan, by layer (lowest first): `compat` (the compatibility layer),
+`data`, `resilience`, `logs`, `hf`, `train` and `experiments` (docs/architecture.md).
 
 Importing it patches nothing: an entry point calls `recipe.compat.install()` first (a no-op with an accelerator).
 """

@@ -1,6 +1,6 @@
 """Benchmark one Lighthouse layer against cuDNN SDPA: latency, per-stage breakdown, compile/graph checks.
 
-What it measures and writes: eval/attention_bench.py.
+What it measures and writes: eval/benchmarks/attention_bench.py.
 
 Usage: python scripts/bench_attention.py [--ns 8192,65536] [--selection paper,causal,strict] [--stages 524288]
        [--graphs 8192,32768] [--checks 8192] [--extras] [--out docs]  (default out: outputs/bench_attention)
@@ -35,7 +35,7 @@ def main() -> None:
                         help="run with this thread and autograd's device threads on one CPU (lighthouse.host_threads)")
     args = parser.parse_args()
     require_cuda()
-    from eval.attention_bench import DEFAULT_NS, run_benchmark, run_once  # imports Triton: after the CUDA check
+    from eval.benchmarks.attention_bench import DEFAULT_NS, run_benchmark, run_once  # imports Triton: after the CUDA check
 
     if args.once:
         run_once(args.once)

@@ -1,4 +1,4 @@
-"""Causality audit of a checkpoint: the loss a model owes to tokens after the ones it predicts (eval.causality).
+"""Causality audit of a checkpoint: the loss a model owes to tokens after the ones it predicts (eval.metrics.causality).
 
     python scripts/causality_audit.py --checkpoint outputs/run/checkpoint/step-600 \\
         --data 'outputs/replicate/corpus/heldout/*.jsonl' --out outputs/run/eval/causality \\
@@ -25,14 +25,14 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval.causality import causality_audit, checkpoint_steps, combine_records, plot_audit, record_label
 from eval.checkpoint import parse_job_config
-from eval.cli import evaluation_parser, load_checkpoint
-from eval.heldout import heldout_windows
+from eval.metrics.causality import causality_audit, checkpoint_steps, combine_records, plot_audit, record_label
+from eval.metrics.cli import evaluation_parser, load_checkpoint
+from eval.metrics.heldout import heldout_windows
 from eval.options import int_list
 from eval.records import provenance, write_record
-from recipe.cli import as_config_error, exit_on_config_error
-from recipe.tokenizer import build_tokenizer
+from recipe.data.tokenizer import build_tokenizer
+from recipe.train.cli import as_config_error, exit_on_config_error
 
 
 def audit(argv: list[str]) -> dict:

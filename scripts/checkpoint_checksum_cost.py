@@ -1,4 +1,4 @@
-"""What the checkpoint manifest costs (`recipe.checkpoint_manifest`), scaled to the paper model's checkpoint.
+"""What the checkpoint manifest costs (`recipe.resilience.checkpoint_manifest`), scaled to the paper model's checkpoint.
 
     python scripts/checkpoint_checksum_cost.py --fraction 0.125 --folder /tmp/ckpt-cost
 
@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from recipe.checkpoint_manifest import manifest_faults, read_manifest, write_manifest
+from recipe.resilience.checkpoint_manifest import manifest_faults, read_manifest, write_manifest
 
 PAPER_PARAMETERS = 267_977_728
 BYTES_PER_PARAMETER = 12  # float32 weight + AdamW's exp_avg and exp_avg_sq

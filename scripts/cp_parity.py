@@ -24,12 +24,12 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval.cp_parity import DTYPES, CpParityJob, run_cp_parity
+from eval.benchmarks.cp_parity import DTYPES, CpParityJob, run_cp_parity
 from eval.device import require_cuda
 from lighthouse import LighthouseConfig
 from lighthouse.config import SELECTIONS
 from lighthouse.context_parallel import check_context_parallel
-from recipe.cli import as_config_error, exit_on_config_error
+from recipe.train.cli import as_config_error, exit_on_config_error
 
 
 def parse_args() -> argparse.Namespace:

@@ -27,7 +27,7 @@ selection statistics (an extra selection pass on the timed last step). torchtita
 of the W = 1 throughput kept (with 1 in `--cp`), and the Lighthouse speedup over dense.
 
 `--layer-times` times every transformer block's forward and backward inside the job (CUDA events;
-`eval/layer_times.py`) and reports where each step goes: dense layers, Lighthouse layers, the rest.
+`eval/benchmarks/layer_times.py`) and reports where each step goes: dense layers, Lighthouse layers, the rest.
 `--json` is rewritten after every variant; `--resume` keeps the variants an earlier run of the same settings
 recorded there and trains the others. `--stage2 N` instead trains Lighthouse for `--steps` steps with a
 full checkpoint at the last, then N dense steps resumed from it (model, optimizer, LR schedule, data, step),
@@ -43,12 +43,12 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_stage2, measured_runs, plot, report,
+from eval.benchmarks.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_stage2, measured_runs, plot, report,
                                 stage2_report)
-from eval.cli import OneLineParser
+from eval.benchmarks.throughput import DEFAULT_CONFIG, WARMUP_STEPS, non_negative_int, positive_int, switch_values, too_few_steps
 from eval.device import require_cuda
-from eval.throughput import DEFAULT_CONFIG, WARMUP_STEPS, non_negative_int, positive_int, switch_values, too_few_steps
-from recipe.cli import exit_on_config_error
+from eval.metrics.cli import OneLineParser
+from recipe.train.cli import exit_on_config_error
 
 
 def dense_layer_set(text: str) -> tuple[int, ...] | None:

@@ -1,4 +1,4 @@
-"""How far back a later token reaches through one Lighthouse layer, per selection mode (eval.dependence).
+"""How far back a later token reaches through one Lighthouse layer, per selection mode (eval.metrics.dependence).
 
     python scripts/dependence_probe.py [--selection causal,strict,paper] [--positions 32] [--seed 0]
     python scripts/dependence_probe.py --overlap 65536  (share of causal's expanded entries strict expands too)
@@ -18,7 +18,7 @@ import dataclasses
 
 import torch
 
-from eval.dependence import reach
+from eval.metrics.dependence import reach
 from eval.options import selection_list
 from lighthouse import select
 from lighthouse.config import SELECTIONS, LighthouseConfig

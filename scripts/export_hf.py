@@ -32,9 +32,9 @@ import torch
 
 from eval.checkpoint import build_model, load_weights
 from eval.checkpoint_run import job_config_of, step_of, trained_seq_len, trained_with_lighthouse, training_description
-from eval.hf_export import export
 from eval.records import provenance
-from recipe.cli import ConfigError
+from recipe.hf.export import export
+from recipe.train.cli import ConfigError
 
 def main(argv: list[str] | None = None) -> Path:
     """Export STEP_DIR into OUT; exit code 2 with one line on stderr when OUT, STEP_DIR or the job will not do."""

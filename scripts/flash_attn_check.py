@@ -3,7 +3,7 @@
 The FlashAttention generation that imports, parity of the attention and of the Lighthouse layer, one training
 step's loss, and latency at 32K / 128K / 512K.
 
-What it measures and writes: eval/flash_attn_check.py. Exits 1 if flash_attn did not import or missed a
+What it measures and writes: eval/benchmarks/flash_attn_check.py. Exits 1 if flash_attn did not import or missed a
 parity tolerance.
 
 Usage: python scripts/flash_attn_check.py --out docs  [--replot]  (--replot: only draw the PNG from the record)
@@ -27,14 +27,14 @@ def main() -> None:
         record = args.out / "flash_attn_check.json"
         if not record.is_file():
             parser.exit(2, f"error: --replot needs {record}; it is not there\n")
-        from eval.flash_attn_check import replot
+        from eval.benchmarks.flash_attn_check import replot
 
         replot(args.out)
         return
     from eval.device import require_cuda
 
     require_cuda()
-    from eval.flash_attn_check import run_check  # imports Triton: after the CUDA check
+    from eval.benchmarks.flash_attn_check import run_check  # imports Triton: after the CUDA check
 
     sys.exit(0 if run_check(args.out) else 1)
 

@@ -24,10 +24,10 @@ install()  # the CPU compatibility layer, before torchtitan is imported
 import torch
 
 from eval.checkpoint_run import job_config_of
-from eval.cli import load_checkpoint
-from eval.heldout import LogitsFn
-from recipe.cli import ConfigError, as_config_error, exit_on_config_error
-from recipe.tokenizer import build_tokenizer
+from eval.metrics.cli import load_checkpoint
+from eval.metrics.heldout import LogitsFn
+from recipe.data.tokenizer import build_tokenizer
+from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
 
 
 @torch.no_grad()

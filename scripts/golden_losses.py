@@ -18,11 +18,11 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from recipe.debug_run import golden_record
+from recipe.logs.debug_run import golden_record
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Run the debug config (`recipe.debug_run`) and print its record or write it to --write."""
+    """Run the debug config (`recipe.logs.debug_run`) and print its record or write it to --write."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", type=Path, help="write the record to this JSON file (else print it)")
     args = parser.parse_args(argv)

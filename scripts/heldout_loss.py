@@ -9,7 +9,7 @@ The model and `training.seq_len` come from the record of the run that wrote the 
 scripts/export_hf.py (eval/checkpoint_run.py); job arguments override it (`--lighthouse.no-enable`), and a
 checkpoint without run records needs `--job.config_file` of its run.
 
-Windows of `training.seq_len + 1` tokens cut from the held-out files as in training (`eval.heldout`).
+Windows of `training.seq_len + 1` tokens cut from the held-out files as in training (`eval.metrics.heldout`).
 Writes `<out>.json`: {"loss": {"lighthouse": ..., "dense": ...}, "windows": ..., provenance}; with
 `--by-position`, also "by_position": {"edges": [0, 64, 256, ...], "lighthouse": [...], "dense": [...]}, the
 mean loss of the positions between successive edges (does the model use far context?).
@@ -30,11 +30,11 @@ from recipe.compat import install
 install()  # the CPU compatibility layer, before torchtitan is imported
 
 from eval.checkpoint_run import job_config_of
-from eval.cli import evaluation_parser, load_checkpoint
-from eval.heldout import document_loss, heldout_documents, heldout_windows, setting_losses
+from eval.metrics.cli import evaluation_parser, load_checkpoint
+from eval.metrics.heldout import document_loss, heldout_documents, heldout_windows, setting_losses
 from eval.records import provenance, write_record
-from recipe.cli import as_config_error, exit_on_config_error
-from recipe.tokenizer import build_tokenizer
+from recipe.data.tokenizer import build_tokenizer
+from recipe.train.cli import as_config_error, exit_on_config_error
 
 
 def main(argv: list[str] | None = None) -> dict:

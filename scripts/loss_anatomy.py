@@ -1,4 +1,4 @@
-"""What a held-out loss difference is made of (`eval.loss_anatomy`): per-token losses of final models on the
+"""What a held-out loss difference is made of (`eval.metrics.loss_anatomy`): per-token losses of final models on the
 same windows, then the difference between two of them by position and by repeated vs fresh context.
 
     python scripts/loss_anatomy.py dump --checkpoint dense_s2=outputs/payoff/x/dense_s2/checkpoint/step-720 \\
@@ -25,10 +25,10 @@ install()  # the CPU compatibility layer, before torchtitan is imported
 
 import numpy as np
 
-from eval import loss_anatomy
+from eval.metrics import loss_anatomy
 from eval.options import int_list
 from eval.records import write_record
-from recipe.cli import ConfigError, as_config_error, exit_on_config_error
+from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
 
 NIAH_DEPTHS = (10, 50, 90)
 
@@ -46,10 +46,10 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
 
     from eval.checkpoint import build_model, check_lengths, load_weights, logits_function, parse_job_config
     from eval.device import pick_device
-    from eval.heldout import heldout_windows, token_losses
-    from eval.niah import check_grid, run_niah, text_encoder
+    from eval.metrics.heldout import heldout_windows, token_losses
+    from eval.metrics.niah import check_grid, run_niah, text_encoder
     from eval.records import provenance
-    from recipe.tokenizer import build_tokenizer
+    from recipe.data.tokenizer import build_tokenizer
 
     names = [name for name, _ in args.checkpoint]
     if len(set(names)) != len(names):

@@ -1,6 +1,6 @@
 """A real-text byte corpus from folders of Python sources (default: this interpreter's standard library).
 
-The split, the document modes and the files written are described in `recipe.corpus`: every `.py` file (or,
+The split, the document modes and the files written are described in `recipe.experiments.corpus`: every `.py` file (or,
 with `--documents packages`, every folder's own files joined) is one document, held out by the SHA-1 of its
 name (1 in `--heldout-every`); training documents are shuffled with `--seed`.
 
@@ -18,7 +18,7 @@ import json
 import sysconfig
 from pathlib import Path
 
-from recipe.corpus import DOCUMENTS, make_corpus
+from recipe.experiments.corpus import DOCUMENTS, make_corpus
 
 
 def main() -> None:

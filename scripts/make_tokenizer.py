@@ -1,5 +1,5 @@
 """Train a byte-level BPE tokenizer on your own text and save it as a Hugging Face tokenizer folder, which
-`[model] hf_assets_path` then selects (recipe/bpe.py).
+`[model] hf_assets_path` then selects (recipe/data/bpe.py).
 
     python scripts/make_tokenizer.py --data 'my_text/**/*.jsonl' --vocab-size 32000 --out assets/tokenizer
 
@@ -11,9 +11,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from recipe.bpe import train_bpe
-from recipe.cli import ConfigError, exit_on_config_error
-from recipe.data import BadDocument, match_local_files, read_documents
+from recipe.data.bpe import train_bpe
+from recipe.data.loader import BadDocument, match_local_files, read_documents
+from recipe.train.cli import ConfigError, exit_on_config_error
 
 
 def main(argv: list[str] | None = None) -> Path:

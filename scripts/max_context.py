@@ -27,13 +27,13 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval.cli import OneLineParser
+from eval.benchmarks.max_context import ATTENTIONS, ProbeJob, check_lengths, find_longest, table
+from eval.benchmarks.throughput import positive_int, switch_values
 from eval.device import pick_device, require_cuda
-from eval.max_context import ATTENTIONS, ProbeJob, check_lengths, find_longest, table
+from eval.metrics.cli import OneLineParser
 from eval.records import command_line, environment, shown_path
-from eval.throughput import positive_int, switch_values
-from recipe.cli import ConfigError, exit_on_config_error, parse_job_config
-from recipe.run_record import REPO
+from recipe.logs.run_record import REPO
+from recipe.train.cli import ConfigError, exit_on_config_error, parse_job_config
 
 DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k2048_norm.toml"
 

@@ -6,7 +6,7 @@
 
 The job arguments after the script's own options choose the model (`model.name`, `model.flavor`) and the
 attention (`--lighthouse.enable`/`--lighthouse.no-enable`, `--lighthouse.levels`, `.pool`, `.topk`, ...).
-Protocol (`eval.niah`): one passkey digit in random alphanumeric filler at each depth, one forward pass,
+Protocol (`eval.metrics.niah`): one passkey digit in random alphanumeric filler at each depth, one forward pass,
 argmax over the ten digit tokens at the last position, each cell the mean over the ten digits.
 Writes `<out>.json` (grid, mean and provenance) and `<out>.png` (heatmap).
 """
@@ -19,12 +19,12 @@ from recipe.compat import install
 install()  # the CPU compatibility layer, before torchtitan is imported
 
 from eval.checkpoint import check_lengths, lighthouse_setting, parse_job_config
-from eval.cli import evaluation_parser, load_checkpoint
-from eval.niah import DEPTHS, check_grid, plot_heatmap, run_niah, text_encoder
+from eval.metrics.cli import evaluation_parser, load_checkpoint
+from eval.metrics.niah import DEPTHS, check_grid, plot_heatmap, run_niah, text_encoder
 from eval.options import int_list
 from eval.records import provenance, write_record
-from recipe.cli import as_config_error, exit_on_config_error
-from recipe.tokenizer import build_tokenizer
+from recipe.data.tokenizer import build_tokenizer
+from recipe.train.cli import as_config_error, exit_on_config_error
 
 
 def main(argv: list[str] | None = None) -> dict:

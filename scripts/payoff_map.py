@@ -7,7 +7,7 @@ dense over seeds from one study TOML, then report distributions over seeds (docs
     python scripts/payoff_map.py submit configs/payoff/tiny_128k_basin.toml -- --partition=gpu --gres=gpu:1
     python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml [--include docs/records/time_to_quality.json]
 
-The study file's format is `recipe.payoff_grid`'s docstring. `run` queues every run on the GPUs of this
+The study file's format is `recipe.experiments.payoff_grid`'s docstring. `run` queues every run on the GPUs of this
 machine (`scripts/gpu_queue.py`: one run per GPU, each after the runs it resumes; rerun to continue a stopped
 queue); `submit` makes each run one SLURM job (`sbatch --dependency=afterok` on the runs it resumes; sbatch
 options after `--`). With `[study] anatomy_windows`, each seed's final models also get their per-token losses
@@ -29,14 +29,15 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval import frontier, loss_anatomy, payoff
-from eval.niah import byte_encode, check_grid, markdown as niah_markdown
+from eval.metrics import loss_anatomy
+from eval.metrics.niah import byte_encode, check_grid, markdown as niah_markdown
 from eval.records import write_record
-from eval.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
-from recipe.corpus import make_corpus
-from recipe.cli import ConfigError, as_config_error, exit_on_config_error
-from recipe.payoff_grid import Study, final_models, load_study, long_first, plan_runs, train_command
-from recipe.run_record import source_commit
+from eval.studies import frontier, payoff
+from eval.studies.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
+from recipe.experiments.corpus import make_corpus
+from recipe.experiments.payoff_grid import Study, final_models, load_study, long_first, plan_runs, train_command
+from recipe.logs.run_record import source_commit
+from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
 
 QUEUE = "tasks.tsv"
 
@@ -58,9 +59,9 @@ ORDERS = ("seed", "long-first")
 
 
 def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tuple[str, tuple[str, ...], str]]:
-    """(name, waits, command) of every task in queue order. "seed": the runs as `recipe.payoff_grid.plan_runs`
+    """(name, waits, command) of every task in queue order. "seed": the runs as `recipe.experiments.payoff_grid.plan_runs`
     orders them, and with `anatomy_windows` after each seed's runs of a grid block the per-token pass over its new
-    final models. "long-first": the runs as `recipe.payoff_grid.long_first` orders them (to fit a study into a
+    final models. "long-first": the runs as `recipe.experiments.payoff_grid.long_first` orders them (to fit a study into a
     lease of fixed length), then each seed's per-token pass."""
     if order == "long-first":
         runs = long_first(plan_runs(study))
@@ -100,7 +101,7 @@ def write_queue(study: Study, python: str, order: str = "seed") -> Path:
 
 
 def check_corpus(study: Study) -> None:
-    """The study's corpus must exist; with `corpus_sources` a missing one is built first (`recipe.corpus`)."""
+    """The study's corpus must exist; with `corpus_sources` a missing one is built first (`recipe.experiments.corpus`)."""
     missing = [str(study.corpus / part) for part in ("train", "heldout") if not (study.corpus / part).is_dir()]
     if missing and study.corpus_sources:
         if absent := [str(s) for s in study.corpus_sources if not s.is_dir()]:

@@ -5,7 +5,7 @@
 
 The report goes to `--out` (default: the run folder); only `--publish` writes the tracked
 docs/records/results.json and docs/records/replicate_loss.png. What it measures (wall clock and training-loop time, the
-switch analysis against the dense arm) is described in `eval.replicate`.
+switch analysis against the dense arm) is described in `eval.studies.replicate`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval.replicate import DOCS, tokens_per_step, write_report
+from eval.studies.replicate import DOCS, tokens_per_step, write_report
 
 
 def main(argv: list[str] | None = None) -> dict:

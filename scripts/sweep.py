@@ -30,9 +30,9 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from recipe.run_logs import LOSS_TAG, TPS_TAG
-from recipe.sweep import LIGHTHOUSE_AXES, create_sweep
-from recipe.sweep_summary import FORMATS, print_summary
+from recipe.experiments.sweep import LIGHTHOUSE_AXES, create_sweep
+from recipe.experiments.sweep_summary import FORMATS, print_summary
+from recipe.logs.run_logs import LOSS_TAG, TPS_TAG
 from recipe.toml_config import tomllib
 
 

@@ -2,7 +2,7 @@
 
     python scripts/time_to_quality.py --run outputs/time_to_quality --out outputs/time_to_quality/report
 
-Reads every arm under --run (eval.time_to_quality) and writes `<out>.json` (one object per arm: name,
+Reads every arm under --run (eval.studies.time_to_quality) and writes `<out>.json` (one object per arm: name,
 selection, switch_step, total_steps, seq_len, seed, device, train_seconds, final_heldout_loss, curve, and for
 Lighthouse arms the seconds dense needs to reach that loss, the time-to-quality speedup, the stage-1
 per-step speedups and the exchange rates, against the dense arm of the same seed), `<out>.png` (against
@@ -18,7 +18,7 @@ from recipe.compat import install
 install()  # the CPU compatibility layer, before torchtitan is imported
 
 from eval.records import write_record
-from eval.time_to_quality import ARMS_COMMAND, load_arms, markdown_table, plot_curves, plot_steps, report_records
+from eval.studies.time_to_quality import ARMS_COMMAND, load_arms, markdown_table, plot_curves, plot_steps, report_records
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -1,4 +1,4 @@
-"""train.py, timing every transformer block's forward and backward on every step (`eval.layer_times`): the
+"""train.py, timing every transformer block's forward and backward on every step (`eval.benchmarks.layer_times`): the
 rank that logs metrics writes them to `<dump_folder>/layer_times.json`. `scripts/cp_throughput.py
 --layer-times` runs it in place of train.py; it takes train.py's arguments.
 
@@ -10,9 +10,9 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-from eval.layer_times import LayerTimedTrainer  # noqa: E402
+from eval.benchmarks.layer_times import LayerTimedTrainer  # noqa: E402
 from recipe.launch import one_process_env  # noqa: E402
-from recipe.trainer import main  # noqa: E402
+from recipe.train.trainer import main  # noqa: E402
 
 if __name__ == "__main__":
     os.environ.update(one_process_env(os.environ))  # a plain `python` start is a one-process job, as for train.py

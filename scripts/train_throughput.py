@@ -14,7 +14,7 @@ dense attention (cuDNN SDPA on CUDA), and for each placement of the host threads
 checkpoints, no selection statistics (their extra selection pass stays out of the timed steps),
 `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`. Each variant is its own process (an out-of-memory run
 is recorded as such and the others still run). tok/s is torchtitan's per-step tok/s over the steps after
-the first two (warm-up under torch.compile; `eval.throughput.WARMUP_STEPS`), peak reserved memory
+the first two (warm-up under torch.compile; `eval.benchmarks.throughput.WARMUP_STEPS`), peak reserved memory
 torchtitan's own.
 
 Then it times one attention call of the model's shape (B 1, the model's heads and head dim) with the
@@ -23,7 +23,7 @@ the Amdahl view: the share of the dense step spent in the attention of the layer
 the whole-model ceiling if that attention cost nothing, and the speedup predicted from the per-layer
 speedup. Prints markdown tables; `--json` writes one record per checkpointing mode.
 
-`--vocab-size N` trains with a byte-level BPE of exactly N entries built here (`recipe.bpe`, on the synthetic
+`--vocab-size N` trains with a byte-level BPE of exactly N entries built here (`recipe.data.bpe`, on the synthetic
 corpus, filled with reserved tokens) instead of the byte tokenizer: what a larger output layer costs at long
 context, beside a run without it.
 """
@@ -40,18 +40,18 @@ from recipe.compat import install
 
 install()  # the CPU compatibility layer, before torchtitan is imported
 
-import recipe.train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
+import recipe.train.train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
 import torch
 from torchtitan.config import ConfigManager
 from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.device import require_cuda
 from eval.records import environment, shown_path
-from eval.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, positive_int,
+from eval.benchmarks.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, positive_int,
                              run_variant, switch_values, too_few_steps)
-from recipe.bpe import train_bpe
-from recipe.cli import exit_on_config_error
-from recipe.data import synthetic_document
+from recipe.data.bpe import train_bpe
+from recipe.data.loader import synthetic_document
+from recipe.train.cli import exit_on_config_error
 
 CPU_STEPS = 3  # the first two are not timed
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from recipe.checkpoint_manifest import MANIFEST, manifest_faults, read_manifest
 from recipe.launch import single_process_env
-from recipe.metrics import read_metrics
+from recipe.logs.metrics import read_metrics
+from recipe.resilience.checkpoint_manifest import MANIFEST, manifest_faults, read_manifest
 
 from .helpers import child_env, signal_when
 

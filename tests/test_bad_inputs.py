@@ -23,15 +23,15 @@ from torchtitan.config.job_config import Model
 from torchtitan.distributed import ParallelDims
 
 import models  # noqa: F401  (before torchtitan; registers llama3_lighthouse)
-from recipe.checkpoint_manifest import MANIFEST
-from recipe.checks import check_launch
-from recipe.data import DataError, LocalFiles, read_documents
-from recipe.cli import DEBUG_ENV, ConfigError, parse_job_config
-from recipe.dump_lock import LOCK_FILE, DumpFolderLock
+from recipe.data.loader import DataError, LocalFiles, read_documents
+from recipe.data.tokenizer import ByteTokenizer
 from recipe.launch import single_process_env
-from recipe.metrics import LighthouseMetricsProcessor
-from recipe.tokenizer import ByteTokenizer
-from recipe.trainer import check_start_up
+from recipe.logs.metrics import LighthouseMetricsProcessor
+from recipe.resilience.checkpoint_manifest import MANIFEST
+from recipe.resilience.dump_lock import LOCK_FILE, DumpFolderLock
+from recipe.train.checks import check_launch
+from recipe.train.cli import DEBUG_ENV, ConfigError, parse_job_config
+from recipe.train.trainer import check_start_up
 
 REPO = Path(__file__).resolve().parent.parent
 DEBUG = str(REPO / "configs" / "debug.toml")

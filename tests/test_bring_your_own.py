@@ -21,13 +21,13 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from eval.checkpoint import build_model, load_weights, logits_function, parse_job_config
-from eval.heldout import document_loss, heldout_windows
-from recipe.bpe import train_bpe
-from recipe.cli import ConfigError, parse_job_config as parse_train_args
-from recipe.data import synthetic_document
-from recipe.metrics import METRICS_FILE, read_metrics
-from recipe.tokenizer import BOS_ID, EOS_ID, VOCAB_MULTIPLE, build_tokenizer
-from recipe.trainer import check_job, check_start_up
+from eval.metrics.heldout import document_loss, heldout_windows
+from recipe.data.bpe import train_bpe
+from recipe.data.loader import synthetic_document
+from recipe.data.tokenizer import BOS_ID, EOS_ID, VOCAB_MULTIPLE, build_tokenizer
+from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.train.cli import ConfigError, parse_job_config as parse_train_args
+from recipe.train.trainer import check_job, check_start_up
 
 from .helpers import fresh_seed, train_in_one_process
 
@@ -167,11 +167,11 @@ def test_heldout_bits_per_byte_are_the_exported_models(assets, trained, exported
 def test_lm_evals_rolling_score_of_the_bpe_export_is_the_recipes_per_document_loss(assets, trained, exported,
                                                                                      tmp_path):
     """lm-eval's documented command on the local task lighthouse_docs: each document's rolling log-likelihood is
-    eval.heldout.document_loss with the job's BPE (its tokens after BOS, windows of the training length)."""
+    eval.metrics.heldout.document_loss with the job's BPE (its tokens after BOS, windows of the training length)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HOME": str(tmp_path / "hf_home")}
     command = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={exported}",
-               "--include_path", str(REPO / "eval" / "lm_eval_tasks"), "--tasks", "lighthouse_docs", "--device",
+               "--include_path", str(REPO / "eval" / "metrics" / "lm_eval_tasks"), "--tasks", "lighthouse_docs", "--device",
                "cpu", "--batch_size", "4", "--output_path", str(tmp_path), "--log_samples"]
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]

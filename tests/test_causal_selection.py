@@ -94,7 +94,7 @@ def test_paper_selection_leaks_a_later_token_into_an_earlier_output():
 
 
 def test_causal_selection_is_the_default_and_the_recipe_takes_it_from_the_layer():
-    from recipe.job_config import Lighthouse
+    from recipe.train.job_config import Lighthouse
 
     q, k, v = random_qkv(2, 256, 4, 2, 8)
     default = LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2)

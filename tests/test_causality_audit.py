@@ -1,12 +1,12 @@
-"""eval.causality: the audit measures the loss a model owes to inputs after the block it predicts."""
+"""eval.metrics.causality: the audit measures the loss a model owes to inputs after the block it predicts."""
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from eval.causality import causality_audit, sample_positions
 from eval.checkpoint import build_model, parse_job_config
+from eval.metrics.causality import causality_audit, sample_positions
 
 VOCAB, SEQ_LEN = 258, 128
 

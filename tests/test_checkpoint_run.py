@@ -8,8 +8,8 @@ import pytest
 
 from eval.checkpoint import parse_job_config
 from eval.checkpoint_run import run_record_of, trained_with_lighthouse, training_description
-from recipe.metrics import METRICS_FILE
-from recipe.run_record import CONFIG_FILE, RUN_START, RUNS_FOLDER
+from recipe.logs.metrics import METRICS_FILE
+from recipe.logs.run_record import CONFIG_FILE, RUN_START, RUNS_FOLDER
 
 DEBUG = ["--job.config_file", "configs/debug.toml"]
 

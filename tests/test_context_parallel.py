@@ -79,7 +79,7 @@ def _check_selection_slices(mesh, config, seq_len, inputs, seed):
 
 
 def _check_statistics(mesh, config, seq_len, seed):
-    from recipe.lighthouse_stats import selection_stats, shard_selection_stats
+    from recipe.logs.lighthouse_stats import selection_stats, shard_selection_stats
 
     q, k, v = random_qkv(2, seq_len, 4, 2, 8, seed=seed)
     full = selection_stats(select(q, k, config, v=v), config, seq_len)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the layer 
 
 def test_importing_the_recipe_patches_nothing_until_an_entry_point_installs_the_layer():
     code = (
-        "import recipe.trainer, torchtitan.tools.utils as utils\n"
+        "import recipe.train.trainer, torchtitan.tools.utils as utils\n"
         "print(utils.device_type)\n"
         "import recipe.compat; recipe.compat.install()\n"
         "print(utils.device_type)\n"
@@ -31,7 +31,7 @@ def test_1_torchtitan_imports_without_triton():
     code = (
         "import sys; sys.modules['triton'] = None\n"
         "import recipe.compat; recipe.compat.install()\n"
-        "import recipe.train_spec, torchtitan.train\n"
+        "import recipe.train.train_spec, torchtitan.train\n"
         "from torchtitan.models.moe.kernels import generate_permute_indices\n"
         "try:\n    generate_permute_indices()\nexcept RuntimeError as e:\n    print('RAISED', e)\n"
         "print(recipe.compat.install())\n"
@@ -105,7 +105,7 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     processes) gives the losses of an eager FSDP 2 run, which shards the data the same way."""
     from recipe.launch import free_port
     from .helpers import child_env, train_in_one_process
-    from recipe.metrics import METRICS_FILE, read_metrics
+    from recipe.logs.metrics import METRICS_FILE, read_metrics
 
     common = ["--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",
               "--training.steps", "3", "--checkpoint.enable", "--checkpoint.interval", "100"]

@@ -1,4 +1,4 @@
-"""The short CPU debug run of scripts/golden_losses.py (`recipe.debug_run`): SIGKILLed at random steps and in the
+"""The short CPU debug run of scripts/golden_losses.py (`recipe.logs.debug_run`): SIGKILLed at random steps and in the
 middle of a checkpoint save, then restarted, it ends with the losses of an uninterrupted run, bit for bit, and resumes
 only from complete checkpoints; the uninterrupted losses are the golden file's."""
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Callable, Iterator
 
 import pytest
 
-from recipe.checkpoint_manifest import MANIFEST
-from recipe.debug_run import ARGS, INTERVAL, STEPS, final_losses, start_debug_run
-from recipe.metrics import METRICS_FILE
+from recipe.logs.debug_run import ARGS, INTERVAL, STEPS, final_losses, start_debug_run
+from recipe.logs.metrics import METRICS_FILE
+from recipe.resilience.checkpoint_manifest import MANIFEST
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "debug_losses.json"

@@ -36,8 +36,8 @@ from pathlib import Path
 import pytest
 
 import models  # noqa: F401  (registers the llama3_lighthouse TrainSpec that check_job looks up)
-from recipe.cli import parse_job_config
-from recipe.trainer import check_job
+from recipe.train.cli import parse_job_config
+from recipe.train.trainer import check_job
 
 from .helpers import REPO
 from .minimal_env import minimal_env, minimal_python

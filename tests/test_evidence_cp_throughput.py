@@ -1,4 +1,4 @@
-"""scripts/cp_throughput.py: the per-rank arithmetic (eval.cp_throughput), a CPU run of the debug model at CP
+"""scripts/cp_throughput.py: the per-rank arithmetic (eval.benchmarks.cp_throughput), a CPU run of the debug model at CP
 degree 1 and 2, and the commit its records name."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from eval import cp_throughput
-from recipe.run_record import source_commit
+from eval.benchmarks import cp_throughput
+from recipe.logs.run_record import source_commit
 
 from .helpers import child_env, script_exit_code
 

@@ -19,12 +19,12 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from eval.causality import ROW_KEYS
 from eval.checkpoint import build_model, load_weights, parse_job_config
-from eval.heldout import document_loss, heldout_documents, heldout_windows
-from recipe.corpus import make_corpus
-from recipe.data import LocalFiles, PackedDocuments, match_local_files
-from recipe.tokenizer import ByteTokenizer
+from eval.metrics.causality import ROW_KEYS
+from eval.metrics.heldout import document_loss, heldout_documents, heldout_windows
+from recipe.data.loader import LocalFiles, PackedDocuments, match_local_files
+from recipe.data.tokenizer import ByteTokenizer
+from recipe.experiments.corpus import make_corpus
 
 from .helpers import child_env, script_exit_code
 
@@ -130,7 +130,7 @@ def test_heldout_loss_scores_the_same_weights_with_lighthouse_and_dense(trained,
 
 def test_heldout_loss_follows_the_run_record_and_scores_whole_documents(trained, tmp_path):
     """No --job.config_file: the model and length come from the run's record; --documents scores each document
-    whole with dense attention (eval.heldout.document_loss, lm-eval's rolling score)."""
+    whole with dense attention (eval.metrics.heldout.document_loss, lm-eval's rolling score)."""
     corpus, step = trained
     data = str(corpus / "heldout" / "*.jsonl")
     losses = record("heldout_loss", tmp_path / "docs", "--checkpoint", str(step), "--data", data, "--documents", "3",

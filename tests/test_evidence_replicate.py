@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from eval import replicate
-from recipe.corpus import is_heldout, make_corpus
+from eval.studies import replicate
+from recipe.experiments.corpus import is_heldout, make_corpus
 
 from .helpers import script_exit_code
 

@@ -1,4 +1,4 @@
-"""scripts/train_throughput.py: the Amdahl arithmetic and the out-of-memory path (eval.throughput), and a CPU run
+"""scripts/train_throughput.py: the Amdahl arithmetic and the out-of-memory path (eval.benchmarks.throughput), and a CPU run
 of the debug model."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from eval import throughput
+from eval.benchmarks import throughput
 from recipe.errors import ConfigError
 
 from .helpers import child_env, script_exit_code

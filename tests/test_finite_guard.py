@@ -16,8 +16,8 @@ import torch
 import recipe  # noqa: F401  (before torchtitan)
 from torchtitan.distributed import utils as dist_utils
 
-from recipe.finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, non_finite_state, recorded_grad_norms
 from recipe.launch import single_process_env
+from recipe.resilience.finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, non_finite_state, recorded_grad_norms
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Matched compute (eval/frontier.py, `[study] frontier`): dense runs whose whole schedule ends sooner form each
+"""Matched compute (eval/studies/frontier.py, `[study] frontier`): dense runs whose whole schedule ends sooner form each
 seed's frontier, and a Lighthouse -> dense arm is placed on it by its own dense step time."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from eval import frontier
-from eval.time_to_quality import Arm, report_records, time_to_quality
-from recipe.payoff_grid import final_models, load_study, plan_runs, train_command
+from eval.studies import frontier
+from eval.studies.time_to_quality import Arm, report_records, time_to_quality
+from recipe.experiments.payoff_grid import final_models, load_study, plan_runs, train_command
 
 REPO = Path(__file__).resolve().parents[1]
 

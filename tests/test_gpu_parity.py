@@ -1,4 +1,4 @@
-"""The GPU parity check (eval/gpu_parity.py, run on GPUs by scripts/gpu_parity.py) runs every check of a case
+"""The GPU parity check (eval/benchmarks/gpu_parity.py, run on GPUs by scripts/gpu_parity.py) runs every check of a case
 and passes on small cases (on CPU the kernels run in Triton's interpreter): it composes the layer through the
 public entries only, so a change of them shows here before a GPU run."""
 import pytest
@@ -6,7 +6,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from eval.gpu_parity import run_case
+from eval.benchmarks.gpu_parity import run_case
 
 from .helpers import DEVICE
 

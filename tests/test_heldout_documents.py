@@ -1,4 +1,4 @@
-"""Per-document held-out loss (eval.heldout, scripts/heldout_loss.py --documents): the windows are lm-eval's
+"""Per-document held-out loss (eval.metrics.heldout, scripts/heldout_loss.py --documents): the windows are lm-eval's
 rolling windows, so the score is lm-eval's rolling log-likelihood (tests/test_lm_eval_export.py compares the
 numbers on an export)."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from eval.heldout import document_loss, heldout_documents, rolling_windows, token_losses
+from eval.metrics.heldout import document_loss, heldout_documents, rolling_windows, token_losses
 
 lm_eval_utils = pytest.importorskip("lm_eval.utils")
 

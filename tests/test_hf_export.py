@@ -26,10 +26,10 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
 from eval.checkpoint import build_model, load_weights, parse_job_config
-from eval.hf_export import RECORD_FILE, WEIGHTS_FILE, export
+from recipe.data.tokenizer import EOS_ID, NUM_BYTES, ByteTokenizer
+from recipe.hf.export import RECORD_FILE, WEIGHTS_FILE, export
 from recipe.launch import single_process_env
-from recipe.run_record import source_commit
-from recipe.tokenizer import EOS_ID, NUM_BYTES, ByteTokenizer
+from recipe.logs.run_record import source_commit
 
 from .helpers import sharp_random_model
 

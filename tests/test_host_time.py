@@ -4,7 +4,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from eval.host_time import host_segments, segment_table
+from eval.benchmarks.host_time import host_segments, segment_table
 from lighthouse import LighthouseConfig
 from tests.helpers import DEVICE, random_qkv
 

@@ -19,6 +19,13 @@ ALLOWED = {
     "train.py": {"recipe"},
 }
 PROJECT = {"kernels", "lighthouse", "models", "recipe", "eval", "scripts", "tests"}
+# Inside `recipe/` and `eval/`, the subpackages and top-level modules in layer order, lowest first: each imports
+# only from itself and the ones before it (docs/architecture.md draws them).
+SUBLAYERS = {
+    "recipe": ["errors", "toml_config", "progress", "launch", "compat", "data", "resilience", "logs", "hf", "train",
+               "experiments"],
+    "eval": ["options", "device", "checkpoint", "checkpoint_run", "records", "metrics", "benchmarks", "studies"],
+}
 # The one module of `lighthouse/` that imports `kernels/` (the rest, the reference included, runs without Triton;
 # the fused compositions reach the kernels through it).
 KERNEL_ENTRIES = {"lighthouse/fused_ops.py"}
@@ -58,6 +65,29 @@ def test_each_layer_imports_only_the_layers_below_it(package):
     wrong = {rel(p): sorted(project_imports(p) - ALLOWED[package] - {package})
              for p in sources(package)}
     assert {p: names for p, names in wrong.items() if names} == {}
+
+
+def unit(package: str, module: str) -> str | None:
+    """The layer of `package` (SUBLAYERS) that module `package.x...` belongs to; None for another package."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == package and len(parts) > 1 else None
+
+
+@pytest.mark.parametrize("package", sorted(SUBLAYERS))
+def test_inside_recipe_and_eval_each_subpackage_imports_only_the_ones_below_it(package):
+    order = SUBLAYERS[package]
+    assert sorted(order) == sorted(p.stem if p.is_file() else p.name for p in (REPO / package).iterdir()
+                                   if p.suffix == ".py" and p.stem != "__init__" or (p / "__init__.py").exists())
+    wrong = {}
+    for path in sources(package):
+        own = rel(path).split("/")[1].removesuffix(".py")
+        if own == "__init__":
+            continue
+        above = {u for name in imported_modules(path) if (u := unit(package, name)) in order
+                 and order.index(u) > order.index(own)}
+        if above:
+            wrong[rel(path)] = sorted(above)
+    assert wrong == {}
 
 
 def test_the_algorithm_meets_the_kernels_in_one_module():

@@ -1,10 +1,10 @@
 """lm-eval-harness on an export, with its defaults: the documented `lm_eval --model hf` command over the local tasks
-in eval/lm_eval_tasks (from any working directory) gives the recipe model's own log-likelihoods, for whole
+in eval/metrics/lm_eval_tasks (from any working directory) gives the recipe model's own log-likelihoods, for whole
 documents (rolling: each document's bytes after BOS, nothing for BOS itself, in windows of the training length:
-eval.heldout.document_loss, scripts/heldout_loss.py --documents) and for continuations after a context.
+eval.metrics.heldout.document_loss, scripts/heldout_loss.py --documents) and for continuations after a context.
 
 The model: the debug flavor with fresh N(0, 0.2^2) weights (sharp attention, so positions and the tokens in the
-context show in every number), exported by eval/hf_export.py. No network: the tasks read local files.
+context show in every number), exported by recipe/hf/export.py. No network: the tasks read local files.
 """
 from __future__ import annotations
 
@@ -18,16 +18,16 @@ import pytest
 import torch
 
 from eval.checkpoint import logits_function
-from eval.heldout import document_loss, token_losses
-from eval.hf_export import export
-from recipe.tokenizer import ByteTokenizer
+from eval.metrics.heldout import document_loss, token_losses
+from recipe.data.tokenizer import ByteTokenizer
+from recipe.hf.export import export
 
 from .helpers import sharp_random_model
 
 pytestmark = pytest.mark.slow  # lm_eval starts in its own process and loads the model (about a minute)
 
 REPO = Path(__file__).resolve().parents[1]
-TASKS = REPO / "eval" / "lm_eval_tasks"
+TASKS = REPO / "eval" / "metrics" / "lm_eval_tasks"
 SEQ_LEN = 256  # docs.jsonl's last document is longer: lm-eval scores it in three windows
 JOB = ["--job.config_file", "configs/debug.toml", "--training.seq_len", str(SEQ_LEN), "--lighthouse.no-enable"]
 # Sums of ~100 float32 log-probabilities computed in two orders: ~1e-5 apart. log p(BOS | BOS) is nats.
@@ -64,7 +64,7 @@ def samples(model_and_export, tmp_path_factory) -> dict[str, list[dict]]:
 
 
 def recipe_loglikelihood(logits_fn, context: list[int], continuation: list[int]) -> float:
-    """log p(continuation | context) by the recipe's loss computation (eval/heldout.py's token losses)."""
+    """log p(continuation | context) by the recipe's loss computation (eval/metrics/heldout.py's token losses)."""
     ids = torch.tensor([context + continuation])
     losses = token_losses(logits_fn, ids[:, :-1], ids[:, 1:])
     return -losses[0, -len(continuation):].sum().item()
@@ -90,7 +90,7 @@ def test_rolling_loglikelihood_is_each_documents_bytes_after_bos(model_and_expor
 
 
 def test_the_per_document_held_out_loss_is_lm_evals_rolling_score(model_and_export, samples):
-    """eval.heldout.document_loss (heldout_loss.py --documents) gives each document's lm-eval score, long ones
+    """eval.metrics.heldout.document_loss (heldout_loss.py --documents) gives each document's lm-eval score, long ones
     included, and over all of them lm-eval's nats per byte."""
     logits_fn, _ = model_and_export
     texts, scores = [], []

@@ -1,11 +1,11 @@
-"""eval/loss_anatomy.py: which tokens repeat their context earlier in the window, how far back, and what share
+"""eval/metrics/loss_anatomy.py: which tokens repeat their context earlier in the window, how far back, and what share
 of a loss difference each class of tokens carries."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from eval import loss_anatomy
+from eval.metrics import loss_anatomy
 
 
 def naive_previous(tokens: np.ndarray, n: int) -> np.ndarray:

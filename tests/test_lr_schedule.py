@@ -11,7 +11,7 @@ import recipe  # noqa: F401  (before torchtitan)
 from torchtitan.components.lr_scheduler import build_lr_schedulers as torchtitan_schedulers
 from torchtitan.components.optimizer import OptimizersContainer
 
-from recipe.lr_schedule import build_lr_schedulers, check_rewarm
+from recipe.train.lr_schedule import build_lr_schedulers, check_rewarm
 
 
 def schedule(warmup=7, total=None, decay_type="linear", min_lr_factor=0.0, at=0, steps=0, decay_ratio=None):
@@ -88,7 +88,7 @@ def test_rewarm_settings_that_describe_no_rewarm_are_named(at, steps, message):
 
 
 def test_the_rewarm_keys_are_toml_and_command_line_options_checked_at_start_up(tmp_path):
-    from recipe.trainer import check_job
+    from recipe.train.trainer import check_job
     from torchtitan.config import ConfigManager
 
     job = ConfigManager().parse_args(["--job.config_file", "configs/debug.toml", "--lr_scheduler.rewarm_at_step",

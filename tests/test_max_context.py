@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from eval import max_context
+from eval.benchmarks import max_context
 from lighthouse import LighthouseConfig
 
 from .helpers import REPO, child_env, script_exit_code

@@ -1,4 +1,4 @@
-"""The pay-off map (scripts/payoff_map.py, recipe/payoff_grid.py, eval/payoff.py): a study TOML becomes the
+"""The pay-off map (scripts/payoff_map.py, recipe/experiments/payoff_grid.py, eval/studies/payoff.py): a study TOML becomes the
 queue of runs that share their stage 1, mistakes name the key, and the report gives distributions over seeds."""
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eval import payoff
-from eval.time_to_quality import against_earlier_dense
-from recipe.payoff_grid import final_models, load_study, long_first, plan_runs, train_command
+from eval.studies import payoff
+from eval.studies.time_to_quality import against_earlier_dense
+from recipe.experiments.payoff_grid import final_models, load_study, long_first, plan_runs, train_command
 from recipe.toml_config import dump_toml, load_toml, set_key
 
 from .helpers import child_env, script_exit_code

@@ -1,7 +1,7 @@
 """The pay-off map's report over joined records: censored time to quality and the separation step."""
 import random
 
-from eval import payoff
+from eval.studies import payoff
 
 
 def run(name: str, seed: int, final: float, seconds: float, reached: float | None = None) -> dict:

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from recipe.checkpoint_guard import complete_steps
-from recipe.checkpoint_manifest import manifest_faults, read_manifest
-from recipe.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error
 from recipe.compat.torchtitan import without_stop_records
-from recipe.data import DataError
+from recipe.data.loader import DataError
 from recipe.launch import free_port
-from recipe.preemption import Terminated
+from recipe.resilience.checkpoint_guard import complete_steps
+from recipe.resilience.checkpoint_manifest import manifest_faults, read_manifest
+from recipe.resilience.preemption import Terminated
+from recipe.train.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error
 
 from .helpers import REPO, child_env
 
@@ -86,7 +86,7 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_saved_step_and_a_re
         assert "rank      : 0" in root_cause and "exitcode  : 143" in root_cause, err[-5000:]
         assert f"traceback : {lines[0]}" in root_cause, err[-5000:]
         # the one traceback is torchrun's own report of a failed worker: none from a worker
-        assert err.count("Traceback") == 1 and "recipe.preemption.Terminated" not in err, err[-5000:]
+        assert err.count("Traceback") == 1 and "recipe.resilience.preemption.Terminated" not in err, err[-5000:]
         (rank_1,) = set(logs.glob("*/attempt_0/1/stdout.log")) - before
         rank_1_out = rank_1.read_text() + (rank_1.parent / "stderr.log").read_text()
         return out, err, stopped, rank_1_out

@@ -7,11 +7,11 @@ from typing import Any, Callable
 import pytest
 import torch
 
-from eval.causality import causality_audit
+from eval.metrics.causality import causality_audit
+from eval.metrics.heldout import setting_losses
+from eval.metrics.niah import run_niah
 from recipe import progress
-from eval.heldout import setting_losses
-from eval.niah import run_niah
-from recipe.tokenizer import ByteTokenizer
+from recipe.data.tokenizer import ByteTokenizer
 
 VOCAB = 258
 

@@ -15,10 +15,10 @@ from torchtitan.config import ConfigManager
 import torch.distributed as dist
 
 from models.llama3_lighthouse import FLAVORS, LighthouseLlama
-from recipe import paper_configs
-from recipe.cli import ConfigError
-from recipe.job_config import check_initial_load
-from recipe.trainer import LighthouseTrainer, check_job, check_start_up
+from recipe.experiments import paper_configs
+from recipe.train.cli import ConfigError
+from recipe.train.job_config import check_initial_load
+from recipe.train.trainer import LighthouseTrainer, check_job, check_start_up
 
 REPO = Path(__file__).resolve().parent.parent
 DEBUG = str(REPO / "configs" / "debug.toml")
@@ -38,7 +38,7 @@ def test_toml_section_is_read_and_cli_overrides_it():
 
 def test_the_section_takes_every_layer_field_default_and_doc_from_the_layer_config():
     from lighthouse import LighthouseConfig
-    from recipe.job_config import Lighthouse
+    from recipe.train.job_config import Lighthouse
 
     layer = {f.name: f.default for f in dataclasses.fields(LighthouseConfig)}
     section = {f.name: f.default for f in dataclasses.fields(Lighthouse)}
@@ -140,10 +140,10 @@ def test_a_full_resume_from_weights_only_explains_the_fix(tmp_path):
 
 
 def test_a_job_without_the_config_extension_is_told_how_to_load_it(tmp_path):
-    toml = Path(DEBUG).read_text().replace('custom_config_module = "recipe.job_config"', "")
+    toml = Path(DEBUG).read_text().replace('custom_config_module = "recipe.train.job_config"', "")
     toml = toml[: toml.index("[lighthouse]")] + toml[toml.index("[metrics]"):]
     (tmp_path / "plain.toml").write_text(toml)
-    with pytest.raises(ValueError, match=r'custom_config_module = "recipe.job_config"'):
+    with pytest.raises(ValueError, match=r'custom_config_module = "recipe.train.job_config"'):
         check_job(parse(config_file=str(tmp_path / "plain.toml")))
 
 
@@ -275,7 +275,7 @@ def build_on_8_fake_ranks(config_file: str, tmp_path: Path, *extra: str) -> tupl
         "import recipe.compat; recipe.compat.install()\n"
         "from torchtitan.tools.logging import init_logger; init_logger()\n"
         "from torchtitan.config import ConfigManager\n"
-        "from recipe.trainer import LighthouseTrainer\n"
+        "from recipe.train.trainer import LighthouseTrainer\n"
         f"args = ['--job.config_file', {config_file!r}, '--comm.mode', 'fake_backend', '--training.dataset', "
         f"'synthetic', '--metrics.no-enable-tensorboard', '--job.dump_folder', {str(tmp_path)!r}, *{list(extra)!r}]\n"
         "t = LighthouseTrainer(ConfigManager().parse_args(args))\n"

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from torchtitan.config.job_config import DataLoader
-from recipe import data
-from recipe.data import (
+from recipe.data import loader as data
+from recipe.data.loader import (
     DATASETS,
     HUB_TIMEOUT_S,
     LocalFiles,
@@ -29,7 +29,7 @@ from recipe.data import (
     read_documents,
     synthetic_document,
 )
-from recipe.tokenizer import BOS_ID, EOS_ID, VOCAB_SIZE, ByteTokenizer
+from recipe.data.tokenizer import BOS_ID, EOS_ID, VOCAB_SIZE, ByteTokenizer
 
 
 def random_text(rng: random.Random, n: int) -> str:

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from recipe import cpu_size
 from recipe.compat import cpu as cpu_compat
-from recipe.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error, parse_job_config
 from recipe.launch import one_process_env, single_process_env
+from recipe.train import cpu_size
+from recipe.train.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error, parse_job_config
 
 from .helpers import child_env, script_exit_code
 
@@ -65,6 +65,13 @@ def test_toml_mistakes_name_the_file_and_key(tmp_path, text, message):
 def test_a_custom_config_module_that_does_not_import_is_named(tmp_path):
     config = write(tmp_path, '[job]\ncustom_config_module = "recipe.nope"\n')
     with pytest.raises(ConfigError, match=r"^job.custom_config_module cannot be imported: No module named 'recipe"):
+        parse_job_config(["--job.config_file", config])
+
+
+def test_a_config_naming_the_job_config_module_before_the_split_is_told_its_new_name(tmp_path):
+    config = write(tmp_path, '[job]\ncustom_config_module = "recipe.job_config"\n')
+    with pytest.raises(ConfigError, match=r"No module named 'recipe.job_config' \(the recipe's module is now "
+                                          r"'recipe.train.job_config'\)$"):
         parse_job_config(["--job.config_file", config])
 
 
@@ -301,7 +308,7 @@ def test_float32_cpu_autocast_warns_no_more_and_other_warnings_still_show():
 
 
 def test_cp_parity_names_a_timing_it_cannot_take_instead_of_printing_nan(monkeypatch, capsys):
-    from eval import cp_parity
+    from eval.benchmarks import cp_parity
     from lighthouse import LighthouseConfig
 
     monkeypatch.setattr(cp_parity.dist, "get_world_size", lambda: 2)
@@ -319,7 +326,7 @@ TORCH_OOM = ("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total 
 
 
 def test_an_out_of_memory_line_names_the_length_per_rank_and_the_knobs_that_can_still_move():
-    from recipe.trainer import out_of_memory_line
+    from recipe.train.trainer import out_of_memory_line
 
     config = parse_job_config(["--job.config_file", str(REPO / "configs" / "long_context" /
                                                       "stage1_L3_p4_k2048_norm_1m_cp2.toml")])
@@ -346,7 +353,7 @@ def test_an_out_of_memory_line_names_the_length_per_rank_and_the_knobs_that_can_
 ])
 def test_a_failed_device_allocation_outside_torchs_allocator_also_counts_as_out_of_memory(message, expected):
     from recipe.errors import RunStopped
-    from recipe.trainer import is_out_of_memory
+    from recipe.train.trainer import is_out_of_memory
 
     assert is_out_of_memory(RuntimeError(message)) is expected
     assert is_out_of_memory(torch.OutOfMemoryError("CUDA out of memory."))
@@ -358,7 +365,7 @@ def test_out_of_memory_during_training_ends_in_one_line_and_exit_code_1(tmp_path
     code = (
         "import recipe.compat; recipe.compat.install()\n"
         "import torch\n"
-        "from recipe.trainer import LighthouseTrainer, main\n"
+        "from recipe.train.trainer import LighthouseTrainer, main\n"
         "def out_of_memory(self, *args, **kwargs):\n"
         f"    raise torch.OutOfMemoryError({TORCH_OOM!r})\n"
         "LighthouseTrainer.forward_backward_step = out_of_memory\n"

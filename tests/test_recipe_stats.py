@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from lighthouse import LighthouseConfig, Selection, select
-from recipe.lighthouse_stats import SelectionStats, evenness_bins, selection_stats
+from recipe.logs.lighthouse_stats import SelectionStats, evenness_bins, selection_stats
 
 from .helpers import random_qkv
 

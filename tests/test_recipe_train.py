@@ -9,7 +9,7 @@ import pytest
 
 from lighthouse import LighthouseConfig
 from recipe.launch import free_port
-from recipe.metrics import METRICS_FILE, read_metrics
+from recipe.logs.metrics import METRICS_FILE, read_metrics
 
 from .helpers import REPO, child_env, train_in_one_process
 

@@ -1,4 +1,4 @@
-"""Dense-shadow validation (recipe/validation.py): every `validation.freq` steps the same held-out windows are
+"""Dense-shadow validation (recipe/train/validation.py): every `validation.freq` steps the same held-out windows are
 scored with Lighthouse and with dense attention on the same weights, and logged beside the training metrics."""
 from pathlib import Path
 
@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from eval.checkpoint import build_model, load_weights, parse_job_config
-from eval.heldout import heldout_windows, mean_loss
-from recipe.corpus import make_corpus
-from recipe.metrics import METRICS_FILE, read_metrics
-from recipe.trainer import check_job
-from recipe.validation import check_validation
+from eval.metrics.heldout import heldout_windows, mean_loss
+from recipe.experiments.corpus import make_corpus
+from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.train.trainer import check_job
+from recipe.train.validation import check_validation
 
 from .helpers import REPO, train_in_one_process
 

@@ -1,7 +1,7 @@
 """SPEC section 3a, selection="strict": no output row, and no gradient of an earlier row, depends on a later
 token, for any input; "causal" still leaks through the tile ranking, and the same probe shows it.
 
-The probe (`eval.dependence`) replaces k and v at a later position j and compares, bit for bit in float64 on
+The probe (`eval.metrics.dependence`) replaces k and v at a later position j and compares, bit for bit in float64 on
 the reference, every output row < j and the gradient of a loss on the rows < j with respect to q, k, v at
 every row < j.
 """
@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from eval.dependence import reach
+from eval.metrics.dependence import reach
 from lighthouse import LighthouseConfig, descend, pyramid_scores, select
 from lighthouse.scoring import norm_scores
 from lighthouse.selection import choose_expanded_online, online_window
@@ -122,7 +122,7 @@ def test_strict_expands_the_first_chain_of_every_tile_so_token_0_gets_an_output(
 def test_the_recipe_takes_strict_from_the_toml_key_and_checks_it():
     from torchtitan.config import ConfigManager
 
-    from recipe.trainer import check_job
+    from recipe.train.trainer import check_job
 
     job = ConfigManager().parse_args(["--job.config_file", str(REPO / "configs" / "debug.toml"),
                                       "--lighthouse.selection", "strict"])

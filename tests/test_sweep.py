@@ -1,4 +1,4 @@
-"""scripts/sweep.py (recipe.sweep, recipe.sweep_summary): grid -> validated TOMLs, run names and folders, stage
+"""scripts/sweep.py (recipe.experiments.sweep, recipe.experiments.sweep_summary): grid -> validated TOMLs, run names and folders, stage
 chains, submit lines, local runs, summary table."""
 from __future__ import annotations
 
@@ -18,24 +18,25 @@ import numpy as np
 import pytest
 
 from lighthouse import LighthouseConfig
-from recipe import progress, run_logs
-from recipe.sweep import LIGHTHOUSE_AXES, MANIFEST, create_sweep
-from recipe.sweep_summary import print_summary
+from recipe import progress
+from recipe.experiments.sweep import LIGHTHOUSE_AXES, MANIFEST, create_sweep
+from recipe.experiments.sweep_summary import print_summary
+from recipe.logs import run_logs
 from recipe.toml_config import dump_toml
 
 from .helpers import child_env, script_exit_code
 
 REPO = Path(__file__).resolve().parents[1]
 
-needs_recipe = pytest.mark.skipif(not (REPO / "recipe" / "job_config.py").exists(),
-                                  reason="the recipe's JobConfig extension (recipe/job_config.py) is not present")
+needs_recipe = pytest.mark.skipif(not (REPO / "recipe" / "train" / "job_config.py").exists(),
+                                  reason="the recipe's JobConfig extension (recipe/train/job_config.py) is not present")
 
 
 def _base(tmp_path: Path, rng: random.Random, **sections) -> Path:
     """A base config whose custom section is the recipe's `[lighthouse]`, with random lengths."""
     config = {
         "job": {"dump_folder": str(tmp_path / "outputs"), "description": "base",
-                "custom_config_module": "recipe.job_config"},
+                "custom_config_module": "recipe.train.job_config"},
         "model": {"name": "llama3_lighthouse", "flavor": "debug"},
         "lighthouse": {"enable": False, "levels": 3, "pool": 2, "topk": 32, "tile_budget": 16, "scorer": "norm"},
         "training": {"seq_len": rng.choice([1024, 2048]), "steps": rng.randrange(20, 200)},

@@ -1,4 +1,4 @@
-"""recipe.teardown: at the end of a job no gloo worker thread outlives its process group, even after DTensor
+"""recipe.resilience.teardown: at the end of a job no gloo worker thread outlives its process group, even after DTensor
 ops filled torch's caches with the device mesh (a worker still running at interpreter exit can abort the
 process with SIGABRT)."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-from recipe import teardown
+from recipe.resilience import teardown
 
 dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:" + sys.argv[1])
 mesh = init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))

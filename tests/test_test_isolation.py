@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recipe.cli import parse_job_config
+from recipe.train.cli import parse_job_config
 
 from .helpers import REPO
 

@@ -1,4 +1,4 @@
-"""eval/time_to_quality.py: arms assembled from their folders, training seconds by one rule, time to a loss."""
+"""eval/studies/time_to_quality.py: arms assembled from their folders, training seconds by one rule, time to a loss."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eval.time_to_quality import exchange_rates, load_arms, markdown_table, seconds_to_reach, step_seconds
+from eval.studies.time_to_quality import exchange_rates, load_arms, markdown_table, seconds_to_reach, step_seconds
 
 STEP_TIME, DENSE_LOSS = "time_metrics/end_to_end(s)", "validation/dense_loss"
 LIGHTHOUSE_LOSS = "validation/lighthouse_loss"

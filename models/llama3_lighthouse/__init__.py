@@ -1,5 +1,5 @@
 """Llama-3 whose attention runs Lighthouse except in `dense_layers`: the model, its arguments and flavors, and
-its parallelize function (`recipe.train_spec` registers them with torchtitan as `llama3_lighthouse`)."""
+its parallelize function (`recipe.train.train_spec` registers them with torchtitan as `llama3_lighthouse`)."""
 from __future__ import annotations
 
 from .args import BOS_ID, EOS_ID, NUM_BYTES, VOCAB_SIZE, LighthouseLlamaArgs, attention_flops_per_token

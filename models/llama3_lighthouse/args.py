@@ -11,7 +11,7 @@ from torchtitan.models.utils import get_dense_model_nparams_and_flops
 from lighthouse import LighthouseConfig
 
 # The byte vocabulary the flavors' embeddings are sized for: the 256 byte values plus BOS and EOS, as in the
-# paper (`recipe.tokenizer.ByteTokenizer` encodes text into it).
+# paper (`recipe.data.tokenizer.ByteTokenizer` encodes text into it).
 NUM_BYTES = 256
 BOS_ID = NUM_BYTES
 EOS_ID = NUM_BYTES + 1

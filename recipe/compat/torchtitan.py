@@ -9,7 +9,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torchtitan.components.metrics import _get_metrics_rank
 from torchtitan.config import ConfigManager
 
-from ..errors import ConfigError, RunStopped
+from recipe.errors import ConfigError, RunStopped
 
 TomlReader = Callable[[list[str]], "dict[str, Any] | None"]
 ConfigExtender = Callable[[Callable[[], type], list[str], "dict[str, Any] | None"], type]

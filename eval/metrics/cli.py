@@ -1,0 +1,56 @@
+"""Command-line plumbing shared by the evaluation scripts (niah.py, heldout_loss.py, causality_audit.py).
+
+Each script takes its own options plus, after them, torchtitan-style job arguments
+(`--job.config_file X --lighthouse.no-enable --lighthouse.topk 512 ...`) that set the model and the
+attention setting the checkpoint is evaluated with.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import torch
+from torchtitan.config import JobConfig
+
+from eval.checkpoint import build_model, load_weights, logits_function
+from eval.device import pick_device
+from eval.metrics.heldout import LogitsFn
+from recipe.train.cli import ConfigError
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (`<script>: error: <message>`, pointing at
+    `--help`), exit code 2, without the usage block argparse prints first."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (--help lists the options)", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
+
+def evaluation_parser(description: str) -> argparse.ArgumentParser:
+    """An argument parser with the options every evaluation script shares."""
+    p = argparse.ArgumentParser(description=description, allow_abbrev=False,
+                                epilog="Other arguments are job arguments, e.g. --job.config_file configs/debug.toml "
+                                       "--lighthouse.no-enable")
+    p.add_argument("--checkpoint", required=True, help="a step folder, e.g. outputs/run/checkpoint/step-400")
+    p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
+    p.add_argument("--out", required=True, type=Path, help="output path prefix (.json, and .png where drawn)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)")
+    return p
+
+
+def load_checkpoint(checkpoint: str | Path, device_name: str, job_config: JobConfig
+                    ) -> tuple[torch.nn.Module, LogitsFn, torch.device]:
+    """(model, logits function, device) for the checkpoint (fused kernels on a GPU, as in training); a
+    `--checkpoint` that is not a folder is a ConfigError. Scripts check their other options before this, so
+    a mistake there is named before any model is built."""
+    if not Path(checkpoint).is_dir():
+        raise ConfigError(f"--checkpoint={str(checkpoint)!r} is not a folder (a step folder such as "
+                          "outputs/run/checkpoint/step-400)")
+    device = pick_device(device_name)
+    model = build_model(job_config, device)
+    load_weights(model, checkpoint)
+    return model, logits_function(model, job_config, device), device

@@ -1,0 +1,367 @@
+"""The pay-off map's study: which runs a study TOML asks for, and the `train.py` calls that train them.
+
+A study file (`configs/payoff/*.toml`) names one job config, the seeds, and one or more `[[grid]]` blocks; each
+block is the product of its values, the study the union of the blocks:
+
+    [study]
+    config = "configs/time_to_quality/tiny_128k.toml"   # every run's job config
+    run = "outputs/payoff/tiny_128k"                     # one folder per run, the queue's logs, the report
+    corpus = "outputs/payoff/corpus"                     # <corpus>/train and <corpus>/heldout
+    corpus_sources = ["lighthouse", "recipe"]            # optional: `run` builds a missing corpus from these folders
+    steps = 720                                          # every run's steps, on one LR schedule
+    warmup_steps = 72
+    seeds = [0, 1, 2, 3]
+    dense = true                                         # a dense run of every seed of a block: the reference
+    frontier = [600, 510, 400]                           # dense runs whose whole schedule ends sooner (optional)
+    stage0_seq_len = 8192                                # optional: context extension from a short dense stage 0
+    stage0_steps = 720
+
+    [[grid]]
+    topk = [1024, 2048]           # default: the config's        (stage 1)
+    dense_layers = [[0, 7], []]   # default: the config's        (stage 1)
+    selection = ["causal"]        # default: the config's        (stage 1)
+    switch = [180, 360]           # default: steps / 2           (the step of the switch to dense attention)
+    rewarm_steps = [0, 36]        # default: 0                   (an LR re-warm at the switch)
+    seeds = [0, 1]                # default: the study's seeds   (a block on some seeds only)
+
+Runs of one seed that differ only after the switch share one stage-1 run, trained to the last switch any of
+them needs (checkpoints at the config's interval must fall on every switch). Folder names follow
+`eval.studies.time_to_quality`: `dense_s<seed>`; stage 1 `<selection>_s<seed>` plus `_k<topk>` and
+`_dl<layers joined by ->` (`_dlnone`: no dense layer) where they differ from the config; stage 2 that plus
+`_switch<step>` and `_rewarm<steps>`. The report's optional keys: `group_threshold` (the final loss below
+which a run is in the lower group), `baseline` (the arm that the other Lighthouse arms are paired with),
+`anatomy_windows` and `niah_lengths` (the per-token analysis of every seed's final models); `reported` (names of
+dense or stage-2 runs whose results come from earlier records joined with `report --include`: not queued again,
+while the stage-1 runs that other arms resume still are).
+
+`frontier` is the time-matched dense reference: for every seed, one dense run per length, named
+`dense_s<seed>_steps<n>`, whose LR schedule is the study's scaled to n steps (warm-up `warmup_steps * n / steps`,
+then the config's decay to its end), validated and saved at its last step only, so its timed steps are
+undisturbed and its score is the final held-out loss. Each seed's frontier runs follow its dense run, longest
+first. With `steps` itself, they give each seed's final loss against training seconds (`eval.studies.frontier`).
+
+`stage0_seq_len` and `stage0_steps` make the study one of context extension: for every seed, a dense run at the
+short length (`stage0_s<seed>`, its own schedule scaled as a frontier run's) trains first, and every stage-1,
+dense and frontier run of that seed starts from its final weights (model only: a fresh optimizer and schedule).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recipe.toml_config import get_key, load_toml
+
+STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
+              "anatomy_windows", "niah_lengths", "reported", "frontier", "corpus_sources",
+              "stage0_seq_len", "stage0_steps"}
+GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps", "seeds"}
+
+
+@dataclass(frozen=True)
+class Stage1:
+    selection: str
+    topk: int
+    dense_layers: tuple[int, ...]
+    seed: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training process of the study: `kind` stage0 (dense at the short length of an extension study), dense,
+    frontier (dense on a schedule of its own length), stage1 or stage2 (resuming `stage1` at `switch`)."""
+
+    name: str
+    kind: str
+    seed: int
+    stage1: Stage1 | None = None
+    switch: int = 0
+    rewarm_steps: int = 0
+    steps: int = 0
+    after: tuple[str, ...] = ()
+
+
+@dataclass
+class Study:
+    path: Path
+    config: str
+    run: Path
+    corpus: Path
+    steps: int
+    warmup_steps: int
+    seeds: list[int]
+    dense: bool
+    grid: list[dict[str, list[Any]]]
+    base: dict[str, Any] = field(repr=False)
+    group_threshold: float | None = None
+    baseline: str | None = None
+    anatomy_windows: int = 0
+    niah_lengths: list[int] = field(default_factory=list)
+    reported: list[str] = field(default_factory=list)
+    frontier: list[int] = field(default_factory=list)
+    corpus_sources: list[Path] = field(default_factory=list)
+    stage0_seq_len: int = 0  # 0: no stage 0, every run starts from initial weights
+    stage0_steps: int = 0
+
+
+def _fail(path: Path, message: str) -> ValueError:
+    return ValueError(f"{path}: {message}")
+
+
+def _int_list(path: Path, key: str, value: Any, minimum: int) -> list[int]:
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in value)):
+        raise _fail(path, f"{key} = {value!r} must be a non-empty list of integers >= {minimum}")
+    if len(set(value)) != len(value):
+        raise _fail(path, f"{key} = {value!r} repeats a value")
+    return value
+
+
+def load_study(path: Path) -> Study:
+    """The study of a TOML file; ValueError naming the file, the key and the value of any mistake."""
+    try:
+        raw = load_toml(path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{path}: cannot read the study file: {err}") from err
+    study, blocks = raw.get("study"), raw.get("grid")
+    if not isinstance(study, dict) or not isinstance(blocks, list) or not blocks:
+        raise _fail(path, "needs a [study] table and at least one [[grid]] block")
+    if unknown := sorted(set(raw) - {"study", "grid"}) + sorted(f"study.{k}" for k in set(study) - STUDY_KEYS):
+        raise _fail(path, f"unknown keys {unknown}")
+    for key in ("config", "run", "corpus", "steps", "seeds"):
+        if key not in study:
+            raise _fail(path, f"[study] needs {key}")
+    config = Path(study["config"])
+    if not config.is_file():
+        raise _fail(path, f"study.config = {str(config)!r} is not a file")
+    steps = study["steps"]
+    if not isinstance(steps, int) or steps < 2:
+        raise _fail(path, f"study.steps = {steps!r} must be an integer >= 2")
+    base = load_toml(config)
+    parsed = Study(
+        path=path, config=str(config), run=Path(study["run"]), corpus=Path(study["corpus"]), steps=steps,
+        warmup_steps=study.get("warmup_steps", get_key(base, "lr_scheduler.warmup_steps", 0)),
+        seeds=_int_list(path, "study.seeds", study["seeds"], 0), dense=study.get("dense", True), grid=[], base=base,
+        group_threshold=study.get("group_threshold"), baseline=study.get("baseline"),
+        anatomy_windows=study.get("anatomy_windows", 0), niah_lengths=study.get("niah_lengths", []),
+        reported=study.get("reported", []),
+        frontier=_int_list(path, "study.frontier", study["frontier"], 2) if "frontier" in study else [])
+    sources = study.get("corpus_sources", [])
+    if not isinstance(sources, list) or not all(isinstance(v, str) and v for v in sources):
+        raise _fail(path, f"study.corpus_sources = {sources!r} must be a list of folder paths")
+    parsed.corpus_sources = [Path(v) for v in sources]
+    _check_stage0(parsed, study)
+    if steps in parsed.frontier:
+        raise _fail(path, f"study.frontier = {parsed.frontier} repeats study.steps = {steps}: the dense run of "
+                          "study.dense is that length")
+    interval = get_key(base, "checkpoint.interval", 0)
+    for number, block in enumerate(blocks, 1):
+        if unknown := sorted(set(block) - GRID_KEYS):
+            raise _fail(path, f"[[grid]] block {number} has unknown keys {unknown} (known: {sorted(GRID_KEYS)})")
+        axes = {
+            "selection": block.get("selection", [get_key(base, "lighthouse.selection", "causal")]),
+            "topk": _int_list(path, f"grid {number} topk", block.get("topk", [get_key(base, "lighthouse.topk")]), 1),
+            "dense_layers": block.get("dense_layers", [get_key(base, "lighthouse.dense_layers", [])]),
+            "switch": _int_list(path, f"grid {number} switch", block.get("switch", [steps // 2]), 1),
+            "rewarm_steps": _int_list(path, f"grid {number} rewarm_steps", block.get("rewarm_steps", [0]), 0),
+            "seeds": _int_list(path, f"grid {number} seeds", block.get("seeds", parsed.seeds), 0),
+        }
+        if other := [s for s in axes["seeds"] if s not in parsed.seeds]:
+            raise _fail(path, f"grid {number} seeds {other} are not among study.seeds = {parsed.seeds}")
+        if late := [s for s in axes["switch"] if s >= steps]:
+            raise _fail(path, f"grid {number} switch {late} must be below study.steps = {steps}")
+        if interval and (off := [s for s in axes["switch"] if s % interval]):
+            raise _fail(path, f"grid {number} switch {off} must be multiples of checkpoint.interval = {interval} "
+                              f"in {config} (stage 2 resumes the checkpoint saved at the switch)")
+        if any(not isinstance(d, list) for d in axes["dense_layers"]):
+            raise _fail(path, f"grid {number} dense_layers = {axes['dense_layers']!r} must be a list of lists")
+        parsed.grid.append(axes)
+    if not parsed.dense and (idle := [s for s in parsed.seeds if not any(s in axes["seeds"] for axes in parsed.grid)]):
+        raise _fail(path, f"study.seeds {idle} are in no [[grid]] block's seeds and study.dense = false: nothing "
+                          "would run on them")
+    _check_per_token_pass(parsed)
+    _check_reported(parsed)
+    return parsed
+
+
+def _check_stage0(parsed: Study, study: dict) -> None:
+    """`stage0_seq_len` and `stage0_steps` come together, the length below the config's `training.seq_len`."""
+    given = [key for key in ("stage0_seq_len", "stage0_steps") if key in study]
+    if not given:
+        return
+    if len(given) == 1:
+        raise _fail(parsed.path, f"study.{given[0]} needs study.stage0_{'steps' if 'seq_len' in given[0] else 'seq_len'}")
+    seq_len, steps = study["stage0_seq_len"], study["stage0_steps"]
+    long = get_key(parsed.base, "training.seq_len")
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 1 <= seq_len < long:
+        raise _fail(parsed.path, f"study.stage0_seq_len = {seq_len!r} must be an integer below training.seq_len = "
+                                 f"{long} of {parsed.config}")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
+        raise _fail(parsed.path, f"study.stage0_steps = {steps!r} must be an integer >= 2")
+    parsed.stage0_seq_len, parsed.stage0_steps = seq_len, steps
+
+
+def _check_per_token_pass(study: Study) -> None:
+    """`anatomy_windows` counts held-out windows; NIAH runs inside that pass, at lengths the model's RoPE covers."""
+    windows = study.anatomy_windows
+    if not isinstance(windows, int) or isinstance(windows, bool) or windows < 0:
+        raise _fail(study.path, f"study.anatomy_windows = {windows!r} must be an integer >= 0")
+    if not study.niah_lengths:
+        return
+    lengths = _int_list(study.path, "study.niah_lengths", study.niah_lengths, 1)
+    if not windows:
+        raise _fail(study.path, f"study.niah_lengths = {lengths} needs study.anatomy_windows > 0: NIAH runs in "
+                                "the per-token pass of each seed's final models")
+    seq_len = get_key(study.base, "training.seq_len")
+    if seq_len and (long := [n for n in lengths if n > seq_len]):
+        raise _fail(study.path, f"study.niah_lengths {long} exceed training.seq_len = {seq_len} in {study.config}")
+
+
+def _check_reported(study: Study) -> None:
+    """`reported` must name final runs (dense or stage 2) of this study, each once."""
+    reported = study.reported
+    if not isinstance(reported, list) or not all(isinstance(n, str) for n in reported):
+        raise _fail(study.path, f"study.reported = {reported!r} must be a list of run names")
+    if len(set(reported)) != len(reported):
+        raise _fail(study.path, f"study.reported = {reported!r} repeats a name")
+    kinds = {run.name: run.kind for run in plan_runs(dataclasses.replace(study, reported=[]))}
+    if wrong := [n for n in reported if kinds.get(n, "stage1") == "stage1"]:
+        finals = sorted(n for n, kind in kinds.items() if kind != "stage1")
+        raise _fail(study.path, f"study.reported names {wrong}, which are not dense or stage-2 runs of this study "
+                                f"(those are {finals})")
+
+
+def _layers_suffix(layers: tuple[int, ...]) -> str:
+    return "_dl" + ("-".join(map(str, layers)) if layers else "none")
+
+
+def stage1_of(study: Study, selection: str, topk: int, dense_layers: list[int], seed: int) -> Stage1:
+    """The stage-1 run of these settings, named by what differs from the config."""
+    name = f"{selection}_s{seed}"
+    if topk != get_key(study.base, "lighthouse.topk"):
+        name += f"_k{topk}"
+    if list(dense_layers) != list(get_key(study.base, "lighthouse.dense_layers", [])):
+        name += _layers_suffix(tuple(dense_layers))
+    return Stage1(selection, topk, tuple(dense_layers), seed, name)
+
+
+def plan_runs(study: Study) -> list[Run]:
+    """Every run of the study in queue order: block by block, seed by seed, each seed's stage-1 runs and its dense
+    run first, then its stage-2 runs; a run that an earlier block already holds is not repeated, and a `reported`
+    run is left out (a stage-1 run only when none of its stage-2 runs is left to train)."""
+    stage2: dict[str, Run] = {}
+    last_switch: dict[Stage1, int] = {}
+    order: list[tuple[str, Any]] = []
+    for axes in study.grid:
+        for seed in axes["seeds"]:
+            if study.stage0_seq_len and ("stage0", seed) not in order:
+                order.append(("stage0", seed))
+            for selection, topk, layers in itertools.product(axes["selection"], axes["topk"], axes["dense_layers"]):
+                stage1 = stage1_of(study, selection, topk, layers, seed)
+                if stage1 not in last_switch:
+                    order.append(("stage1", stage1))
+                last_switch[stage1] = max(last_switch.get(stage1, 0), max(axes["switch"]))
+            if study.dense and ("dense", seed) not in order:
+                order.append(("dense", seed))
+            if study.frontier and ("frontier", seed) not in order:
+                order.append(("frontier", seed))
+            for selection, topk, layers, switch, rewarm in itertools.product(
+                    axes["selection"], axes["topk"], axes["dense_layers"], axes["switch"], axes["rewarm_steps"]):
+                stage1 = stage1_of(study, selection, topk, layers, seed)
+                name = f"{stage1.name}_switch{switch}" + (f"_rewarm{rewarm}" if rewarm else "")
+                if name not in stage2:
+                    stage2[name] = Run(name, "stage2", seed, stage1, switch, rewarm, study.steps, (stage1.name,))
+                    order.append(("stage2", name))
+    reported = set(study.reported)
+    needed = {run.stage1.name for name, run in stage2.items() if name not in reported}
+    runs = []
+    for kind, item in order:
+        if kind == "stage1" and item.name not in needed:
+            continue
+        if kind == "stage0":
+            runs.append(Run(stage0_name(item), "stage0", item, steps=study.stage0_steps))
+        elif kind == "stage1":
+            runs.append(Run(item.name, "stage1", item.seed, item, steps=last_switch[item]))
+        elif kind == "dense":
+            if f"dense_s{item}" not in reported:
+                runs.append(Run(f"dense_s{item}", "dense", item, steps=study.steps))
+        elif kind == "frontier":
+            runs += [Run(name, "frontier", item, steps=n) for n in sorted(study.frontier, reverse=True)
+                     if (name := frontier_name(item, n)) not in reported]
+        elif item not in reported:
+            runs.append(stage2[item])
+    if study.stage0_seq_len:  # every run that starts from initial weights starts from stage 0's instead
+        runs = [dataclasses.replace(run, after=(stage0_name(run.seed),)) if run.kind in STARTS_FRESH else run
+                for run in runs]
+        started = {run.seed for run in runs if run.kind in STARTS_FRESH}
+        runs = [run for run in runs if run.kind != "stage0" or run.seed in started]
+    return runs
+
+
+STARTS_FRESH = ("stage1", "dense", "frontier")  # the runs that do not resume another run of the study
+
+
+def stage0_name(seed: int) -> str:
+    return f"stage0_s{seed}"
+
+
+def frontier_name(seed: int, steps: int) -> str:
+    return f"dense_s{seed}_steps{steps}"
+
+
+def long_first(runs: list[Run]) -> list[Run]:
+    """`runs` reordered to pack a fixed amount of machine time: stage 0 (which the others start from), dense and
+    frontier runs, then every stage 1 (so the stage-2 runs can start), then stage 2 by its dense steps, most first;
+    ties keep the study's order."""
+    def key(run: Run) -> tuple[int, int]:
+        return {"stage0": (-1, 0), "dense": (0, 0), "frontier": (0, 0), "stage1": (1, 0)}.get(
+            run.kind, (2, run.switch - run.steps))
+
+    return sorted(runs, key=key)
+
+
+def train_command(study: Study, run: Run, python: str = "python3") -> str:
+    """The shell command (from the repository root) that trains `run`; rerun, it resumes its latest checkpoint."""
+    own = run.kind in ("frontier", "stage0")  # every other run shares the study's schedule
+    schedule = run.steps if own else study.steps
+    argv = [python, "train.py", "--job.config_file", study.config,
+            "--training.dataset_path", str(study.corpus / "train"),
+            "--validation.dataset_path", str(study.corpus / "heldout"),
+            "--lr_scheduler.warmup_steps", str(round(study.warmup_steps * schedule / study.steps)),
+            "--lr_scheduler.total_steps", str(schedule),
+            "--lighthouse.no-log-stats", "--debug.seed", str(run.seed), "--job.dump_folder", str(study.run / run.name),
+            "--training.steps", str(run.steps)]
+    if run.kind == "frontier":
+        argv += ["--validation.freq", str(run.steps), "--checkpoint.interval", str(run.steps)]
+    if run.kind == "stage0":
+        argv += ["--training.seq_len", str(study.stage0_seq_len), "--validation.seq_len", str(study.stage0_seq_len)]
+    elif study.stage0_seq_len and run.kind in STARTS_FRESH:
+        argv += ["--checkpoint.initial_load_path",
+                 str(study.run / stage0_name(run.seed) / "checkpoint" / f"step-{study.stage0_steps}"),
+                 "--checkpoint.initial_load_model_only"]
+    if run.kind == "stage1":
+        stage1 = run.stage1
+        argv += ["--lighthouse.selection", stage1.selection, "--lighthouse.topk", str(stage1.topk),
+                 "--lighthouse.dense_layers", *map(str, stage1.dense_layers)]
+    else:
+        argv += ["--lighthouse.no-enable"]
+    if run.kind == "stage2":
+        argv += ["--checkpoint.initial_load_path", str(study.run / run.stage1.name / "checkpoint" / f"step-{run.switch}"),
+                 "--checkpoint.no-initial-load-model-only"]
+        if run.rewarm_steps:
+            argv += ["--lr_scheduler.rewarm_at_step", str(run.switch), "--lr_scheduler.rewarm_steps",
+                     str(run.rewarm_steps)]
+    return shlex.join(argv)
+
+
+def final_models(runs: list[Run]) -> dict[int, list[str]]:
+    """Each seed's runs that end at the study's last step (dense and stage 2), in queue order."""
+    finals: dict[int, list[str]] = {}
+    for run in runs:
+        if run.kind in ("dense", "stage2"):
+            finals.setdefault(run.seed, []).append(run.name)
+    return finals
