@@ -1,18 +1,25 @@
 """Dense-shadow validation (recipe/train/validation.py): every `validation.freq` steps the same held-out windows are
 scored with Lighthouse and with dense attention on the same weights, and logged beside the training metrics."""
+import itertools
+import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from eval.checkpoint import build_model, load_weights, parse_job_config
-from eval.metrics.heldout import heldout_windows, mean_loss
+from eval.metrics.heldout import heldout_windows, mean_loss, token_losses
+from recipe.data.loader import PackedDocuments, build_source
+from recipe.data.tokenizer import ByteTokenizer, token_bytes
 from recipe.experiments.corpus import make_corpus
+from recipe.launch import free_port
 from recipe.logs.metrics import METRICS_FILE, read_metrics
 from recipe.train.trainer import check_job
-from recipe.train.validation import check_validation
+from recipe.train.validation import SYNTHETIC_SEED_OFFSET, check_validation
 
-from .helpers import REPO, train_in_one_process
+from .helpers import REPO, child_env, train_in_one_process
 
 SEQ_LEN, STEPS, BATCH, VAL_STEPS = 256, 4, 2, 2
 COMMON = ["--job.config_file", "configs/debug.toml", "--training.seq_len", str(SEQ_LEN), "--training.steps", str(STEPS),
@@ -109,3 +116,38 @@ def test_the_debug_config_validates_offline_out_of_the_box():
 
 def test_validation_off_is_not_checked():
     check_validation(parse_job_config(["--job.config_file", "configs/debug.toml", "--validation.dataset", "c4"]))
+
+
+@pytest.mark.slow
+def test_two_data_parallel_ranks_report_the_bits_per_byte_of_both_ranks_windows(tmp_path):
+    """Each rank scores its own held-out windows; the logged bits per byte are the nats of both ranks' windows over
+    the bytes of both (not one rank's ratio, nor a mean of the two), and the loss the mean over their tokens."""
+    job_argv = ["--job.config_file", "configs/debug.toml", "--training.steps", "2", "--lr_scheduler.warmup_steps", "1",
+                "--lighthouse.no-enable", "--validation.enable", "--validation.dataset", "synthetic",
+                "--validation.freq", "2", "--validation.steps", "1", "--validation.seq_len", str(SEQ_LEN),
+                "--validation.local_batch_size", str(BATCH), "--checkpoint.enable", "--checkpoint.interval", "2"]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
+           "train.py", *job_argv, "--job.dump_folder", str(tmp_path)]
+    out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    logged = validations(tmp_path, "")[-1]
+
+    job = parse_job_config(job_argv)
+    model = build_model(job, torch.device("cpu"))
+    load_weights(model, tmp_path / "checkpoint" / "step-2")
+    tokenizer = ByteTokenizer()
+    seed = (job.debug.seed or 0) + SYNTHETIC_SEED_OFFSET
+    nats, text_bytes, tokens = [], [], []
+    for rank in (0, 1):
+        source = build_source("synthetic", None, seed, SEQ_LEN, rank, 2, section="validation")
+        windows = list(itertools.islice(PackedDocuments(source, tokenizer, SEQ_LEN), BATCH))
+        inputs, labels = torch.stack([w[0]["input"] for w in windows]), torch.stack([w[1] for w in windows])
+        with torch.no_grad():
+            nats.append(token_losses(model, inputs, labels).double().sum())
+        text_bytes.append(token_bytes(tokenizer)[labels].sum())
+        tokens.append(labels.numel())
+    assert logged["validation/dense_bits_per_byte"] == pytest.approx(
+        float(sum(nats) / sum(text_bytes) / math.log(2)), rel=1e-5)
+    assert logged["validation/dense_loss"] == pytest.approx(float(sum(nats) / sum(tokens)), rel=1e-5)
+    # The ranks' windows differ, so one rank's own ratio would not pass the first check.
+    assert abs(float(nats[0] / text_bytes[0] - nats[1] / text_bytes[1])) > 1e-3
