@@ -11,8 +11,9 @@
 - The recipe's compatibility layer is installed before any test module imports torchtitan, as `train.py`
   installs it (`recipe.compat.install`, a no-op with an accelerator).
 - `ranks`: one pool of 2 CPU ranks in a gloo group for the whole session (tests/ranks.py).
-- Marker `slow` (pyproject.toml): training processes, multi-rank groups, long end-to-end runs; the fast
-  loop is `pytest -m "not slow"`.
+- Marker `slow` (pyproject.toml): training processes, multi-rank groups, long end-to-end runs, and every case
+  listed in tests/long_cases.txt (measured over 3 s on 2 cores; tests/long_cases.py); the fast loop is
+  `pytest -m "not slow"`.
 """
 from __future__ import annotations
 
@@ -70,3 +71,18 @@ def ranks() -> Iterator[RankPool]:
     pool = RankPool(RANK_POOL_WORLD)
     yield pool
     pool.close()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--ignore-long-cases", action="store_true",
+                     help="do not mark the cases of tests/long_cases.txt slow (tests/long_cases.py reads the rest)")
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--ignore-long-cases"):
+        return
+    long = set((REPO / "tests" / "long_cases.txt").read_text().split())
+    for item in items:
+        if item.nodeid in long:
+            item.add_marker(pytest.mark.slow)
