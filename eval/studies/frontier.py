@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import statistics
 
-from eval.studies.payoff import bootstrap_interval
+from eval.studies.payoff import bootstrap_interval, save_figure
 from eval.studies.time_to_quality import arm_label
 
 _DENSE = re.compile(r"dense(?:_s(?P<seed>\d+))?(?:_steps(?P<steps>\d+))?")
@@ -176,10 +176,5 @@ def plot(placed: dict, path: str, title: str) -> None:
                 ax.plot(row["dense_equivalent_steps"], row["final"], markers[j % len(markers)], color=color, ms=6,
                         label=None if arm in labelled else f"{arm} (marker; colour = seed)")
                 labelled.add(arm)
-    ax.set_xlabel("dense-equivalent steps (training seconds over the run's own dense step time)")
-    ax.set_ylabel("final held-out loss, dense attention (nats/byte)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, ax, "dense-equivalent steps (training seconds over the run's own dense step time)",
+                "final held-out loss, dense attention (nats/byte)", path, title)

@@ -224,8 +224,15 @@ def plot_dense_groups(curves: dict[int, list[tuple[float, float]]], lower: set[i
         ax.annotate(str(seed), (steps[-1], losses[-1]), fontsize=7, xytext=(4, 0), textcoords="offset points")
     if separation is not None:
         ax.axvline(separation, color="tab:blue", ls=":", lw=0.8, label=f"separated from step {separation}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("held-out loss, dense attention (nats/byte)")
+    save_figure(fig, ax, "step", "held-out loss, dense attention (nats/byte)", path, title)
+
+
+def save_figure(fig, ax, xlabel: str, ylabel: str, path: str, title: str) -> None:
+    """Label the axes, title and legend (small: many seeds) of a study plot, save it as a PNG and close it."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
