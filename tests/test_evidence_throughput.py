@@ -167,15 +167,27 @@ def test_a_switch_other_than_off_or_on_is_refused_naming_the_flag(flag, monkeypa
     assert code == 2 and f"{flag}='off,maybe': comma-separated values of off, on" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_the_readme_cpu_smoke_run_is_small_by_default_and_says_what_it_trains(tmp_path):
-    """`--allow-cpu --config configs/debug.toml` (docs/troubleshooting.md): the config's length, 3 steps, no
-    activation checkpointing, and a line on stderr before each variant."""
+# A fresh vocabulary, a multiple of 64, so the model's vocabulary is exactly it.
+VOCAB = 64 * (8 + os.getpid() % 8)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
+    """The CPU smoke run of docs/troubleshooting.md (`--allow-cpu --config configs/debug.toml`) with `--vocab-size`:
+    the two tests below read one run (a BPE vocabulary changes no default they check)."""
+    out_json = tmp_path_factory.mktemp("smoke") / "tt.json"
     out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--allow-cpu", "--config", "configs/debug.toml",
-                          "--json", str(tmp_path / "tt.json")],
+                          "--vocab-size", str(VOCAB), "--json", str(out_json)],
                          cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
-    (record,) = json.loads((tmp_path / "tt.json").read_text())
+    (record,) = json.loads(out_json.read_text())
+    return out, record
+
+
+@pytest.mark.slow
+def test_the_cpu_smoke_run_is_small_by_default_and_says_what_it_trains(smoke_run):
+    """The config's length, 3 steps, no activation checkpointing, and a line on stderr before each variant."""
+    out, record = smoke_run
     assert ISSUE_KEYS <= set(record)
     assert record["activation_checkpointing"] == "none" and record["seq_len"] == 512 and record["steps"] == 3
     lines = [line for line in out.stderr.splitlines() if line.startswith("train_throughput: ")]
@@ -191,14 +203,9 @@ def test_the_readme_cpu_smoke_run_is_small_by_default_and_says_what_it_trains(tm
     assert record["speedup"] == pytest.approx(record["lighthouse_tok_s"] / record["dense_tok_s"])
 
 
-def test_vocab_size_trains_both_variants_with_a_bpe_of_that_many_entries(tmp_path):
+@pytest.mark.slow
+def test_vocab_size_trains_both_variants_with_a_bpe_of_that_many_entries(smoke_run):
     """`--vocab-size N` (the cost of a larger output layer): a BPE of exactly N entries is built locally and both
     variants train with it; the record names the vocabulary."""
-    vocab = 64 * (8 + os.getpid() % 8)  # fresh, a multiple of 64, so the model's vocabulary is exactly it
-    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--allow-cpu", "--config", "configs/debug.toml",
-                          "--seq-len", "128", "--vocab-size", str(vocab), "--json", str(tmp_path / "tt.json")],
-                         cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-4000:]
-    (record,) = json.loads((tmp_path / "tt.json").read_text())
-    assert record["vocab_size"] == vocab and f"vocabulary {vocab:,}" in record["model"]
-    assert record["lighthouse_tok_s"] > 0 and record["dense_tok_s"] > 0
+    _, record = smoke_run
+    assert record["vocab_size"] == VOCAB and f"vocabulary {VOCAB:,}" in record["model"]

@@ -93,12 +93,18 @@ def refused(capsys, *argv: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def exported(step_folder, tmp_path_factory) -> Path:
-    """The folder export_hf.py writes for the dense checkpoint, given no job arguments."""
+def export_run(step_folder, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """export_hf.py on the dense checkpoint, given no job arguments: the folder it writes and the process."""
     out = tmp_path_factory.mktemp("hf") / "model"
     run = export_hf(str(step_folder), str(out))
     assert run.returncode == 0 and run.stdout == f"exported {step_folder} -> {out}\n", run.stderr[-4000:]
-    return out
+    return out, run
+
+
+@pytest.fixture(scope="module")
+def exported(export_run) -> Path:
+    """The folder export_hf.py writes for the dense checkpoint."""
+    return export_run[0]
 
 
 def assert_same_logits(model, hf_folder: Path) -> None:
@@ -112,14 +118,13 @@ def assert_same_logits(model, hf_folder: Path) -> None:
     assert error < RELATIVE_TOLERANCE, f"max |logit difference| / max |logit| = {error:.2e}"
 
 
-def test_loading_the_checkpoint_in_one_process_raises_no_distributed_warning(step_folder, exported):
+def test_loading_the_checkpoint_in_one_process_raises_no_distributed_warning(step_folder, export_run):
     model = build_model(parse_job_config(JOB), torch.device("cpu"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         load_weights(model, step_folder)
     assert not [w for w in caught if "torch.distributed" in str(w.message)]
-    run = export_hf(str(step_folder), str(exported.parent / "again"))
-    assert run.returncode == 0 and "torch.distributed" not in run.stderr, run.stderr
+    assert "torch.distributed" not in export_run[1].stderr, export_run[1].stderr
 
 
 def test_transformers_computes_the_checkpoints_dense_logits(step_folder, exported):

@@ -76,8 +76,10 @@ SMALL_CONFIGS = {
 def test_gradients_match_finite_differences_in_float64(name):
     config = SMALL_CONFIGS[name]
     q, k, v = random_qkv(1, 32, 2, 1, 4, requires_grad=True)
-    # Selection is piecewise constant in q and k, so finite differences see only the attention path.
-    assert torch.autograd.gradcheck(lambda a, b, c: lighthouse_attention(a, b, c, config), (q, k, v))
+    # Selection is piecewise constant in q and k, so finite differences see only the attention path. fast_mode
+    # compares random projections u^T J v of the analytic and numerical Jacobians: one perturbation per input
+    # instead of one per element, and a wrong gradient still fails.
+    assert torch.autograd.gradcheck(lambda a, b, c: lighthouse_attention(a, b, c, config), (q, k, v), fast_mode=True)
 
 
 def test_every_input_receives_gradient_through_pooling():

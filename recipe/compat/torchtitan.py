@@ -1,10 +1,16 @@
-"""The private parts of torchtitan 0.2.2 the recipe builds on: two ConfigManager hooks, the metrics rank and the
-Trainer methods under torchelastic's @record."""
+"""The private parts of torchtitan 0.2.2 the recipe builds on: two ConfigManager hooks, the metrics rank, the
+Trainer methods under torchelastic's @record and the wait that ends Trainer.train."""
 from __future__ import annotations
 
 import functools
+import time
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable
 
+import torch.distributed as dist
+import torchtitan.train
 from torch.distributed.elastic.multiprocessing.errors import record
 from torchtitan.components.metrics import _get_metrics_rank
 from torchtitan.config import ConfigManager
@@ -12,6 +18,7 @@ from torchtitan.config import ConfigManager
 from recipe.errors import ConfigError, RunStopped
 
 TomlReader = Callable[[list[str]], "dict[str, Any] | None"]
+WAIT_LINE = "Sleeping 2 seconds for other ranks to complete"
 ConfigExtender = Callable[[Callable[[], type], list[str], "dict[str, Any] | None"], type]
 
 
@@ -67,3 +74,20 @@ def without_stop_records(method: Callable) -> Callable:
         return result
 
     return call
+
+
+@contextmanager
+def no_wait_for_other_ranks_alone() -> Iterator[None]:
+    """Within it, torchtitan's Trainer.train skips its closing `time.sleep(2)` "for other ranks to complete" (and
+    that line) when the job is one process: there is no other rank to wait for (2 s off every one-process run)."""
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        yield
+        return
+    clock, quiet = torchtitan.train.time, lambda record: not record.getMessage().startswith(WAIT_LINE)
+    torchtitan.train.time = types.SimpleNamespace(**{**vars(time), "sleep": lambda seconds: None})
+    torchtitan.train.logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        torchtitan.train.time = clock
+        torchtitan.train.logger.removeFilter(quiet)

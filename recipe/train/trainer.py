@@ -24,7 +24,7 @@ from lighthouse.host_threads import autograd_threads, colocated_autograd
 
 from models.llama3_lighthouse import LighthouseLlama, LighthouseLlamaArgs
 
-from recipe.compat.torchtitan import without_stop_records
+from recipe.compat.torchtitan import no_wait_for_other_ranks_alone, without_stop_records
 from recipe.data.tokenizer import build_tokenizer, tokenizer_fingerprint
 from recipe.hf.config import write_hf_files
 from recipe.hf.importer import check_hf_import
@@ -345,7 +345,8 @@ class LighthouseTrainer(Trainer):
     def train(self) -> None:
         logger.addFilter(self.training_starts_filter)
         try:
-            without_stop_records(Trainer.train)(self)
+            with no_wait_for_other_ranks_alone():
+                without_stop_records(Trainer.train)(self)
         finally:
             logger.removeFilter(self.training_starts_filter)
         if not self.trained:
