@@ -59,7 +59,9 @@ def assets(tmp_path_factory) -> dict[str, Path]:
         (train / f"doc{i}.txt").write_text(text)
     heldout = root / "heldout"
     heldout.mkdir()
-    documents = [synthetic_document(seed + 1, i, rng.randint(80, 200)) for i in range(3)]
+    # At most SEQ_LEN ASCII bytes each, so one window holds a document and its BOS whatever the BPE makes of it (a
+    # token covers at least one byte; at 80-200 characters a fresh document could take more than SEQ_LEN tokens).
+    documents = [synthetic_document(seed + 1, i, rng.randint(80, 200))[:SEQ_LEN] for i in range(3)]
     (heldout / "docs.jsonl").write_text("".join(json.dumps({"text": d}) + "\n" for d in documents))
     hf = train_bpe(texts, BPE_VOCAB, root / "hf")
     torch.manual_seed(seed)
