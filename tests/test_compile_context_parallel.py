@@ -34,9 +34,7 @@ def _check_compiled_equals_eager(mesh, config, seed):
     def layer(q, k, v):  # full activation checkpointing, as torchtitan's checkpoint wrapper runs a block
         return checkpoint(context_parallel_lighthouse_attention, q, k, v, config, mesh, use_reentrant=False)
 
-    explanation = torch._dynamo.explain(layer)(q, k, v)
-    assert (explanation.graph_count, explanation.graph_break_count) == (1, 0), explanation.break_reasons
-    results = []
+    results = []  # fullgraph=True: one graph, or Dynamo raises naming the break
     for fn in (layer, torch.compile(layer, backend="aot_eager", fullgraph=True)):
         leaves = [x.clone().requires_grad_(True) for x in (q, k, v)]
         out = fn(*leaves)
