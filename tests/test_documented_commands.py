@@ -294,17 +294,17 @@ def scripts_not_run_in_the_install() -> list[str]:
 
 
 # Runs each script as `python <script> --help` would (its own sys.argv, run as __main__), one after another in one
-# interpreter of the install, printing a JSON line of each one's exit code and output.
+# interpreter of the install, printing a JSON line of each one's exit code (a process's: 0 for a normal end or
+# SystemExit(None)) and output.
 ASK_EACH_FOR_HELP = """
 import contextlib, io, json, runpy, sys
 for script in sys.argv[1:]:
-    sys.argv, out = [script, "--help"], io.StringIO()
+    sys.argv, out, code = [script, "--help"], io.StringIO(), 0
     try:
         with contextlib.redirect_stdout(out):
             runpy.run_path(script, run_name="__main__")
-        code = None
     except SystemExit as exit_info:
-        code = exit_info.code
+        code = 0 if exit_info.code is None else exit_info.code
     print(json.dumps({"script": script, "code": code, "stdout": out.getvalue()}))
 """
 

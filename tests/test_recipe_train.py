@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from lighthouse import LighthouseConfig
+from recipe.compat.torchtitan import WAIT_LINE
 from recipe.launch import free_port
 from recipe.logs.metrics import METRICS_FILE, read_metrics
 
@@ -69,7 +70,7 @@ def test_debug_run_loss_falls_and_logs_lighthouse_statistics_every_step(runs):
 
 def test_a_one_process_job_ends_without_torchtitans_wait_for_other_ranks(runs):
     _, log = runs
-    assert log.count("Training completed") == 6 and "Sleeping 2 seconds for other ranks" not in log
+    assert log.count("Training completed") == 6 and WAIT_LINE not in log
 
 
 def test_resuming_4_plus_4_steps_reproduces_the_uninterrupted_8(runs):
@@ -134,7 +135,7 @@ def test_two_process_fsdp_on_gloo(tmp_path):
     assert out.returncode == 0, out.stderr[-4000:]
     assert "Applied FSDP to the model" in out.stdout + out.stderr
     assert "outlive the process groups" not in out.stdout + out.stderr  # each rank joined its gloo workers
-    assert "Sleeping 2 seconds for other ranks to complete" in out.stdout + out.stderr  # rank 0 waits for rank 1
+    assert WAIT_LINE in out.stdout + out.stderr  # rank 0 waits for rank 1: torchtitan's own line
     pinned = re.findall(r"colocate_autograd: .* on CPU (\d+) from step 2", out.stdout + out.stderr)
     assert len(pinned) == 2 and len(set(pinned)) == min(2, len(os.sched_getaffinity(0)))  # each rank its own CPU
     records = [r for r in read_metrics(str(tmp_path / METRICS_FILE)) if "loss_metrics/global_avg_loss" in r]

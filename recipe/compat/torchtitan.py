@@ -18,8 +18,8 @@ from torchtitan.config import ConfigManager
 from recipe.errors import ConfigError, RunStopped
 
 TomlReader = Callable[[list[str]], "dict[str, Any] | None"]
-WAIT_LINE = "Sleeping 2 seconds for other ranks to complete"
 ConfigExtender = Callable[[Callable[[], type], list[str], "dict[str, Any] | None"], type]
+WAIT_LINE = "Sleeping 2 seconds for other ranks to complete"  # Trainer.train's log line before its closing wait
 
 
 class HookedConfigManager(ConfigManager):
