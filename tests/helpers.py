@@ -37,9 +37,10 @@ def train_in_one_process(argvs: list[list[str]], timeout: float = 300) -> subpro
     start-up and one import for all of them)."""
     from recipe.launch import single_process_env  # here: test_cpu_compat imports the recipe only inside its tests
 
+    from tests.warm_python import run_python
+
     code = f"import train\nfor argv in {json.dumps(argvs)}:\n    train.main(argv)\n"
-    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**child_env(), **single_process_env()},
-                          capture_output=True, text=True, timeout=timeout)
+    return run_python(["-c", code], env={**child_env(), **single_process_env()}, timeout=timeout)
 
 # The Triton kernels run on CUDA, or on the CPU in Triton's interpreter (conftest.py sets TRITON_INTERPRET=1).
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")

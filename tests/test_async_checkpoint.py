@@ -1,7 +1,6 @@
 """Asynchronous checkpoints (`--checkpoint.async_mode async`) get their manifests too: each asynchronous save's at the
 first step boundary after its files are written, or at the next save or SIGTERM (which wait for them), the last
 step's (saved synchronously) at once."""
-import os
 import re
 import signal
 import subprocess
@@ -15,17 +14,17 @@ from recipe.logs.metrics import read_metrics
 from recipe.resilience.checkpoint_manifest import MANIFEST, manifest_faults, read_manifest
 
 from .helpers import child_env, signal_when
+from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
 def test_every_asynchronous_save_of_a_finished_run_has_a_manifest_its_files_pass(tmp_path):
-    run = subprocess.run([sys.executable, "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder",
-                          str(tmp_path), "--training.steps", "6", "--checkpoint.enable", "--checkpoint.interval", "2",
-                          "--checkpoint.async_mode", "async"],
-                         cwd=REPO, env={**child_env(), **single_process_env(), "OMP_NUM_THREADS": "1"},
-                         capture_output=True, text=True, timeout=600)
+    run = run_python(["train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(tmp_path),
+                      "--training.steps", "6", "--checkpoint.enable", "--checkpoint.interval", "2",
+                      "--checkpoint.async_mode", "async"],
+                     env={**child_env(), **single_process_env(), "OMP_NUM_THREADS": "1"}, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     for step in (2, 4, 6):
         folder = str(tmp_path / "checkpoint" / f"step-{step}")

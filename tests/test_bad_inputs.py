@@ -33,6 +33,8 @@ from recipe.train.checks import check_launch
 from recipe.train.cli import DEBUG_ENV, ConfigError, parse_job_config
 from recipe.train.trainer import check_start_up
 
+from .warm_python import run_python
+
 REPO = Path(__file__).resolve().parent.parent
 DEBUG = str(REPO / "configs" / "debug.toml")
 
@@ -428,8 +430,7 @@ def test_a_second_job_on_a_dump_folder_is_refused_until_the_first_ends_however_i
 def train_py(tmp_path: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), **env_vars}
     env.pop(DEBUG_ENV, None)
-    return subprocess.run([sys.executable, "train.py", *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return run_python(["train.py", *args], env=env, timeout=300)
 
 
 @pytest.mark.parametrize("case", ["lr", "non-utf8", "locked", "no-torchrun", "tokenizer-missing"])

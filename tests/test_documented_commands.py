@@ -26,6 +26,7 @@ A command that matches no row fails the test, and so does a row that matches no 
 from __future__ import annotations
 
 import json
+import os
 import re
 import runpy
 import shlex
@@ -42,6 +43,7 @@ from recipe.train.trainer import check_job
 
 from .helpers import REPO
 from .minimal_env import minimal_env, minimal_python
+from .warm_python import run_python
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
@@ -234,7 +236,10 @@ def run_installed(command: Command, python: str) -> subprocess.CompletedProcess:
     """Run the command with its row's overrides in the Quickstart's install; fail naming it unless it succeeds
     without a traceback."""
     argv = python_argv(list(command.argv), python) + list(row_of(command).overrides)
-    run = subprocess.run(argv, env=minimal_env(), capture_output=True, text=True, timeout=600)
+    if argv[0] == python:  # from the install's warm interpreter (tests/warm_python.py), in this test's folder
+        run = run_python(argv[1:], python=python, env=minimal_env(), cwd=os.getcwd(), timeout=600)
+    else:
+        run = subprocess.run(argv, env=minimal_env(), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, f"{command.where}: {shlex.join(argv)} exited {run.returncode}:\n{run.stderr[-3000:]}"
     assert "Traceback" not in run.stderr, f"{command.where}: {shlex.join(argv)}:\n{run.stderr[-3000:]}"
     return run

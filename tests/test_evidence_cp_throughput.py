@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,14 +13,14 @@ from eval.benchmarks import cp_throughput
 from recipe.logs.run_record import source_commit
 
 from .helpers import child_env, script_exit_code
+from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run_script(*argv: str) -> subprocess.CompletedProcess:
     """`python scripts/cp_throughput.py <argv>` from the repository root."""
-    return subprocess.run([sys.executable, "scripts/cp_throughput.py", *argv], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env=child_env())
+    return run_python(["scripts/cp_throughput.py", *argv], env=child_env(), timeout=600)
 
 
 def test_share_kept_and_speedup_are_per_rank_ratios_and_a_failed_or_missing_run_leaves_gaps():

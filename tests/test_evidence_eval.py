@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import re
 import runpy
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +25,7 @@ from recipe.data.tokenizer import ByteTokenizer
 from recipe.experiments.corpus import make_corpus
 
 from .helpers import child_env, script_exit_code
+from .warm_python import run_python
 
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
 
@@ -47,19 +46,17 @@ def trained(tmp_path_factory):
             "--training.local_batch_size", "2", "--training.global_batch_size", "2",
             "--training.dataset_path", str(root / "corpus" / "train" / "*.jsonl"),
             "--lr_scheduler.warmup_steps", "1", "--metrics.log_freq", "1"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = child_env()
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)
-    out = subprocess.run([sys.executable, "train.py", *argv], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+    out = run_python(["train.py", *argv], env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
     return root / "corpus", root / "run" / "checkpoint" / f"step-{STEPS}"
 
 
 def run_script(name: str, *argv: str) -> subprocess.CompletedProcess:
     """`python scripts/<name>.py <argv>` from the repository root, with this checkout's packages."""
-    return subprocess.run([sys.executable, f"scripts/{name}.py", *argv], cwd=REPO, env=child_env(),
-                          capture_output=True, text=True, timeout=600)
+    return run_python([f"scripts/{name}.py", *argv], env=child_env(), timeout=600)
 
 
 def record(name: str, out: Path, *argv: str) -> dict:

@@ -16,6 +16,7 @@ from eval.benchmarks import throughput
 from recipe.errors import ConfigError
 
 from .helpers import child_env, script_exit_code
+from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -176,9 +177,8 @@ def smoke_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
     """The CPU smoke run of docs/troubleshooting.md (`--allow-cpu --config configs/debug.toml`) with `--vocab-size`:
     the two tests below read one run (a BPE vocabulary changes no default they check)."""
     out_json = tmp_path_factory.mktemp("smoke") / "tt.json"
-    out = subprocess.run([sys.executable, "scripts/train_throughput.py", "--allow-cpu", "--config", "configs/debug.toml",
-                          "--vocab-size", str(VOCAB), "--json", str(out_json)],
-                         cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
+    out = run_python(["scripts/train_throughput.py", "--allow-cpu", "--config", "configs/debug.toml", "--vocab-size",
+                      str(VOCAB), "--json", str(out_json)], env=child_env(), timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     (record,) = json.loads(out_json.read_text())
     return out, record

@@ -6,7 +6,6 @@ import math
 import os
 import random
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -18,6 +17,8 @@ from torchtitan.distributed import utils as dist_utils
 
 from recipe.launch import single_process_env
 from recipe.resilience.finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, non_finite_state, recorded_grad_norms
+
+from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -97,8 +98,7 @@ def run_6_steps(folder: Path, *program: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     args = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(folder), "--training.steps", "6",
             "--training.seq_len", "128", "--checkpoint.interval", "2", "--metrics.log_freq", "100"]
-    return subprocess.run([sys.executable, *program, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+    return run_python([*program, *args], env=env, timeout=300)
 
 
 @pytest.mark.slow

@@ -15,7 +15,6 @@ import random
 import shutil
 import stat
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -34,6 +33,7 @@ from recipe.logs.run_record import source_commit
 from .helpers import sharp_random_model
 
 from .helpers import child_env
+from .warm_python import run_python
 
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
 
@@ -53,9 +53,7 @@ def checkpoints(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("hf_export")
     argv = [*RUN_JOB, "--job.dump_folder", str(root / "run"), "--training.steps", str(STEPS), "--checkpoint.enable",
             "--checkpoint.interval", "1", "--lr_scheduler.warmup_steps", "1"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), **single_process_env()}
-    out = subprocess.run([sys.executable, "train.py", *argv], cwd=REPO, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = run_python(["train.py", *argv], env={**child_env(), **single_process_env()}, timeout=300)
     assert out.returncode == 0, out.stderr[-4000:]
     return root / "run" / "checkpoint"
 
@@ -68,8 +66,7 @@ def step_folder(checkpoints) -> Path:
 
 def export_hf(*argv: str) -> subprocess.CompletedProcess:
     """`python scripts/export_hf.py <argv>` from the repository root."""
-    return subprocess.run([sys.executable, "scripts/export_hf.py", *argv], cwd=REPO, capture_output=True, text=True,
-                          timeout=300, env=child_env())
+    return run_python(["scripts/export_hf.py", *argv], env=child_env(), timeout=300)
 
 
 def _script_module():

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 import runpy
-import subprocess
 import sys
 
 import pytest
@@ -15,6 +14,7 @@ from eval.benchmarks import max_context
 from lighthouse import LighthouseConfig
 
 from .helpers import REPO, child_env, script_exit_code
+from .warm_python import run_python
 
 PAPER_K2048 = LighthouseConfig(levels=3, pool=4, topk=2048, tile_budget=128)
 
@@ -134,10 +134,9 @@ def test_argument_errors_are_one_line_and_exit_code_2(argv, message, monkeypatch
 @pytest.mark.slow
 def test_one_real_probe_of_the_debug_model_on_cpu(tmp_path):
     out, table = tmp_path / "max_context.json", tmp_path / "max_context.md"
-    run = subprocess.run([sys.executable, "scripts/max_context.py", "--config", "configs/debug.toml", "--gpus", "1",
-                          "--attentions", "lighthouse", "--start", "512", "--resolution", "256", "--max-len", "512",
-                          "--compile", "off", "--allow-cpu", "--json", str(out), "--markdown", str(table)],
-                         cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=600)
+    run = run_python(["scripts/max_context.py", "--config", "configs/debug.toml", "--gpus", "1", "--attentions",
+                      "lighthouse", "--start", "512", "--resolution", "256", "--max-len", "512", "--compile", "off",
+                      "--allow-cpu", "--json", str(out), "--markdown", str(table)], env=child_env(), timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     record = json.loads(out.read_text())
     [result] = record["results"]

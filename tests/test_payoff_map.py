@@ -6,8 +6,6 @@ import json
 import os
 import random
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +17,7 @@ from recipe.experiments.payoff_grid import final_models, load_study, long_first,
 from recipe.toml_config import dump_toml, load_toml, set_key
 
 from .helpers import child_env, script_exit_code
+from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 BASIN = REPO / "configs" / "payoff" / "tiny_128k_basin.toml"
@@ -146,8 +145,7 @@ def test_a_study_mistake_names_the_file_the_key_and_the_value(tmp_path, extra, m
 
 def test_the_command_line_refuses_a_bad_study_in_one_line_with_exit_2(tmp_path):
     path = write_study(tmp_path, STUDY.replace("steps = 720", "steps = 1") + "[[grid]]\n")
-    out = subprocess.run([sys.executable, "scripts/payoff_map.py", "tasks", str(path)], cwd=REPO, env=child_env(),
-                         capture_output=True, text=True, timeout=120)
+    out = run_python(["scripts/payoff_map.py", "tasks", str(path)], env=child_env(), timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [f"error: {path}: study.steps = 1 must be an integer >= 2"]
 
@@ -275,8 +273,7 @@ def test_the_cpu_example_runs_as_written_and_reports_matched_compute_first_then_
     """The example builds its corpus, trains dense, the defaults and the frontier over two seeds, and reports
     "at equal GPU-seconds" first; with the per-token pass added, the anatomy and NIAH too."""
     study = example_study(tmp_path, anatomy_windows=2, niah_lengths=[96])
-    run = lambda *argv: subprocess.run([sys.executable, "scripts/payoff_map.py", *argv, str(study)], cwd=REPO,  # noqa: E731
-                                       env=child_env(), capture_output=True, text=True, timeout=900)
+    run = lambda *argv: run_python(["scripts/payoff_map.py", *argv, str(study)], env=child_env(), timeout=900)  # noqa: E731
     trained = run("run", "--gpus", "0,1")
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
     assert "built the corpus" in trained.stdout
@@ -343,8 +340,8 @@ def test_long_first_starts_dense_then_every_stage_1_then_stage_2_by_its_dense_st
         "dense_s3", "dense_s4", "causal_s3", "causal_s4", "causal_s3_switch180", "causal_s4_switch180",
         "causal_s3_switch360", "causal_s3_switch360_rewarm36", "causal_s4_switch360", "causal_s4_switch360_rewarm36"]
     assert sorted(runs, key=lambda r: r.name) == sorted(plan_runs(study), key=lambda r: r.name), "the same runs"
-    out = subprocess.run([sys.executable, "scripts/payoff_map.py", "tasks", str(study.path), "--order", "long-first"],
-                         cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=120)
+    out = run_python(["scripts/payoff_map.py", "tasks", str(study.path), "--order", "long-first"], env=child_env(),
+                     timeout=120)
     assert out.returncode == 0, out.stderr
     names = [line.split("\t")[0] for line in out.stdout.splitlines()]
     assert names == [r.name for r in runs] + ["anatomy_s3_0", "anatomy_s4_0"], "each seed's per-token pass comes last"

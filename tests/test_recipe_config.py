@@ -3,8 +3,6 @@ import dataclasses
 import logging
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,9 @@ from recipe.experiments import paper_configs
 from recipe.train.cli import ConfigError
 from recipe.train.job_config import check_initial_load
 from recipe.train.trainer import LighthouseTrainer, check_job, check_start_up
+
+from .helpers import child_env
+from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parent.parent
 DEBUG = str(REPO / "configs" / "debug.toml")
@@ -44,8 +45,8 @@ def test_the_section_takes_every_layer_field_default_and_doc_from_the_layer_conf
     section = {f.name: f.default for f in dataclasses.fields(Lighthouse)}
     assert {name: section[name] for name in layer} == layer
     assert set(section) - set(layer) == {"enable", "dense_layers", "switch_to_dense_at_step", "dense_every", "log_stats"}
-    help_text = subprocess.run([sys.executable, "train.py", "--help"], cwd=REPO, capture_output=True, text=True,
-                               env={**os.environ, "COLUMNS": "80"}).stdout  # one column of option boxes
+    help_text = run_python(["train.py", "--help"], env={**child_env(), "COLUMNS": "80"},  # one column of option boxes
+                           timeout=300).stdout
     words = " ".join(help_text.replace("│", " ").split())
     assert "--lighthouse.levels INT Pyramid depth L (1 = plain dense causal attention). (default: 3)" in words
     assert '--lighthouse.selection STR "causal" (an entry scores the p**l tokens' in words
@@ -283,8 +284,8 @@ def build_on_8_fake_ranks(config_file: str, tmp_path: Path, *extra: str) -> tupl
         "print('RESULT', dims.world_size, dims.cp, dims.dp_shard, t.gradient_accumulation_steps, tuple(p.shape), "
         "tuple(p.to_local().shape))\n"
     )
-    env = {**os.environ, "NGPU": "8", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8", "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    env = {**child_env(), "NGPU": "8", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "8"}
+    out = run_python(["-c", code], env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     return next(l for l in out.stdout.splitlines() if l.startswith("RESULT")), out.stdout + out.stderr
 

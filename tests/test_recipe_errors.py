@@ -21,6 +21,7 @@ from recipe.train import cpu_size
 from recipe.train.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error, parse_job_config
 
 from .helpers import child_env, script_exit_code
+from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,10 +34,9 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_a_config_mistake_ends_in_one_line_on_stderr_and_exit_code_2(tmp_path):
     config = write(tmp_path, '[lighthouse]\nlevels = "three"\n')
-    env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1"}
+    env = {**child_env(), **single_process_env()}
     env.pop(DEBUG_ENV, None)
-    out = subprocess.run([sys.executable, "train.py", "--job.config_file", config], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = run_python(["train.py", "--job.config_file", config], env=env, timeout=120)
     assert out.returncode == 2
     assert out.stderr.splitlines() == [f'error: {config}: [lighthouse] levels = "three" is not an integer']
     assert "Traceback" not in out.stdout + out.stderr and "levels" not in out.stdout  # printed once
@@ -373,7 +373,7 @@ def test_out_of_memory_during_training_ends_in_one_line_and_exit_code_1(tmp_path
     )
     env = {**child_env(), **single_process_env()}
     env.pop(DEBUG_ENV, None)
-    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    run = run_python(["-c", code], env=env, timeout=300)
     assert run.returncode == 1, run.stderr[-3000:]
     assert run.stderr.splitlines()[-1] == (
         "error: out of memory at step 1 (CUDA out of memory. Tried to allocate 2.00 GiB): training.seq_len=512 is 512 "

@@ -25,6 +25,7 @@ from recipe.logs import run_logs
 from recipe.toml_config import dump_toml
 
 from .helpers import child_env, script_exit_code
+from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,8 +65,7 @@ def _create(tmp_path: Path, base: Path, check: bool = False, sets: list[list[str
 
 def sweep_py(*argv: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """`python scripts/sweep.py <argv>` run in `cwd`, this checkout importable (`child_env` unless `env`)."""
-    return subprocess.run([sys.executable, str(REPO / "scripts" / "sweep.py"), *argv], cwd=cwd, env=env or child_env(),
-                          capture_output=True, text=True, timeout=600)
+    return run_python([str(REPO / "scripts" / "sweep.py"), *argv], cwd=cwd, env=env or child_env(), timeout=600)
 
 
 # ------------------------------------------------------------------------------------------------- TOML

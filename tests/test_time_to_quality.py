@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from eval.studies.time_to_quality import exchange_rates, load_arms, markdown_table, seconds_to_reach, step_seconds
+
+from .helpers import child_env
+from .warm_python import run_python
 
 STEP_TIME, DENSE_LOSS = "time_metrics/end_to_end(s)", "validation/dense_loss"
 LIGHTHOUSE_LOSS = "validation/lighthouse_loss"
@@ -85,9 +86,8 @@ def test_the_report_names_every_key_of_the_docs_layout_and_the_speedup(tmp_path)
     write(tmp_path / "run" / "dense_s0", steps(1, 8, 1.0) + shadow((1, 5.0), (4, 3.0), (8, 2.0)))
     write(tmp_path / "run" / "paper_s0", steps(1, 4, 0.5) + shadow((1, 5.0), (4, 3.5)))
     write(tmp_path / "run" / "paper_s0_switch4", steps(5, 8, 1.0) + shadow((8, 2.5)))
-    run = subprocess.run([sys.executable, "scripts/time_to_quality.py", "--run", str(tmp_path / "run"), "--out",
-                          str(tmp_path / "report"), "--seq-len", "1024", "--device", "cpu", "--commit", "abc"],
-                         cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=300)
+    run = run_python(["scripts/time_to_quality.py", "--run", str(tmp_path / "run"), "--out", str(tmp_path / "report"),
+                      "--seq-len", "1024", "--device", "cpu", "--commit", "abc"], env=child_env(), timeout=300)
     assert run.returncode == 0, run.stderr[-4000:]
     records = json.loads((tmp_path / "report.json").read_text())
     assert run.stdout == markdown_table(records) + "\n"
