@@ -10,13 +10,14 @@ python3 -c "import triton" 2>/dev/null || python3 -m pip install -q "triton==3.6
 export TRITON_INTERPRET=1
 # The checkout's modules compiled once, into their __pycache__ folders: where PYTHONDONTWRITEBYTECODE is set, each of
 # the suite's few hundred Python processes would compile them again on import.
-PYTHONDONTWRITEBYTECODE= python3 -m compileall -q train.py lighthouse kernels models recipe eval scripts tests >/dev/null
+env -u PYTHONDONTWRITEBYTECODE python3 -m compileall -q train.py lighthouse kernels models recipe eval scripts tests >/dev/null
 # The Quickstart's install as a user makes it (tests/minimal_env.py), where tests/test_documented_commands.py runs
 # the documented CPU commands: built in the background while the suite runs (reused while pyproject.toml is the
 # same); the tests wait for it, and a build no test needed is stopped at the end.
 setsid python3 -m tests.minimal_env >/dev/null 2>&1 &
 minimal_install=$!  # its own process group, pip included
 trap 'kill -- "-$minimal_install" 2>/dev/null || true' EXIT
-# Two workers, each taking whole test files (module fixtures such as a shared debug run are built once):
-# most tests wait on training subprocesses, so two overlap well even on two cores. `-n 0` runs serially.
-python3 -m pytest -q -n 2 --dist loadfile "$@"
+# Two workers, each taking whole test files (module fixtures such as a shared debug run are built once), longest
+# file first (conftest.py orders them; --no-loadscope-reorder keeps that order): most tests wait on training
+# subprocesses, so two overlap well even on two cores. `-n 0` runs serially.
+python3 -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@"
