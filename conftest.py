@@ -14,8 +14,6 @@
 - Marker `slow` (pyproject.toml): training processes, multi-rank groups, long end-to-end runs, and every case
   listed in tests/long_cases.txt (measured over 3 s on 2 cores; tests/long_cases.py); the fast loop is
   `pytest -m "not slow"`.
-- Files are collected longest first (tests/file_seconds.txt, from the same report as tests/long_cases.txt), so
-  the two workers of scripts/run_tests.sh end together instead of one running a long file alone at the end.
 """
 from __future__ import annotations
 
@@ -33,7 +31,6 @@ if TYPE_CHECKING:
     from tests.ranks import RankPool
 
 from recipe.compat import install
-from tests.long_cases import read_file_seconds
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -89,7 +86,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid in long:
             item.add_marker(pytest.mark.slow)
-    # Longest file first (tests/file_seconds.txt; a file not there yet last), each file's tests in their order:
-    # with `--dist loadfile --no-loadscope-reorder` (scripts/run_tests.sh) the workers take whole files so.
-    seconds = read_file_seconds()
-    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::")[0], 0.0))

@@ -17,7 +17,6 @@ env -u PYTHONDONTWRITEBYTECODE python3 -m compileall -q train.py lighthouse kern
 setsid python3 -m tests.minimal_env >/dev/null 2>&1 &
 minimal_install=$!  # its own process group, pip included
 trap 'kill -- "-$minimal_install" 2>/dev/null || true' EXIT
-# Two workers, each taking whole test files (module fixtures such as a shared debug run are built once), longest
-# file first (conftest.py orders them; --no-loadscope-reorder keeps that order): most tests wait on training
-# subprocesses, so two overlap well even on two cores. `-n 0` runs serially.
-python3 -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder "$@"
+# Two workers, each taking whole test files (module fixtures such as a shared debug run are built once):
+# most tests wait on training subprocesses, so two overlap well even on two cores. `-n 0` runs serially.
+python3 -m pytest -q -n 2 --dist loadfile "$@"

@@ -1,8 +1,6 @@
 """The test cases that run longer than LONG_S seconds, read from a JUnit XML report of the whole suite on 2 CPU
 cores: conftest.py marks each one `slow`, so `pytest -m "not slow"` is a quick inner loop while the full suite
 (CI) still runs every case. A parametrized test whose every case is long keeps its quickest one in the inner loop.
-The same report gives each test file's seconds (tests/file_seconds.txt): conftest.py hands the files to the
-workers longest first, so that no long file starts last while the other worker has nothing left to run.
 
     python -m pytest -n 2 --dist loadfile --junitxml=report.xml          # the whole suite, on 2 cores
     python -m tests.long_cases report.xml                                # print the list
@@ -19,7 +17,6 @@ from pathlib import Path
 
 LONG_S = 3.0
 LIST = Path(__file__).resolve().parent / "long_cases.txt"
-FILE_SECONDS = LIST.parent / "file_seconds.txt"
 
 
 def node_id(classname: str, name: str) -> str:
@@ -45,24 +42,10 @@ def long_cases(durations: dict[str, float], quick: set[str], long_s: float = LON
     return sorted(marked)
 
 
-def file_seconds(durations: dict[str, float]) -> dict[str, float]:
-    """Each test file's seconds: the sum over its cases."""
-    seconds: dict[str, float] = defaultdict(float)
-    for case, duration in durations.items():
-        seconds[case.split("::")[0]] += duration
-    return dict(seconds)
-
-
-def read_file_seconds(path: Path = FILE_SECONDS) -> dict[str, float]:
-    """tests/file_seconds.txt as {file: seconds} (lines `seconds file`)."""
-    return {name: float(seconds) for seconds, name in (line.split() for line in path.read_text().splitlines())}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", type=Path, help="JUnit XML of the whole suite")
-    parser.add_argument("--write", action="store_true",
-                        help=f"replace {LIST.name} and {FILE_SECONDS.name} (otherwise print the list)")
+    parser.add_argument("--write", action="store_true", help=f"replace {LIST.name} (otherwise print the list)")
     args = parser.parse_args(argv)
     durations = {node_id(case.get("classname"), case.get("name")): float(case.get("time"))
                  for case in ET.parse(args.report).iter("testcase")}
@@ -73,8 +56,6 @@ def main(argv: list[str] | None = None) -> None:
     text = "".join(case + "\n" for case in long_cases(durations, quick))
     if args.write:
         LIST.write_text(text)
-        FILE_SECONDS.write_text("".join(f"{seconds:.1f} {name}\n" for name, seconds in
-                                        sorted(file_seconds(durations).items(), key=lambda item: -item[1])))
     else:
         sys.stdout.write(text)
 

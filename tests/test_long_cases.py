@@ -1,9 +1,7 @@
-"""tests/long_cases.py: which quick cases the inner loop leaves to the full suite, and in which order the workers
-take the test files."""
-from types import SimpleNamespace
+"""tests/long_cases.py: which quick cases the inner loop leaves to the full suite."""
+from pathlib import Path
 
-import conftest
-from tests.long_cases import LIST, file_seconds, long_cases, node_id
+from tests.long_cases import LIST, long_cases, node_id
 
 
 def test_long_cases_are_marked_and_a_parametrized_test_keeps_its_quickest_case():
@@ -25,18 +23,3 @@ def test_every_listed_case_names_a_test_function_of_the_suite():
     for case in LIST.read_text().split():
         path, *_, name = case.split("::")
         assert f"def {name.split('[')[0]}(" in (root / path).read_text(), case
-
-
-def test_a_files_seconds_are_the_sum_of_its_cases():
-    durations = {"tests/a.py::x": 1.5, "tests/a.py::y[2]": 2.0, "tests/kernels/b.py::z": 4.0}
-    assert file_seconds(durations) == {"tests/a.py": 3.5, "tests/kernels/b.py": 4.0}
-
-
-def test_the_collection_runs_the_longest_file_first_each_files_tests_in_their_order(monkeypatch):
-    monkeypatch.setattr(conftest, "read_file_seconds", lambda: {"tests/short.py": 2.0, "tests/long.py": 90.0})
-    items = [SimpleNamespace(nodeid=nodeid, add_marker=lambda marker: None) for nodeid in (
-        "tests/short.py::a", "tests/short.py::b", "tests/new.py::c", "tests/long.py::d", "tests/long.py::e")]
-    conftest.pytest_collection_modifyitems(SimpleNamespace(getoption=lambda name: False), items)
-    assert [item.nodeid for item in items] == [
-        "tests/long.py::d", "tests/long.py::e", "tests/short.py::a", "tests/short.py::b", "tests/new.py::c"]
-

@@ -2,16 +2,15 @@
 third-party packages: a job that trains for a second no longer spends about 6 s of two cores on its imports.
 
 `run_python(args, env=..., timeout=...)` answers as `subprocess.run([python, *args], ..., capture_output=True,
-text=True)` does. Behind it, a server per interpreter (started on first use, `python -m tests.warm_python`) imports
-`PRELOADED` and then forks a child per job that becomes `python ARGS` as a fresh interpreter would: the job's
-working folder, environment, `sys.argv` and `sys.path[0]`; stdin from /dev/null, stdout and stderr into files; the
-script, module or `-c` code run as `__main__`; and the interpreter's own exit (non-daemon threads joined, atexit
-handlers, an uncaught exception's traceback and exit code 1, a signal's negative return code). The project's own
-modules are not preloaded: the child imports them, in train.py's order, so what they read at import comes from the
-job. The variables the preloaded packages read at import (torch's, Triton's, Hugging Face's: all but
-`RUNTIME_VARIABLES`) are the server's, those of the interpreter's usual environment: a job that sets them otherwise
-runs as a plain subprocess. So do tests of start-up itself (signals during the imports, what an import loads): they
-call subprocess.
+text=True)` does. Behind it, a server per interpreter and environment (started on first use, `python -m
+tests.warm_python`) imports `PRELOADED` and then forks a child per job that becomes `python ARGS` as a fresh
+interpreter would: the job's working folder, environment, `sys.argv` and `sys.path[0]`; stdin from /dev/null, stdout
+and stderr into files; the script, module or `-c` code run as `__main__`; and the interpreter's own exit (non-daemon
+threads joined, atexit handlers, an uncaught exception's traceback and exit code 1, a signal's negative return
+code). The project's own modules are not preloaded: the child imports them, in train.py's order, so what they read
+at import comes from the job. The variables the preloaded packages read at import (torch's, Triton's, Hugging
+Face's: all but `RUNTIME_VARIABLES`) are the server's: a job that sets others gets a server of its own. Tests of
+start-up itself (signals during the imports, what an import loads) start plain subprocesses.
 """
 from __future__ import annotations
 
@@ -124,7 +123,7 @@ class WarmPython:
     """One server and the jobs it forks, one at a time."""
 
     def __init__(self, python: str, env: dict[str, str]) -> None:
-        self.python, self.env = python, env
+        self.python = python
         self.server = subprocess.Popen([python, "-m", "tests.warm_python"], cwd=REPO, env=env,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._pending = ""
@@ -162,21 +161,18 @@ class WarmPython:
             return subprocess.CompletedProcess([self.python, *args], int(code), out.read_text(), err.read_text())
 
 
-_servers: dict[str, WarmPython] = {}
+_servers: dict[tuple[str, frozenset], WarmPython] = {}
 
 
 def run_python(args: list[str], *, env: dict[str, str], timeout: float, cwd: Path | str = REPO,
                python: str = sys.executable) -> subprocess.CompletedProcess:
     """`subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)`,
-    forked from the warm server of `python` when `env` agrees with it on what is read at import (see above)."""
-    if python not in _servers:  # this interpreter's usual environment: tests.helpers.child_env, or the first job's
-        from tests.helpers import child_env  # here: the server imports nothing of the tests
-
-        _servers[python] = WarmPython(python, _import_time_view(child_env() if python == sys.executable else env))
-    server = _servers[python]
-    if _import_time_view(env) != server.env:
-        return subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    return server.run(args, cwd=cwd, env=env, timeout=timeout)
+    forked from the warm server of `python` and the variables of `env` read at import (started on first use)."""
+    view = _import_time_view(env)
+    key = (python, frozenset(view.items()))
+    if key not in _servers:
+        _servers[key] = WarmPython(python, view)
+    return _servers[key].run(args, cwd=cwd, env=env, timeout=timeout)
 
 
 if __name__ == "__main__":
