@@ -2,14 +2,17 @@
 what it prints, how it ends, what it sees of its arguments, folder and environment."""
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import pytest
 
 from .helpers import REPO, child_env
-from .warm_python import PRELOADED, run_python
+from .warm_python import PRELOADED, run_python, warm_job, warm_torchrun
 
 ENDINGS = {
     "exit code": "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)",
@@ -61,6 +64,7 @@ def test_a_job_that_sets_a_variable_read_at_import_sees_its_effect_as_a_fresh_in
                            text=True, timeout=120)
     assert run_python(["-c", program], env=env, timeout=120).stdout == fresh.stdout == "10\n"
 
+
 def test_omp_num_threads_sets_the_jobs_torch_threads_as_at_a_fresh_start():
     program = "import torch; print(torch.get_num_threads())"
     assert run_python(["-c", program], env={**child_env(), "OMP_NUM_THREADS": "1"}, timeout=60).stdout == "1\n"
@@ -78,3 +82,59 @@ def test_a_job_starts_with_the_large_packages_imported_and_none_of_the_projects(
     program = "import sys; print([name for name in %r if name not in sys.modules], " \
               "[name for name in ('recipe', 'lighthouse', 'models', 'kernels', 'train') if name in sys.modules])"
     assert run_python(["-c", program % (PRELOADED,)], env=child_env(), timeout=120).stdout == "[] []\n"
+
+
+def test_a_file_the_job_left_open_is_flushed_when_it_ends(tmp_path):
+    """As at a fresh interpreter's exit, which closes the files it still holds."""
+    program = f"f = open({str(tmp_path / 'left_open')!r}, 'w'); f.write('written')"
+    assert run_python(["-c", program], env=child_env(), timeout=60).returncode == 0
+    assert (tmp_path / "left_open").read_text() == "written"
+
+
+def test_a_signal_to_the_started_command_reaches_the_job_and_the_command_ends_as_the_job_did(tmp_path):
+    handled = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(5))\n" \
+              "print('ready', flush=True)\ntime.sleep(60)"
+    unhandled = "import time; print('ready', flush=True); time.sleep(60)"
+    for program, code in ((handled, 5), (unhandled, -signal.SIGTERM)):
+        command, env = warm_job(["-c", program], child_env())
+        job = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+        assert job.stdout.readline() == "ready\n"
+        job.send_signal(signal.SIGTERM)
+        assert job.wait(timeout=60) == code
+
+
+def test_the_job_of_a_killed_command_is_killed_with_it(tmp_path):
+    pid_file = tmp_path / "pid"
+    program = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    command, env = warm_job(["-c", program], child_env())
+    job = subprocess.Popen(command, env=env)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and job.poll() is None
+        time.sleep(0.05)
+    job.kill()
+    job.wait()
+    while Path(f"/proc/{pid_file.read_text()}").exists() and "Z" not in _state(pid_file.read_text()):
+        assert time.monotonic() < deadline, "the job outlived its command"
+        time.sleep(0.05)
+
+
+def _state(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return "Z"
+
+
+def test_torchrun_starts_each_rank_from_the_warm_server_with_its_rank_and_python_u():
+    """The command as torchrun's script: every rank is a warm job (torch already imported) with the variables
+    torchrun sets for it, and unbuffered streams as `python -u` gives."""
+    from recipe.launch import free_port
+
+    program = "import os, sys; print(os.environ['RANK'], os.environ['WORLD_SIZE'], 'torch' in sys.modules, " \
+              "sys.stdout.write_through)"
+    command, env = warm_torchrun(["--nproc_per_node=2", "--master_port", str(free_port())], ["-c", program],
+                                 child_env())
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert sorted(run.stdout.splitlines()) == ["0 2 True True", "1 2 True True"]

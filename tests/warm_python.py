@@ -1,27 +1,38 @@
 """`python ARGS` for the tests, started from an interpreter that has already imported torch and the other large
-third-party packages: a job that trains for a second no longer spends about 6 s of two cores on its imports.
+third-party packages: a job that trains for a second no longer spends about 8 s of a core on its imports.
 
-`run_python(args, env=..., timeout=...)` answers as `subprocess.run([python, *args], ..., capture_output=True,
-text=True)` does. Behind it, a server per interpreter and environment (started on first use, `python -m
-tests.warm_python`) imports `PRELOADED` and then forks a child per job that becomes `python ARGS` as a fresh
-interpreter would: the job's working folder, environment, `sys.argv` and `sys.path[0]`; stdin from /dev/null, stdout
-and stderr into files; the script, module or `-c` code run as `__main__`; and the interpreter's own exit (non-daemon
-threads joined, atexit handlers, an uncaught exception's traceback and exit code 1, a signal's negative return
-code). The project's own modules are not preloaded: the child imports them, in train.py's order, so what they read
-at import comes from the job. The variables the preloaded packages read at import (torch's, Triton's, Hugging
-Face's: all but `RUNTIME_VARIABLES`) are the server's: a job that sets others gets a server of its own. Tests of
-start-up itself (signals during the imports, what an import loads) start plain subprocesses.
+`warm_job(args, env)` gives the command and environment to start as `[python, *args]` with `env` would be started:
+with `subprocess.run`, with `Popen` (to signal it), or as the script torchrun starts on every rank. `run_python` is
+`subprocess.run` of it. The command is a small client (this file run as a script, standard library only) that hands
+its arguments, folder, environment and standard streams to a server of the same interpreter (`python -m
+tests.warm_python --serve`, started on first use and ended with the test process). The server has imported
+`PRELOADED`; it forks a child per client that becomes `python ARGS` as a fresh interpreter would: the client's
+folder, environment, `sys.argv` and `sys.path[0]`, its stdin, stdout and stderr, the script, module or `-c` code run
+as `__main__`, and the interpreter's own exit (non-daemon threads joined, atexit handlers, an uncaught exception's
+traceback and exit code 1). The client forwards the signals it gets to the job and ends as the job ended, a
+signal's death included; a client killed outright has its job killed.
+
+The project's own modules are not preloaded: the job imports them, in train.py's order, so what they read at import
+comes from the job. The variables the preloaded packages read at import (torch's, Triton's, Hugging Face's: all but
+`RUNTIME_VARIABLES`) are the server's: `warm_job` starts a server per interpreter and such variables, and a client
+that finds no server for its own (a variable set on the way) runs as a plain `python ARGS`. Tests of start-up
+itself (signals during the imports, what an import loads) start plain subprocesses.
 """
 from __future__ import annotations
 
 import atexit
+import gc
+import hashlib
 import importlib
 import importlib.util
+import io
 import json
 import os
 import runpy
 import select
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,12 +42,19 @@ import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+CLIENT = Path(__file__).resolve()
 PRELOADED = ("torch", "torch._inductor.compile_fx", "torch.distributed.tensor", "torch.distributed.pipelining",
              "torch.nn.attention.flex_attention", "torch.utils.tensorboard", "datasets", "matplotlib.pyplot")
-# Read when a job runs, not when torch or the other preloaded packages are imported: a job may set its own.
+# Where the servers listen: set by `warm_job`, read by the client.
+SOCKETS = "WARM_PYTHON_SOCKETS"
+# Read when a job runs, not when torch or the other preloaded packages are imported: a job may set its own. The
+# second line is what torchrun adds for each rank.
 RUNTIME_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NGPU",
                      "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "COLUMNS", "PYTEST_CURRENT_TEST", "SLURM_",
-                     "LIGHTHOUSE_")
+                     "LIGHTHOUSE_", SOCKETS,
+                     "GROUP_", "ROLE_", "TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+# The signals a client passes on to its job (SIGKILL and SIGSTOP cannot be caught: a killed client's job is killed).
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 READY = "ready"
 
 
@@ -44,31 +62,81 @@ def _runtime(name: str) -> bool:
     return any(name == key or (key.endswith("_") and name.startswith(key)) for key in RUNTIME_VARIABLES)
 
 
-def _import_time_view(env: dict[str, str]) -> dict[str, str]:
-    return {name: value for name, value in env.items() if not _runtime(name)}
+def _socket_name(python: str, env: os._Environ | dict[str, str]) -> str:
+    """The server's socket for an interpreter and the variables of `env` read at import."""
+    view = sorted((name, value) for name, value in env.items() if not _runtime(name))
+    return hashlib.sha256(json.dumps([python, view]).encode()).hexdigest()[:24] + ".sock"
 
 
-# --- the server (python -m tests.warm_python) -------------------------------------------------------------------
+def _read_line(conn: socket.socket, pending: bytearray) -> str:
+    while b"\n" not in pending:
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise ConnectionError("the other end closed")
+        pending += chunk
+    line, _, rest = bytes(pending).partition(b"\n")
+    pending[:] = rest
+    return line.decode()
 
-def _serve(control_in: int, control_out: int) -> dict:
-    """Fork a child per request line; report its pid, then its return code. Returns the request in a child."""
-    with os.fdopen(control_in, "r") as requests, os.fdopen(control_out, "w") as replies:
-        print(READY, file=replies, flush=True)
-        for line in requests:
-            request = json.loads(line)
+
+# --- the server (python -m tests.warm_python --serve FOLDER) -----------------------------------------------------
+
+def _serve(listener: socket.socket) -> tuple[dict, list[int]]:
+    """Fork a child per client and tell the client its pid, then its exit code; kill the job of a client that goes
+    away. Ends when the test process that started the server closes its stdin. Returns the request in a child."""
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_write, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_write)
+    jobs: dict[int, socket.socket] = {}
+    while True:
+        readable, _, _ = select.select([sys.stdin, listener, wake_read, *jobs.values()], [], [])
+        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 4096):
+            for pid in jobs:
+                os.kill(pid, signal.SIGKILL)
+            sys.exit(0)
+        if wake_read in readable:
+            os.read(wake_read, 4096)
+        for conn in [c for c in jobs.values() if c in readable]:  # a client gone before its job ended
+            pid = next(p for p, c in jobs.items() if c is conn)
+            os.kill(pid, signal.SIGKILL)
+        while jobs:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            conn = jobs.pop(pid)
+            try:
+                conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            except OSError:
+                pass
+            conn.close()
+        if listener in readable:
+            conn, _ = listener.accept()
+            try:
+                message, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+                request = json.loads(_read_line(conn, bytearray(message)))
+            except (OSError, ValueError):  # a client that ended before it asked
+                conn.close()
+                continue
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                return request
-            print(pid, file=replies, flush=True)
-            _, status = os.waitpid(pid, 0)
-            print(os.waitstatus_to_exitcode(status), file=replies, flush=True)
-    sys.exit(0)
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for held in (listener, *jobs.values(), conn):
+                    held.close()
+                os.close(wake_read)
+                os.close(wake_write)
+                return request, fds
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(f"{pid}\n".encode())
+            jobs[pid] = conn
 
 
-def _become(request: dict) -> None:
-    """Turn this forked child into `python ARGS` and run it; the interpreter's exit ends the job."""
+def _become(request: dict, fds: list[int]) -> None:
+    """Turn this forked child into `python ARGS` and run it to its end (`_exit` ends the process)."""
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
@@ -76,11 +144,13 @@ def _become(request: dict) -> None:
         import torch
 
         torch.set_num_threads(int(request["env"]["OMP_NUM_THREADS"]))
-    for fd, (path, flags) in enumerate([(os.devnull, os.O_RDONLY), (request["stdout"], os.O_WRONLY),
-                                        (request["stderr"], os.O_WRONLY)]):
-        opened = os.open(path, flags)
-        os.dup2(opened, fd)
-        os.close(opened)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    if request["unbuffered"]:  # python -u, as torchrun starts its ranks
+        sys.stdout, sys.stderr = (io.TextIOWrapper(io.FileIO(fd, "w", closefd=False), encoding=stream.encoding,
+                                                   errors=stream.errors, write_through=True)
+                                  for fd, stream in ((1, sys.stdout), (2, sys.stderr)))
     option, *rest = request["args"]
     if option == "-c":
         code, *argv = rest
@@ -97,83 +167,143 @@ def _become(request: dict) -> None:
         runpy.run_path(option, run_name="__main__")
 
 
-def _server_main() -> None:
+def _server_main(folder: str) -> None:
+    address = os.path.join(folder, _socket_name(sys.executable, os.environ))  # named before an import sets any
     for name in PRELOADED:
         if importlib.util.find_spec(name.split(".")[0]) is not None:  # an install without it imports it never
             importlib.import_module(name)
-    control_out = os.dup(sys.stdout.fileno())  # replies; the server's own fd 1 goes where its stderr goes
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    control_in = os.dup(sys.stdin.fileno())
-    request = _serve(control_in, control_out)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    listener.listen(64)
+    gc.freeze()  # the preloaded objects stay out of every job's collections: their pages stay shared
+    print(READY, flush=True)
+    request, fds = _serve(listener)
+    signum = None
     try:
-        _become(request)
+        _become(request, fds)
+        code = 0
+    except SystemExit as end:
+        code = _exit_code(end)
     except KeyboardInterrupt:  # as a fresh interpreter ends on it: traceback, exit, then SIGINT's default action
         traceback.print_exc()
-        threading._shutdown()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        code, signum = 1, signal.SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    _exit(code, signum)
 
 
-# --- the client -----------------------------------------------------------------------------------------------
-
-class WarmPython:
-    """One server and the jobs it forks, one at a time."""
-
-    def __init__(self, python: str, env: dict[str, str]) -> None:
-        self.python = python
-        self.server = subprocess.Popen([python, "-m", "tests.warm_python"], cwd=REPO, env=env,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        self._pending = ""
-        if self._reply(timeout=300) != READY:
-            raise RuntimeError("the warm Python server did not start")
-
-    def _reply(self, timeout: float | None) -> str | None:
-        """The server's next line, or None when `timeout` s pass first."""
-        while "\n" not in self._pending:
-            ready, _, _ = select.select([self.server.stdout], [], [], timeout)
-            if not ready:
-                return None
-            chunk = os.read(self.server.stdout.fileno(), 4096).decode()
-            if not chunk:
-                raise RuntimeError(f"the warm Python server ended (exit code {self.server.wait()})")
-            self._pending += chunk
-        line, self._pending = self._pending.split("\n", 1)
-        return line
-
-    def run(self, args: list[str], *, cwd: Path | str, env: dict[str, str],
-            timeout: float) -> subprocess.CompletedProcess:
-        with tempfile.TemporaryDirectory() as folder:
-            out, err = Path(folder) / "stdout", Path(folder) / "stderr"
-            out.touch()
-            err.touch()
-            request = {"args": args, "cwd": str(cwd), "env": env, "stdout": str(out), "stderr": str(err)}
-            self.server.stdin.write(json.dumps(request) + "\n")
-            self.server.stdin.flush()
-            pid = int(self._reply(timeout=60))
-            code = self._reply(timeout=timeout)
-            if code is None:
-                os.kill(pid, signal.SIGKILL)
-                self._reply(timeout=60)
-                raise subprocess.TimeoutExpired([self.python, *args], timeout, out.read_text(), err.read_text())
-            return subprocess.CompletedProcess([self.python, *args], int(code), out.read_text(), err.read_text())
+def _exit_code(end: SystemExit) -> int:
+    """The exit code of an uncaught SystemExit, its message printed as the interpreter prints it."""
+    if end.code is None:
+        return 0
+    if isinstance(end.code, int):
+        return end.code
+    print(end.code, file=sys.stderr)
+    return 1
 
 
-_servers: dict[tuple[str, frozenset], WarmPython] = {}
+def _exit(code: int, signum: int | None) -> None:
+    """End the job as the interpreter ends: non-daemon threads joined, atexit handlers run, the job's open files
+    flushed. The modules are not torn down one by one: in a child of the server that would copy every preloaded
+    page for seconds, and a job cannot tell."""
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in gc.get_objects():  # the job's own objects: the preloaded ones are frozen
+        if isinstance(stream, io.IOBase):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if signum is not None:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    os._exit(code & 0xFF)
+
+
+# --- the client (python tests/warm_python.py ARGS) ---------------------------------------------------------------
+
+def _client_main(args: list[str]) -> None:
+    """Run `python ARGS` as a job of the server for this interpreter and environment, or plainly if there is none."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(os.path.join(os.environ[SOCKETS], _socket_name(sys.executable, os.environ)))
+    except (KeyError, OSError):
+        os.execv(sys.executable, [sys.executable, *args])
+    request = {"args": args, "cwd": os.getcwd(), "env": dict(os.environ), "unbuffered": sys.stdout.write_through}
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # a signal from now on reaches the job, once it exists
+    message = json.dumps(request).encode() + b"\n"
+    sent = socket.send_fds(conn, [message], [0, 1, 2])
+    conn.sendall(message[sent:])
+    pending = bytearray()
+    job = int(_read_line(conn, pending))
+
+    def forward(signum: int, _frame) -> None:
+        try:
+            os.kill(job, signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in FORWARDED:
+        signal.signal(signum, forward)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    code = int(_read_line(conn, pending))
+    if code < 0:  # end by the same signal, so the parent sees what it would of the job itself
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code if code >= 0 else 128 - code)
+
+
+# --- the test process's side ------------------------------------------------------------------------------------
+
+_folder: tempfile.TemporaryDirectory | None = None
+_servers: dict[str, subprocess.Popen] = {}
+
+
+def warm_job(args: list[str], env: dict[str, str], python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run `[python, *args]` with `env` from a warm server (started on first use,
+    its imports done before it answers)."""
+    global _folder
+    if _folder is None:
+        _folder = tempfile.TemporaryDirectory(prefix="warm-python-")
+    python = os.path.abspath(shutil.which(python) or python)  # as the client will see itself in sys.executable
+    server_env = {name: value for name, value in env.items() if not _runtime(name)}
+    name = _socket_name(python, server_env)
+    if name not in _servers:
+        server = subprocess.Popen([python, "-m", "tests.warm_python", "--serve", _folder.name], cwd=REPO,
+                                  env=server_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        if server.stdout.readline().strip() != READY:
+            raise RuntimeError(f"the warm Python server of {python} did not start (exit code {server.wait()})")
+        _servers[name] = server
+    return [python, str(CLIENT), *args], {**env, SOCKETS: _folder.name}
+
+
+def warm_torchrun(options: list[str], args: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of `torchrun OPTIONS ARGS`: torchrun and each rank it starts (`python -u ARGS`)
+    are jobs of the warm server."""
+    return warm_job(["-m", "torch.distributed.run", *options, str(CLIENT), *args], env)
 
 
 def run_python(args: list[str], *, env: dict[str, str], timeout: float, cwd: Path | str = REPO,
                python: str = sys.executable) -> subprocess.CompletedProcess:
-    """`subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)`,
-    forked from the warm server of `python` and the variables of `env` read at import (started on first use)."""
-    view = _import_time_view(env)
-    key = (python, frozenset(view.items()))
-    if key not in _servers:
-        _servers[key] = WarmPython(python, view)
-    return _servers[key].run(args, cwd=cwd, env=env, timeout=timeout)
+    """`subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)`, with
+    stdin from /dev/null, run from the warm server of `python` and the variables of `env` read at import."""
+    command, job_env = warm_job(args, env, python)
+    result = subprocess.run(command, cwd=cwd, env=job_env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                            timeout=timeout)
+    result.args = [python, *args]
+    return result
 
 
 if __name__ == "__main__":
-    _server_main()
+    if sys.argv[1:2] == ["--serve"]:
+        _server_main(sys.argv[2])
+    else:
+        _client_main(sys.argv[1:])
