@@ -4,7 +4,6 @@ step's (saved synchronously) at once."""
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from recipe.logs.metrics import read_metrics
 from recipe.resilience.checkpoint_manifest import MANIFEST, manifest_faults, read_manifest
 
 from .helpers import child_env, signal_when
-from .warm_python import run_python
+from .warm_python import run_python, warm_job
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,11 +40,11 @@ def test_sigterm_that_saves_nothing_still_completes_the_asynchronous_save_and_it
     env = {**child_env(), **single_process_env(), "OMP_NUM_THREADS": "1"}
     env.pop("SLURM_JOB_ID", None)
     metrics = tmp_path / "metrics.jsonl"
-    job = subprocess.Popen([sys.executable, "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder",
-                            str(tmp_path), "--training.steps", "1000", "--training.seq_len", "128",
-                            "--checkpoint.enable", "--checkpoint.interval", "2", "--checkpoint.async_mode", "async",
-                            "--checkpoint.keep_latest_k", "0"],
-                           cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command, env = warm_job(["train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(tmp_path),
+                             "--training.steps", "1000", "--training.seq_len", "128", "--checkpoint.enable",
+                             "--checkpoint.interval", "2", "--checkpoint.async_mode", "async",
+                             "--checkpoint.keep_latest_k", "0"], env)
+    job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = signal_when(job, lambda: metrics.exists() and '"step": 3,' in metrics.read_text(),  # after step 2's save
                          signal.SIGTERM)
     assert job.returncode == 143, err[-3000:]
@@ -69,16 +68,15 @@ def test_an_asynchronous_save_gets_its_manifest_soon_after_its_files_so_a_killed
     SIGKILLed between two saves resumes from the asynchronous one, verified."""
     env = {**child_env(), **single_process_env(), "OMP_NUM_THREADS": "1"}
     metrics, step_5 = tmp_path / "metrics.jsonl", tmp_path / "checkpoint" / "step-5"
-    args = [sys.executable, "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(tmp_path),
+    args = ["train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(tmp_path),
             "--training.seq_len", "128", "--checkpoint.enable", "--checkpoint.interval", "5",
             "--checkpoint.async_mode", "async", "--metrics.log_freq", "1"]
-    job = subprocess.Popen([*args, "--training.steps", "1000"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
+    command, job_env = warm_job([*args, "--training.steps", "1000"], env)
+    job = subprocess.Popen(command, cwd=REPO, env=job_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     signal_when(job, lambda: (step_5 / MANIFEST).exists(), signal.SIGKILL)
     logged = [r["step"] for r in read_metrics(str(metrics))]
     assert max(logged) < 10, "the manifest came with the next save, not before it"
     assert manifest_faults(str(step_5), read_manifest(str(step_5))) == []
-    again = subprocess.run([*args, "--training.steps", "6"], cwd=REPO, env=env, capture_output=True, text=True,
-                           timeout=600)
+    again = run_python([*args, "--training.steps", "6"], env=env, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Training starts at step 6" in again.stdout + again.stderr and "damaged" not in again.stdout + again.stderr

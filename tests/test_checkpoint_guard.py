@@ -10,7 +10,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from collections import namedtuple
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from recipe.resilience.checkpoint_manifest import (MANIFEST, UnreadableManifest,
 from recipe.launch import free_port, single_process_env
 
 from .helpers import signal_when, train_in_one_process
+from .warm_python import warm_job, warm_torchrun
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -336,9 +336,9 @@ def test_ctrl_c_during_training_ends_train_py_in_one_line(tmp_path):
     env = {**os.environ, **single_process_env(), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     env.pop("LIGHTHOUSE_DEBUG", None)
     metrics = tmp_path / "run" / "metrics.jsonl"
-    job = subprocess.Popen([sys.executable, "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder",
-                            str(tmp_path / "run"), "--training.steps", "1000", "--training.seq_len", "128"], cwd=REPO,
-                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    command, env = warm_job(["train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder",
+                             str(tmp_path / "run"), "--training.steps", "1000", "--training.seq_len", "128"], env)
+    job = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal gives it
     _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 3, signal.SIGINT)
     assert job.returncode == 130, err[-3000:]
@@ -357,15 +357,15 @@ def test_sigterm_to_torchrun_saves_the_step_on_every_rank_and_a_restart_of_two_p
     env.pop("LIGHTHOUSE_DEBUG", None)
     run, metrics = tmp_path / "run", tmp_path / "run" / "metrics.jsonl"
 
-    def torchrun(steps: int) -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
-                "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run),
-                "--training.steps", str(steps), "--training.seq_len", "128", "--checkpoint.enable",
-                "--checkpoint.interval", "1000", "--parallelism.data_parallel_shard_degree", "2",
-                "--training.local_batch_size", "1"]
+    def torchrun(steps: int) -> tuple[list[str], dict[str, str]]:
+        return warm_torchrun(["--nproc_per_node=2", "--master_port", str(free_port())],
+                             ["train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run),
+                              "--training.steps", str(steps), "--training.seq_len", "128", "--checkpoint.enable",
+                              "--checkpoint.interval", "1000", "--parallelism.data_parallel_shard_degree", "2",
+                              "--training.local_batch_size", "1"], env)
 
-    job = subprocess.Popen(torchrun(1000), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)
+    command, job_env = torchrun(1000)
+    job = subprocess.Popen(command, cwd=REPO, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 2, signal.SIGTERM)
     lines = re.findall(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart "
                        r"resumes from step-\1", err)
@@ -374,7 +374,8 @@ def test_sigterm_to_torchrun_saves_the_step_on_every_rank_and_a_restart_of_two_p
     assert complete_steps(str(run / "checkpoint")) == [saved]
     folder = str(run / "checkpoint" / f"step-{saved}")
     assert manifest_faults(folder, read_manifest(folder)) == [] and read_manifest(folder)["data_parallel_degree"] == 2
-    again = subprocess.run(torchrun(saved + 1), cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    command, job_env = torchrun(saved + 1)
+    again = subprocess.run(command, cwd=REPO, env=job_env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"Training starts at step {saved + 1}" in again.stdout + again.stderr
 
@@ -404,9 +405,9 @@ def test_sigterm_saves_the_step_and_exits_143_and_ctrl_c_during_a_save_lets_it_f
             "--training.seq_len", "128", "--checkpoint.enable"]
 
     def start(program, *extra):
-        return subprocess.Popen([sys.executable, *program, *args, *extra], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        command, job_env = warm_job([*program, *args, *extra], env)
+        return subprocess.Popen(command, cwd=REPO, env=job_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     job = start(["train.py"], "--checkpoint.interval", "1000")  # no save of its own before the signal
     _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 2, signal.SIGTERM)

@@ -103,8 +103,7 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     """A CP=2 run on two gloo processes, from the same seed checkpoint, gives the losses and selection
     statistics of a 1-process run; a compiled FSDP 2 x CP 2 run with full activation checkpointing (four
     processes) gives the losses of an eager FSDP 2 run, which shards the data the same way."""
-    from recipe.launch import free_port
-    from .helpers import child_env, train_in_one_process
+    from .helpers import torchrun, train_in_one_process
     from recipe.logs.metrics import METRICS_FILE, read_metrics
 
     common = ["--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",
@@ -119,7 +118,7 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     one_process = [seed, [*common, *validation, *load, "--job.dump_folder", str(tmp_path / "cp1")]]
     out = train_in_one_process(one_process)
     assert out.returncode == 0, "seed, cp1: " + out.stderr[-4000:]
-    torchrun = {
+    launches = {
         "cp2": (2, [*common, *validation, *load, "--job.dump_folder", str(tmp_path / "cp2"),
                     "--parallelism.context_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"]),
         "fsdp2": (2, [*common, *load, *fsdp2, "--job.dump_folder", str(tmp_path / "fsdp2")]),
@@ -127,14 +126,12 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
                                    "--parallelism.context_parallel_degree", "2", "--compile.enable",
                                    "--compile.backend", "aot_eager", "--activation_checkpoint.mode", "full"]),
     }
-    for name, (procs, argv) in torchrun.items():
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={procs}",
-               "--master_port", str(free_port()), "train.py", *argv]
-        out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
+    for name, (procs, argv) in launches.items():
+        out = torchrun(procs, ["train.py", *argv])
         assert out.returncode == 0, f"{name}: " + out.stderr[-4000:]
         if name == "cp2":
             assert "Applied context parallel to 3 Lighthouse layers (degree 2)" in out.stdout + out.stderr
-    records = {name: read_metrics(str(tmp_path / name / METRICS_FILE)) for name in ("cp1", *torchrun)}
+    records = {name: read_metrics(str(tmp_path / name / METRICS_FILE)) for name in ("cp1", *launches)}
     shadow = lambda records: [r[k] for r in records if "validation/dense_loss" in r  # noqa: E731
                               for k in ("validation/lighthouse_loss", "validation/dense_loss")]
     assert shadow(records["cp2"]) == pytest.approx(shadow(records["cp1"]), rel=1e-5)

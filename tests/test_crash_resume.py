@@ -8,6 +8,7 @@ import os
 import random
 import re
 import signal
+import subprocess
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -15,9 +16,11 @@ from typing import Callable, Iterator
 
 import pytest
 
-from recipe.logs.debug_run import ARGS, INTERVAL, STEPS, final_losses, start_debug_run
+from recipe.logs.debug_run import ARGS, INTERVAL, STEPS, debug_run_command, final_losses
 from recipe.logs.metrics import METRICS_FILE
 from recipe.resilience.checkpoint_manifest import MANIFEST
+
+from .warm_python import warm_job
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden" / "debug_losses.json"
@@ -43,14 +46,18 @@ runpy.run_path("train.py", run_name="__main__")
 
 
 class Run:
-    """One train.py process of the debug run in `folder`, its output in `log`."""
+    """One train.py process of the debug run in `folder`, its output in `log`: forked from the warm interpreter,
+    unless the test signals its start-up (`cold`)."""
 
-    def __init__(self, folder: Path, log: Path, program: tuple[str, ...] = ("train.py",)) -> None:
+    def __init__(self, folder: Path, log: Path, program: tuple[str, ...] = ("train.py",), cold: bool = False) -> None:
         self.folder, self.log = folder, log
         metrics = folder / METRICS_FILE
         self.offset = metrics.stat().st_size if metrics.exists() else 0  # restarts append to the file
+        command, env = debug_run_command(folder, program)
+        if not cold:
+            command, env = warm_job(command[1:], env)
         with open(log, "w") as out:
-            self.proc = start_debug_run(folder, out, program)
+            self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
 
     def logged_steps(self) -> list[int]:
         """Steps this process has logged so far (complete lines of metrics.jsonl)."""
@@ -180,7 +187,7 @@ def test_signals_at_start_up_mid_step_and_in_bursts_and_a_manifest_that_cannot_v
         began = time.monotonic()
         return lambda: time.monotonic() > began + 1
 
-    starting = Run(folder, tmp_path / "sigterm-at-start-up.log")
+    starting = Run(folder, tmp_path / "sigterm-at-start-up.log", cold=True)
     assert starting.signal_when(a_second_in(), signal.SIGTERM) == (
         143, "error: terminated (SIGTERM) at step 0; nothing was trained yet; a restart resumes from the start (no "
              "checkpoint yet)")
@@ -198,7 +205,7 @@ def test_signals_at_start_up_mid_step_and_in_bursts_and_a_manifest_that_cannot_v
         f.write(bytes([byte ^ 0xFF]))
     unreadable_manifest(checkpoints / f"step-{newest}" / MANIFEST)
     older = f"step-{newest - INTERVAL}"
-    burst = Run(folder, tmp_path / "ctrl-c-burst-at-start-up.log")
+    burst = Run(folder, tmp_path / "ctrl-c-burst-at-start-up.log", cold=True)
     assert burst.signal_when(a_second_in(), signal.SIGINT, times=3) == (
         130, f"error: interrupted (Ctrl-C) at step 0 (during start-up); a restart resumes from {older}")
     last = Run(folder, tmp_path / "last.log")

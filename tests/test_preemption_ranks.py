@@ -6,7 +6,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from recipe.resilience.preemption import Terminated
 from recipe.train.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error
 
 from .helpers import REPO, child_env
+from .warm_python import warm_torchrun
 
 STOPPED = re.compile(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart resumes "
                      r"from step-\1")
@@ -35,17 +35,17 @@ def logged_steps(metrics: Path) -> list[int]:
     return [record["step"] for record in map(json.loads, lines) if "step" in record and "event" not in record]
 
 
-def rank_1_of(torchrun_pid: int) -> int:
-    """The pid of the worker of rank 1, a child of the torchrun process (read from /proc)."""
+def rank_1_of(master_port: int) -> int:
+    """The pid of the worker of rank 1 of the torchrun job on `master_port` (read from /proc)."""
+    wanted = (b"\0RANK=1\0", f"\0MASTER_PORT={master_port}\0".encode())
     for entry in Path("/proc").iterdir():
         try:
-            parent = int((entry / "stat").read_text().rpartition(")")[2].split()[1]) if entry.name.isdigit() else 0
-            environ = (entry / "environ").read_bytes() if parent == torchrun_pid else b""
+            environ = b"\0" + (entry / "environ").read_bytes() if entry.name.isdigit() else b""
         except OSError:  # a process that has just ended
             continue
-        if b"\0RANK=1\0" in b"\0" + environ:
+        if all(variable in environ for variable in wanted):
             return int(entry.name)
-    raise AssertionError(f"no worker of rank 1 under torchrun (pid {torchrun_pid})")
+    raise AssertionError(f"no worker of rank 1 under torchrun (port {master_port})")
 
 
 @pytest.mark.slow
@@ -53,14 +53,15 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_saved_step_and_a_re
     """SIGTERM reaches rank 1 only; the ranks agree, save that step together and end the job in one line."""
     run, logs = tmp_path / "run", tmp_path / "torchrun"
     metrics = run / "metrics.jsonl"
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--local-ranks-filter", "0",
-               "--master_port", str(free_port()),
-               "--log-dir", str(logs), "--redirects", "1:3",  # rank 1's output to its own files
-               "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run),
-               "--training.steps", "1000", "--training.seq_len", "128", "--checkpoint.enable",
-               "--checkpoint.interval", "1000"]  # no save of its own before the signal
     env = {**child_env(), "OMP_NUM_THREADS": "1", "SLURM_JOB_ID": "4242"}  # under SLURM, a SIGTERM saves
     env.pop("LIGHTHOUSE_DEBUG", None)
+    port = free_port()
+    command, env = warm_torchrun(["--nproc_per_node=2", "--local-ranks-filter", "0", "--master_port", str(port),
+                                  "--log-dir", str(logs), "--redirects", "1:3"],  # rank 1's output to its own files
+                                 ["train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run),
+                                  "--training.steps", "1000", "--training.seq_len", "128", "--checkpoint.enable",
+                                  "--checkpoint.interval", "1000"],  # no save of its own before the signal
+                                 env)
 
     def stop_rank_1_after(step: int) -> tuple[str, str, int, str]:
         """Run the command, SIGTERM rank 1 once rank 0 has logged a step past `step`; the job's stdout,
@@ -73,7 +74,7 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_saved_step_and_a_re
             while not [s for s in logged_steps(metrics) if s > step + 1]:
                 assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
                 time.sleep(0.05)
-            os.kill(rank_1_of(job.pid), signal.SIGTERM)
+            os.kill(rank_1_of(port), signal.SIGTERM)
             out, err = job.communicate(timeout=120)
         finally:
             job.kill()

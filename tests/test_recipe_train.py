@@ -2,17 +2,14 @@
 switch agree, and FSDP runs on two gloo processes."""
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from lighthouse import LighthouseConfig
 from recipe.compat.torchtitan import WAIT_LINE
-from recipe.launch import free_port
 from recipe.logs.metrics import METRICS_FILE, read_metrics
 
-from .helpers import REPO, child_env, train_in_one_process
+from .helpers import torchrun, train_in_one_process
 
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
 
@@ -126,12 +123,10 @@ def test_colocated_host_threads_are_pinned_after_the_first_step(runs):
 
 
 def test_two_process_fsdp_on_gloo(tmp_path):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
-           "train.py", "--job.config_file", "configs/debug.toml", "--training.steps", "3",
-           "--job.dump_folder", str(tmp_path), "--validation.enable", "--validation.dataset", "synthetic",
-           "--validation.freq", "2", "--validation.steps", "1", "--validation.seq_len", "512",
-           "--host.colocate_autograd"]
-    out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
+    out = torchrun(2, ["train.py", "--job.config_file", "configs/debug.toml", "--training.steps", "3",
+                       "--job.dump_folder", str(tmp_path), "--validation.enable", "--validation.dataset", "synthetic",
+                       "--validation.freq", "2", "--validation.steps", "1", "--validation.seq_len", "512",
+                       "--host.colocate_autograd"])
     assert out.returncode == 0, out.stderr[-4000:]
     assert "Applied FSDP to the model" in out.stdout + out.stderr
     assert "outlive the process groups" not in out.stdout + out.stderr  # each rank joined its gloo workers

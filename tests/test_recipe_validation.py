@@ -2,8 +2,6 @@
 scored with Lighthouse and with dense attention on the same weights, and logged beside the training metrics."""
 import itertools
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,12 +12,11 @@ from eval.metrics.heldout import heldout_windows, mean_loss, token_losses
 from recipe.data.loader import PackedDocuments, build_source
 from recipe.data.tokenizer import ByteTokenizer, token_bytes
 from recipe.experiments.corpus import make_corpus
-from recipe.launch import free_port
 from recipe.logs.metrics import METRICS_FILE, read_metrics
 from recipe.train.trainer import check_job
 from recipe.train.validation import SYNTHETIC_SEED_OFFSET, check_validation
 
-from .helpers import REPO, child_env, train_in_one_process
+from .helpers import REPO, torchrun, train_in_one_process
 
 SEQ_LEN, STEPS, BATCH, VAL_STEPS = 256, 4, 2, 2
 COMMON = ["--job.config_file", "configs/debug.toml", "--training.seq_len", str(SEQ_LEN), "--training.steps", str(STEPS),
@@ -126,9 +123,7 @@ def test_two_data_parallel_ranks_report_the_bits_per_byte_of_both_ranks_windows(
                 "--lighthouse.no-enable", "--validation.enable", "--validation.dataset", "synthetic",
                 "--validation.freq", "2", "--validation.steps", "1", "--validation.seq_len", str(SEQ_LEN),
                 "--validation.local_batch_size", str(BATCH), "--checkpoint.enable", "--checkpoint.interval", "2"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port", str(free_port()),
-           "train.py", *job_argv, "--job.dump_folder", str(tmp_path)]
-    out = subprocess.run(cmd, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=300)
+    out = torchrun(2, ["train.py", *job_argv, "--job.dump_folder", str(tmp_path)])
     assert out.returncode == 0, out.stderr[-4000:]
     logged = validations(tmp_path, "")[-1]
 

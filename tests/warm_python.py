@@ -144,6 +144,8 @@ def _become(request: dict, fds: list[int]) -> None:
         import torch
 
         torch.set_num_threads(int(request["env"]["OMP_NUM_THREADS"]))
+    # Ctrl-C as this command's own start found it: a KeyboardInterrupt, or ignored (as the job's parent chose).
+    signal.signal(signal.SIGINT, signal.default_int_handler if request["ctrl_c"] else signal.SIG_IGN)
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -175,7 +177,6 @@ def _server_main(folder: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(address)
     listener.listen(64)
-    gc.freeze()  # the preloaded objects stay out of every job's collections: their pages stay shared
     print(READY, flush=True)
     request, fds = _serve(listener)
     signum = None
@@ -204,13 +205,13 @@ def _exit_code(end: SystemExit) -> int:
 
 
 def _exit(code: int, signum: int | None) -> None:
-    """End the job as the interpreter ends: non-daemon threads joined, atexit handlers run, the job's open files
-    flushed. The modules are not torn down one by one: in a child of the server that would copy every preloaded
-    page for seconds, and a job cannot tell."""
+    """End the job as the interpreter ends: non-daemon threads joined, atexit handlers run, open files flushed. The
+    modules are not torn down one by one (in a child of the server that copies every preloaded page, for seconds),
+    so the finalizers of objects still alive do not run: the open files are the ones whose loss a job would see."""
     threading._shutdown()
     atexit._run_exitfuncs()
-    for stream in gc.get_objects():  # the job's own objects: the preloaded ones are frozen
-        if isinstance(stream, io.IOBase):
+    for stream in gc.get_objects():  # io's own classes, by type: an isinstance of the io.IOBase ABC takes seconds
+        if issubclass(type(stream), (io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper)):
             try:
                 stream.flush()
             except (OSError, ValueError):
@@ -235,7 +236,8 @@ def _client_main(args: list[str]) -> None:
         conn.connect(os.path.join(os.environ[SOCKETS], _socket_name(sys.executable, os.environ)))
     except (KeyError, OSError):
         os.execv(sys.executable, [sys.executable, *args])
-    request = {"args": args, "cwd": os.getcwd(), "env": dict(os.environ), "unbuffered": sys.stdout.write_through}
+    request = {"args": args, "cwd": os.getcwd(), "env": dict(os.environ), "unbuffered": sys.stdout.write_through,
+               "ctrl_c": signal.getsignal(signal.SIGINT) is not signal.SIG_IGN}
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # a signal from now on reaches the job, once it exists
     message = json.dumps(request).encode() + b"\n"
     sent = socket.send_fds(conn, [message], [0, 1, 2])

@@ -21,14 +21,20 @@ ARGS = ["--job.config_file", "configs/debug.toml", "--training.steps", str(STEPS
         "--metrics.log_freq", "1", "--checkpoint.enable", "--checkpoint.interval", str(INTERVAL)]
 
 
-def start_debug_run(dump_folder: Path, log: IO[str], program: Sequence[str] = ("train.py",)) -> subprocess.Popen:
-    """`python train.py` (or `python <program>` that runs it) with ARGS writing to dump_folder, its output to log."""
+def debug_run_command(dump_folder: Path, program: Sequence[str] = ("train.py",)) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of `python train.py` (or `python <program>` that runs it) with ARGS writing to
+    dump_folder."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": "",
            "OMP_NUM_THREADS": "1"}
     for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(key, None)  # a one-process job of its own, also when started from inside another job
-    cmd = [sys.executable, *program, *ARGS, "--job.dump_folder", str(dump_folder)]
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+    return [sys.executable, *program, *ARGS, "--job.dump_folder", str(dump_folder)], env
+
+
+def start_debug_run(dump_folder: Path, log: IO[str]) -> subprocess.Popen:
+    """`python train.py` with ARGS writing to dump_folder, its output to log."""
+    command, env = debug_run_command(dump_folder)
+    return subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
 def final_losses(dump_folder: Path) -> dict[int, float]:
