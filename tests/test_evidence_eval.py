@@ -113,15 +113,24 @@ def test_niah_rejects_lengths_the_model_cannot_run(trained, tmp_path, extra, len
     assert "Traceback" not in err and not list(tmp_path.iterdir())
 
 
-def test_heldout_loss_scores_the_same_weights_with_lighthouse_and_dense(trained, tmp_path):
+HELDOUT = ["--windows", "2", "--batch-size", "2", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def scored(trained, tmp_path_factory) -> dict:
+    """heldout_loss.py's record of two held-out windows with Lighthouse and dense attention, by position too."""
     corpus, step = trained
-    data = str(corpus / "heldout" / "*.jsonl")
-    common = ["--checkpoint", str(step), "--data", data, "--windows", "2", "--batch-size", "2", "--device", "cpu"]
-    both = record("heldout_loss", tmp_path / "lh", *common, *JOB)
-    dense = record("heldout_loss", tmp_path / "dense", *common, *JOB, "--lighthouse.no-enable")
-    assert set(both["loss"]) == {"lighthouse", "dense"} and set(dense["loss"]) == {"dense"}
-    assert both["loss"]["dense"] == pytest.approx(dense["loss"]["dense"], rel=1e-6)
-    assert both["loss"]["lighthouse"] != both["loss"]["dense"]  # the sparse layers compute something else
+    return record("heldout_loss", tmp_path_factory.mktemp("heldout") / "lh", "--checkpoint", str(step), "--data",
+                  str(corpus / "heldout" / "*.jsonl"), *HELDOUT, "--by-position", *JOB)
+
+
+def test_heldout_loss_scores_the_same_weights_with_lighthouse_and_dense(trained, scored, tmp_path):
+    corpus, step = trained
+    dense = record("heldout_loss", tmp_path / "dense", "--checkpoint", str(step), "--data",
+                   str(corpus / "heldout" / "*.jsonl"), *HELDOUT, *JOB, "--lighthouse.no-enable")
+    assert set(scored["loss"]) == {"lighthouse", "dense"} and set(dense["loss"]) == {"dense"}
+    assert scored["loss"]["dense"] == pytest.approx(dense["loss"]["dense"], rel=1e-6)
+    assert scored["loss"]["lighthouse"] != scored["loss"]["dense"]  # the sparse layers compute something else
     assert 0 < dense["loss"]["dense"] < 2 * torch.log(torch.tensor(258.0)).item()
 
 
@@ -141,16 +150,13 @@ def test_heldout_loss_follows_the_run_record_and_scores_whole_documents(trained,
     assert losses["bits_per_byte"] == pytest.approx(nats / math.log(2), rel=1e-9)
 
 
-def test_loss_by_position_buckets_average_to_the_held_out_loss(trained, tmp_path):
-    corpus, step = trained
-    losses = record("heldout_loss", tmp_path / "pos", "--checkpoint", str(step), "--data",
-                    str(corpus / "heldout" / "*.jsonl"), "--windows", "2", "--device", "cpu", "--by-position", *JOB)
-    edges = losses["by_position"]["edges"]
+def test_loss_by_position_buckets_average_to_the_held_out_loss(scored):
+    edges = scored["by_position"]["edges"]
     assert edges == [0, 64, SEQ_LEN]
     for name in ("lighthouse", "dense"):
-        buckets = losses["by_position"][name]
+        buckets = scored["by_position"][name]
         weighted = sum(v * (b - a) for v, a, b in zip(buckets, edges, edges[1:])) / SEQ_LEN
-        assert weighted == pytest.approx(losses["loss"][name], rel=1e-5)
+        assert weighted == pytest.approx(scored["loss"][name], rel=1e-5)
 
 
 def test_heldout_windows_are_the_training_windows_of_those_files(trained):

@@ -11,7 +11,7 @@ from eval.benchmarks.gpu_parity import run_case
 from .helpers import DEVICE
 
 CASES = [
-    (1, 256, 4, 2, 16, torch.float32, dict(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")),
+    (1, 128, 4, 2, 16, torch.float32, dict(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")),
     (1, 128, 2, 1, 16, torch.float16, dict(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=2,
                                            selection="paper")),
     (1, 128, 2, 1, 16, torch.float32, dict(levels=3, pool=2, topk=8, tile_budget=4, selection="causal")),

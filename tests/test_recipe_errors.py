@@ -16,12 +16,12 @@ import pytest
 import torch
 
 from recipe.compat import cpu as cpu_compat
-from recipe.launch import one_process_env, single_process_env
+from recipe.launch import free_port, one_process_env, single_process_env
 from recipe.train import cpu_size
 from recipe.train.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error, parse_job_config
 
 from .helpers import child_env, script_exit_code
-from .warm_python import run_python
+from .warm_python import run_python, warm_torchrun
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -153,10 +153,11 @@ def test_a_one_process_job_gets_what_torchrun_would_set_and_other_ranks_are_left
 
 @pytest.mark.slow
 def test_torchrun_shows_a_config_mistake_once_and_names_it_in_its_summary(tmp_path):
-    run = subprocess.run(["torchrun", "--nproc_per_node=2", str(REPO / "train.py"), "--job.config_file",
-                          str(REPO / "configs" / "debug.toml"), "--lighthouse.topk", "40", "--job.dump_folder",
-                          str(tmp_path)], cwd=REPO, env={**child_env(), "OMP_NUM_THREADS": "1"},
-                         capture_output=True, text=True, timeout=300)
+    command, env = warm_torchrun(["--nproc_per_node=2", "--master_port", str(free_port())],
+                                 [str(REPO / "train.py"), "--job.config_file", str(REPO / "configs" / "debug.toml"),
+                                  "--lighthouse.topk", "40", "--job.dump_folder", str(tmp_path)],
+                                 {**child_env(), "OMP_NUM_THREADS": "1"})
+    run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     line = "error: [lighthouse] topk=40 must be a positive multiple of tile_budget=16"
     assert run.returncode == 1  # torchrun's own code for any failed worker
     assert run.stderr.splitlines().count(line) == 1, run.stderr

@@ -67,9 +67,10 @@ def test_a_job_that_sets_a_variable_read_at_import_sees_its_effect_as_a_fresh_in
 
 def test_omp_num_threads_sets_the_jobs_torch_threads_as_at_a_fresh_start():
     program = "import torch; print(torch.get_num_threads())"
-    assert run_python(["-c", program], env={**child_env(), "OMP_NUM_THREADS": "1"}, timeout=60).stdout == "1\n"
-    fresh = subprocess.run([sys.executable, "-c", program], env=child_env(), capture_output=True, text=True)
-    assert run_python(["-c", program], env=child_env(), timeout=60).stdout == fresh.stdout
+    unset = {name: value for name, value in child_env().items() if name != "OMP_NUM_THREADS"}
+    for env in (unset, {**unset, "OMP_NUM_THREADS": "3"}, {**unset, "OMP_NUM_THREADS": "1"}):
+        fresh = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
+        assert run_python(["-c", program], env=env, timeout=60).stdout == fresh.stdout
 
 
 def test_a_job_past_its_timeout_is_killed_and_raises_as_subprocess_does():

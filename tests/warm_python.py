@@ -48,11 +48,11 @@ PRELOADED = ("torch", "torch._inductor.compile_fx", "torch.distributed.tensor", 
 # Where the servers listen: set by `warm_job`, read by the client.
 SOCKETS = "WARM_PYTHON_SOCKETS"
 # Read when a job runs, not when torch or the other preloaded packages are imported: a job may set its own. The
-# second line is what torchrun adds for each rank.
+# second line is what torchrun adds for each rank, and what torchtitan sets in a test process that trains.
 RUNTIME_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NGPU",
                      "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "COLUMNS", "PYTEST_CURRENT_TEST", "SLURM_",
                      "LIGHTHOUSE_", SOCKETS,
-                     "GROUP_", "ROLE_", "TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING")
+                     "GROUP_", "ROLE_", "TORCHELASTIC_", "TORCH_NCCL_", "CUBLAS_WORKSPACE_CONFIG")
 # The signals a client passes on to its job (SIGKILL and SIGSTOP cannot be caught: a killed client's job is killed).
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 READY = "ready"
@@ -140,10 +140,10 @@ def _become(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    if "OMP_NUM_THREADS" in request["env"]:  # OpenMP read the server's value when torch was loaded
+    if "OMP_NUM_THREADS" in request["env"]:  # torch read the server's (none) when it was loaded: at most the cores
         import torch
 
-        torch.set_num_threads(int(request["env"]["OMP_NUM_THREADS"]))
+        torch.set_num_threads(min(int(request["env"]["OMP_NUM_THREADS"]), torch.get_num_threads()))
     # Ctrl-C as this command's own start found it: a KeyboardInterrupt, or ignored (as the job's parent chose).
     signal.signal(signal.SIGINT, signal.default_int_handler if request["ctrl_c"] else signal.SIG_IGN)
     for target, fd in enumerate(fds):
