@@ -136,8 +136,7 @@ def test_one_real_probe_of_the_debug_model_on_cpu(tmp_path):
     out, table = tmp_path / "max_context.json", tmp_path / "max_context.md"
     run = run_python(["scripts/max_context.py", "--config", "configs/debug.toml", "--gpus", "1", "--attentions",
                       "lighthouse", "--start", "512", "--resolution", "256", "--max-len", "512", "--compile", "off",
-                      "--allow-cpu", "--json", str(out), "--markdown", str(table)],
-                     env=child_env(), timeout=600)
+                      "--allow-cpu", "--json", str(out), "--markdown", str(table)], env=child_env(), timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     record = json.loads(out.read_text())
     [result] = record["results"]
