@@ -1,22 +1,25 @@
 """`python ARGS` for the tests, started from an interpreter that has already imported torch and the other large
 third-party packages: a job that trains for a second no longer spends about 8 s of a core on its imports.
 
-`warm_job(args, env)` gives the command and environment to start as `[python, *args]` with `env` would be started:
-with `subprocess.run`, with `Popen` (to signal it), or as the script torchrun starts on every rank. `run_python` is
-`subprocess.run` of it. The command is a small client (this file run as a script, standard library only) that hands
-its arguments, folder, environment and standard streams to a server of the same interpreter (`python -m
-tests.warm_python --serve`, started on first use and ended with the test process). The server has imported
-`PRELOADED`; it forks a child per client that becomes `python ARGS` as a fresh interpreter would: the client's
-folder, environment, `sys.argv` and `sys.path[0]`, its stdin, stdout and stderr, the script, module or `-c` code run
-as `__main__`, and the interpreter's own exit (non-daemon threads joined, atexit handlers, an uncaught exception's
-traceback and exit code 1). The client forwards the signals it gets to the job and ends as the job ended, a
-signal's death included; a client killed outright has its job killed.
+`warm_env(env)` is `env` with two additions: tests/warm_site/ on PYTHONPATH, whose sitecustomize.py makes every
+fresh `python [-u] SCRIPT | -m MODULE | -c CODE ...` started with it a client (`hand_over`), and where the warm
+servers listen. A process started with it, and every Python process under it (torchrun's ranks, a script's
+children), is then a job of the server of its interpreter and the variables it reads at import: `subprocess.run`,
+`Popen` and torchrun work as they do with plain processes (`run_python`, `warm_job`, `warm_torchrun`). The
+client hands its arguments, folder, environment and standard streams to the server (`python -m tests.warm_python
+FOLDER`, started on first use, ended with the test process), which has imported `PRELOADED` and forks a child that
+becomes `python ARGS` as a fresh interpreter would: the client's folder, environment, `sys.argv` and `sys.path[0]`,
+its streams, the script, module or `-c` code run as `__main__`, and the interpreter's own exit (non-daemon threads
+joined, atexit handlers, open files flushed, an uncaught exception's traceback and exit code 1). The client
+forwards the signals it gets to the job and ends as the job ended, a signal's death included; a client killed
+outright has its job killed.
 
 The project's own modules are not preloaded: the job imports them, in train.py's order, so what they read at import
 comes from the job. The variables the preloaded packages read at import (torch's, Triton's, Hugging Face's: all but
-`RUNTIME_VARIABLES`) are the server's: `warm_job` starts a server per interpreter and such variables, and a client
-that finds no server for its own (a variable set on the way) runs as a plain `python ARGS`. Tests of start-up
-itself (signals during the imports, what an import loads) start plain subprocesses.
+`RUNTIME_VARIABLES`) are the server's: `warm_env` starts a server per interpreter and such variables, and a client
+that finds no server for its own (a variable set on the way, another interpreter) goes on as a plain process, as
+does one that holds descriptors beyond its standard streams (a multiprocessing child). Tests of start-up itself
+(signals during the imports, what an import loads) start plain subprocesses.
 """
 from __future__ import annotations
 
@@ -42,17 +45,19 @@ import types
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-CLIENT = Path(__file__).resolve()
+HOOK = Path(__file__).resolve().parent / "warm_site"  # its sitecustomize.py makes a fresh interpreter a client
 PRELOADED = ("torch", "torch._inductor.compile_fx", "torch.distributed.tensor", "torch.distributed.pipelining",
              "torch.nn.attention.flex_attention", "torch.utils.tensorboard", "datasets", "matplotlib.pyplot")
 # Where the servers listen: set by `warm_job`, read by the client.
 SOCKETS = "WARM_PYTHON_SOCKETS"
 # Read when a job runs, not when torch or the other preloaded packages are imported: a job may set its own. The
-# second line is what torchrun adds for each rank, and what torchtitan sets in a test process that trains.
+# second line is what torchrun adds for each rank, what torchtitan sets in a test process that trains, and the
+# devices a GPU queue gives each of its runs (read when CUDA starts).
 RUNTIME_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NGPU",
                      "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "COLUMNS", "PYTEST_CURRENT_TEST", "SLURM_",
                      "LIGHTHOUSE_", SOCKETS,
-                     "GROUP_", "ROLE_", "TORCHELASTIC_", "TORCH_NCCL_", "CUBLAS_WORKSPACE_CONFIG")
+                     "GROUP_", "ROLE_", "TORCHELASTIC_", "TORCH_NCCL_", "CUBLAS_WORKSPACE_CONFIG",
+                     "CUDA_VISIBLE_DEVICES")
 # The signals a client passes on to its job (SIGKILL and SIGSTOP cannot be caught: a killed client's job is killed).
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 READY = "ready"
@@ -79,7 +84,7 @@ def _read_line(conn: socket.socket, pending: bytearray) -> str:
     return line.decode()
 
 
-# --- the server (python -m tests.warm_python --serve FOLDER) -----------------------------------------------------
+# --- the server (python -m tests.warm_python FOLDER) ------------------------------------------------------------
 
 def _serve(listener: socket.socket) -> tuple[dict, list[int]]:
     """Fork a child per client and tell the client its pid, then its exit code; kill the job of a client that goes
@@ -227,15 +232,22 @@ def _exit(code: int, signum: int | None) -> None:
     os._exit(code & 0xFF)
 
 
-# --- the client (python tests/warm_python.py ARGS) ---------------------------------------------------------------
+# --- the client: a fresh interpreter, from tests/warm_site/sitecustomize.py -----------------------------------
 
-def _client_main(args: list[str]) -> None:
-    """Run `python ARGS` as a job of the server for this interpreter and environment, or plainly if there is none."""
+def hand_over() -> None:
+    """Run this fresh interpreter's `python ARGS` as a job of the warm server for its interpreter and environment,
+    and end as the job ends. Returns (the interpreter goes on as itself) where there is no such server, where
+    the command line has options other than -u, and where the process holds descriptors other than its standard
+    streams (a multiprocessing child reads its parent's pipes)."""
+    args = _plain_arguments(sys.orig_argv[1:])
+    if args is None or SOCKETS not in os.environ or _inherited_descriptors():
+        return
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(os.path.join(os.environ[SOCKETS], _socket_name(sys.executable, os.environ)))
-    except (KeyError, OSError):
-        os.execv(sys.executable, [sys.executable, *args])
+    except OSError:
+        conn.close()
+        return
     request = {"args": args, "cwd": os.getcwd(), "env": dict(os.environ), "unbuffered": sys.stdout.write_through,
                "ctrl_c": signal.getsignal(signal.SIGINT) is not signal.SIG_IGN}
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)  # a signal from now on reaches the job, once it exists
@@ -259,7 +271,27 @@ def _client_main(args: list[str]) -> None:
         if -code not in (signal.SIGKILL, signal.SIGSTOP):
             signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
-    sys.exit(code if code >= 0 else 128 - code)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def _plain_arguments(argv: list[str]) -> list[str] | None:
+    """ARGS of `python [-u] ARGS` where ARGS is a script, `-m MODULE` or `-c CODE` and its arguments; else None."""
+    while argv[:1] == ["-u"]:
+        argv = argv[1:]
+    if len(argv) >= 2 and argv[0] in ("-c", "-m") or argv[:1] and not argv[0].startswith("-"):
+        return argv
+    return None
+
+
+def _inherited_descriptors() -> bool:
+    def is_open(fd: int) -> bool:
+        try:
+            os.fstat(fd)
+            return True
+        except OSError:  # the descriptor of the listing itself, closed by now
+            return False
+
+    return any(fd > 2 and is_open(fd) for fd in map(int, os.listdir("/proc/self/fd")))
 
 
 # --- the test process's side ------------------------------------------------------------------------------------
@@ -268,44 +300,45 @@ _folder: tempfile.TemporaryDirectory | None = None
 _servers: dict[str, subprocess.Popen] = {}
 
 
-def warm_job(args: list[str], env: dict[str, str], python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
-    """The command and environment that run `[python, *args]` with `env` from a warm server (started on first use,
-    its imports done before it answers)."""
+def warm_env(env: dict[str, str], python: str = sys.executable) -> dict[str, str]:
+    """`env` for a process whose Python processes (itself, torchrun's ranks, a script's children) are jobs of the
+    warm server of `python` (started on first use, its imports done before it answers)."""
     global _folder
     if _folder is None:
         _folder = tempfile.TemporaryDirectory(prefix="warm-python-")
     python = os.path.abspath(shutil.which(python) or python)  # as the client will see itself in sys.executable
+    paths = env.get("PYTHONPATH", "").split(os.pathsep)
+    if str(HOOK) not in paths:
+        env = {**env, "PYTHONPATH": os.pathsep.join([str(HOOK), *filter(None, paths)])}
     server_env = {name: value for name, value in env.items() if not _runtime(name)}
     name = _socket_name(python, server_env)
     if name not in _servers:
-        server = subprocess.Popen([python, "-m", "tests.warm_python", "--serve", _folder.name], cwd=REPO,
+        server = subprocess.Popen([python, "-m", "tests.warm_python", _folder.name], cwd=REPO,
                                   env=server_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                   start_new_session=True)
         if server.stdout.readline().strip() != READY:
             raise RuntimeError(f"the warm Python server of {python} did not start (exit code {server.wait()})")
         _servers[name] = server
-    return [python, str(CLIENT), *args], {**env, SOCKETS: _folder.name}
+    return {**env, SOCKETS: _folder.name}
+
+
+def warm_job(args: list[str], env: dict[str, str], python: str = sys.executable) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of `[python, *args]` with `env`, a job of the warm server (`warm_env`)."""
+    return [python, *args], warm_env(env, python)
 
 
 def warm_torchrun(options: list[str], args: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The command and environment of `torchrun OPTIONS ARGS`: torchrun and each rank it starts (`python -u ARGS`)
-    are jobs of the warm server."""
-    return warm_job(["-m", "torch.distributed.run", *options, str(CLIENT), *args], env)
+    """The command and environment of `torchrun OPTIONS ARGS`, torchrun and each rank it starts warm jobs."""
+    return warm_job(["-m", "torch.distributed.run", *options, *args], env)
 
 
 def run_python(args: list[str], *, env: dict[str, str], timeout: float, cwd: Path | str = REPO,
                python: str = sys.executable) -> subprocess.CompletedProcess:
     """`subprocess.run([python, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)`, with
     stdin from /dev/null, run from the warm server of `python` and the variables of `env` read at import."""
-    command, job_env = warm_job(args, env, python)
-    result = subprocess.run(command, cwd=cwd, env=job_env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                            timeout=timeout)
-    result.args = [python, *args]
-    return result
+    return subprocess.run([python, *args], cwd=cwd, env=warm_env(env, python), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--serve"]:
-        _server_main(sys.argv[2])
-    else:
-        _client_main(sys.argv[1:])
+    _server_main(sys.argv[1])
