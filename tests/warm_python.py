@@ -51,13 +51,14 @@ PRELOADED = ("torch", "torch._inductor.compile_fx", "torch.distributed.tensor", 
 # Where the servers listen: set by `warm_job`, read by the client.
 SOCKETS = "WARM_PYTHON_SOCKETS"
 # Read when a job runs, not when torch or the other preloaded packages are imported: a job may set its own. The
-# second line is what torchrun adds for each rank, what torchtitan sets in a test process that trains, and the
-# devices a GPU queue gives each of its runs (read when CUDA starts).
+# second line is what torchrun adds for each rank, what torchtitan sets in a test process that trains, what CUDA
+# reads when it starts (the devices a GPU queue gives each of its runs, the allocator's settings), and the command
+# path a shell leaves in `_`.
 RUNTIME_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NGPU",
                      "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "COLUMNS", "PYTEST_CURRENT_TEST", "SLURM_",
                      "LIGHTHOUSE_", SOCKETS,
                      "GROUP_", "ROLE_", "TORCHELASTIC_", "TORCH_NCCL_", "CUBLAS_WORKSPACE_CONFIG",
-                     "CUDA_VISIBLE_DEVICES")
+                     "CUDA_VISIBLE_DEVICES", "PYTORCH_CUDA_ALLOC_CONF", "_")
 # The signals a client passes on to its job (SIGKILL and SIGSTOP cannot be caught: a killed client's job is killed).
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 READY = "ready"
