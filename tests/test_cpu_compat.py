@@ -107,9 +107,9 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     from recipe.logs.metrics import METRICS_FILE, read_metrics
 
     common = ["--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",
-              "--training.steps", "3", "--checkpoint.enable", "--checkpoint.interval", "100"]
+              "--training.steps", "2", "--checkpoint.enable", "--checkpoint.interval", "100"]
     # The dense-shadow validation is compared between cp1 and cp2 only: the FSDP runs compare losses and skip it.
-    validation = ["--validation.enable", "--validation.dataset", "synthetic", "--validation.freq", "3",
+    validation = ["--validation.enable", "--validation.dataset", "synthetic", "--validation.freq", "2",
                   "--validation.steps", "1", "--validation.seq_len", "512"]
     seed = [*common, "--job.dump_folder", str(tmp_path / "seed"), "--checkpoint.create_seed_checkpoint"]
     load = ["--checkpoint.initial_load_path", str(tmp_path / "seed" / "checkpoint" / "step-0")]
@@ -135,11 +135,11 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     shadow = lambda records: [r[k] for r in records if "validation/dense_loss" in r  # noqa: E731
                               for k in ("validation/lighthouse_loss", "validation/dense_loss")]
     assert shadow(records["cp2"]) == pytest.approx(shadow(records["cp1"]), rel=1e-5)
-    assert len(shadow(records["cp1"])) == 4  # steps 1 and 3
+    assert len(shadow(records["cp1"])) == 4  # steps 1 and 2
     cp1, cp2, fsdp, compiled = ([r for r in records[name] if "loss_metrics/global_avg_loss" in r]
                                 for name in ("cp1", "cp2", "fsdp2", "fsdp2-cp2-compiled"))
     loss = lambda records: [r["loss_metrics/global_avg_loss"] for r in records]  # noqa: E731
-    assert [r["step"] for r in cp2] == [r["step"] for r in compiled] == [1, 2, 3]
+    assert [r["step"] for r in cp2] == [r["step"] for r in compiled] == [1, 2]
     assert loss(cp2) == pytest.approx(loss(cp1), rel=1e-5)
     # torch.compile with full activation checkpointing under FSDP x CP, as the GPU recipe trains: the same losses.
     assert loss(compiled) == pytest.approx(loss(fsdp), rel=1e-5)
