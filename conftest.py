@@ -87,7 +87,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--ignore-long-cases"):
         return
-    long = set((REPO / "tests" / "long_cases.txt").read_text().split())
+    long = set((REPO / "tests" / "long_cases.txt").read_text().splitlines())
     for item in items:
         if item.nodeid in long:
             item.add_marker(pytest.mark.slow)
