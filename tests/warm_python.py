@@ -48,12 +48,12 @@ REPO = Path(__file__).resolve().parent.parent
 HOOK = Path(__file__).resolve().parent / "warm_site"  # its sitecustomize.py makes a fresh interpreter a client
 PRELOADED = ("torch", "torch._inductor.compile_fx", "torch.distributed.tensor", "torch.distributed.pipelining",
              "torch.nn.attention.flex_attention", "torch.utils.tensorboard", "datasets", "matplotlib.pyplot")
-# Where the servers listen: set by `warm_job`, read by the client.
+# Where the servers listen: set by `warm_env`, read by the client.
 SOCKETS = "WARM_PYTHON_SOCKETS"
 # Read when a job runs, not when torch or the other preloaded packages are imported: a job may set its own. The
 # second line is what torchrun adds for each rank, what torchtitan sets in a test process that trains, what CUDA
 # reads when it starts (the devices a GPU queue gives each of its runs, the allocator's settings), and the command
-# path a shell leaves in `_`.
+# path a shell leaves in `_` (a prefix: every name that starts with one).
 RUNTIME_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "NGPU",
                      "OMP_NUM_THREADS", "TOKENIZERS_PARALLELISM", "COLUMNS", "PYTEST_CURRENT_TEST", "SLURM_",
                      "LIGHTHOUSE_", SOCKETS,
