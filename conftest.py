@@ -8,8 +8,8 @@
 - Every test runs in a fresh working folder of its own that holds links to the checkout's tracked files and
   folders (`configs/`, `train.py`, ...) and nothing else, so relative paths read the checkout's inputs but
   never meet what an earlier run left there (the quickstart's `./outputs/debug/checkpoint`, a `sweeps/`).
-- The recipe's compatibility layer is installed before any test module imports torchtitan, as `train.py`
-  installs it (`recipe.compat.install`, a no-op with an accelerator).
+- The recipe's compatibility layer is installed before any test module imports torchtitan: importing `recipe`
+  installs it, as in every entry point (`recipe.compat.install`, a no-op with an accelerator).
 - `ranks`: one pool of 2 CPU ranks in a gloo group for the whole session (tests/ranks.py).
 - Marker `slow` (pyproject.toml): training processes, multi-rank groups, long end-to-end runs, and every case
   listed in tests/long_cases.txt (measured over 3 s on 2 cores; tests/long_cases.py); the fast loop is
@@ -30,7 +30,7 @@ import torch
 if TYPE_CHECKING:
     from tests.ranks import RankPool
 
-from recipe.compat import install
+import recipe  # noqa: F401,E402  (installs the compatibility layer, before any test module imports torchtitan)
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -39,7 +39,6 @@ if not torch.cuda.is_available():
     # 40% less CPU time with one).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
-install()
 
 REPO = Path(__file__).resolve().parent
 RANK_POOL_WORLD = 2

@@ -20,10 +20,6 @@ if __name__ == "__main__":  # before the heavy imports: a signal during them is 
     with exit_on_config_error():  # a GPU-sized job on a CPU ends at once, not after 20 s of imports
         check_cpu_size_at_once(sys.argv[1:])
 
-from recipe.compat import install  # noqa: E402
-
-install()  # the CPU compatibility layer (a no-op with an accelerator), before torchtitan is imported
-
 from recipe.launch import one_process_env  # noqa: E402
 from recipe.train.trainer import main  # noqa: E402
 

@@ -21,10 +21,6 @@ import json
 import sys
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from eval.checkpoint import parse_job_config
 from eval.metrics.causality import causality_audit, checkpoint_steps, combine_records, plot_audit, record_label
 from eval.metrics.cli import evaluation_parser, load_checkpoint

@@ -20,10 +20,6 @@ import argparse
 import os
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from eval.benchmarks.cp_parity import DTYPES, CpParityJob, run_cp_parity
 from eval.device import require_cuda
 from lighthouse import LighthouseConfig

@@ -24,10 +24,6 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 import torch
 
 from eval.checkpoint import build_model, load_weights

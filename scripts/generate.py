@@ -17,10 +17,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 import torch
 
 from eval.checkpoint_run import job_config_of

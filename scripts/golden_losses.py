@@ -14,10 +14,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from recipe.logs.debug_run import golden_record
 
 

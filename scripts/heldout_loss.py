@@ -25,10 +25,6 @@ import math
 import sys
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from eval.checkpoint_run import job_config_of
 from eval.metrics.cli import evaluation_parser, load_checkpoint
 from eval.metrics.heldout import document_loss, heldout_documents, heldout_windows, setting_losses

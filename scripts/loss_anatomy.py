@@ -19,10 +19,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 import numpy as np
 
 from eval.metrics import loss_anatomy

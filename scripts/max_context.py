@@ -23,10 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from eval.benchmarks.max_context import ATTENTIONS, ProbeJob, check_lengths, find_longest, table
 from eval.benchmarks.throughput import positive_int, switch_values
 from eval.device import pick_device, require_cuda

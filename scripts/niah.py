@@ -14,10 +14,6 @@ from __future__ import annotations
 
 import sys
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from eval.checkpoint import check_lengths, lighthouse_setting, parse_job_config
 from eval.metrics.cli import evaluation_parser, load_checkpoint
 from eval.metrics.niah import DEPTHS, check_grid, plot_heatmap, run_niah, text_encoder

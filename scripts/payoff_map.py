@@ -25,10 +25,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from eval.metrics import loss_anatomy
 from eval.metrics.niah import byte_encode, check_grid, markdown as niah_markdown
 from eval.records import write_record

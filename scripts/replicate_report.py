@@ -13,10 +13,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from eval.studies.replicate import DOCS, tokens_per_step, write_report
 
 

@@ -26,10 +26,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from recipe.experiments.sweep import LIGHTHOUSE_AXES, create_sweep
 from recipe.experiments.sweep_summary import FORMATS, print_summary
 from recipe.logs.run_logs import LOSS_TAG, TPS_TAG

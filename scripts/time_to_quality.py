@@ -13,10 +13,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 from eval.records import write_record
 from eval.studies.time_to_quality import ARMS_COMMAND, load_arms, markdown_table, plot_curves, plot_steps, report_records
 

@@ -6,13 +6,9 @@ rank that logs metrics writes them to `<dump_folder>/layer_times.json`. `scripts
 """
 import os
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
-from eval.benchmarks.layer_times import LayerTimedTrainer  # noqa: E402
-from recipe.launch import one_process_env  # noqa: E402
-from recipe.train.trainer import main  # noqa: E402
+from eval.benchmarks.layer_times import LayerTimedTrainer
+from recipe.launch import one_process_env
+from recipe.train.trainer import main
 
 if __name__ == "__main__":
     os.environ.update(one_process_env(os.environ))  # a plain `python` start is a one-process job, as for train.py

@@ -36,10 +36,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-from recipe.compat import install
-
-install()  # the CPU compatibility layer, before torchtitan is imported
-
 import recipe.train.train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
 import torch
 from torchtitan.config import ConfigManager

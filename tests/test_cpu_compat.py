@@ -9,19 +9,30 @@ import torch.distributed as dist
 
 from recipe.compat import cpu as cpu_compat
 
+from .helpers import child_env
+from .warm_python import run_python
+
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.skipif(not cpu_compat.on_cpu_only(), reason="the layer is active only without an accelerator")
 
 
-def test_importing_the_recipe_patches_nothing_until_an_entry_point_installs_the_layer():
+def test_importing_the_recipe_imports_nothing_and_patches_torchtitan_when_it_is_imported():
     code = (
-        "import recipe.train.trainer, torchtitan.tools.utils as utils\n"
-        "print(utils.device_type)\n"
-        "import recipe.compat; recipe.compat.install()\n"
-        "print(utils.device_type)\n"
+        "import sys; sys.modules['triton'] = None\n"
+        "import recipe.errors\n"
+        "print('torch' in sys.modules)\n"
+        "import recipe.data.loader, torchtitan.tools.utils as utils\n"
+        "print(utils.device_type, type(sys.modules['torchtitan'].__loader__).__name__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "cpu", "SourceFileLoader"]
+
+
+def test_importing_the_recipe_after_torchtitan_patches_it_at_once():
+    code = "import torchtitan.tools.utils as utils\nprint(utils.device_type)\nimport recipe\nprint(utils.device_type)\n"
+    out = run_python(["-c", code], env=child_env(), timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["cuda", "cpu"]
 
@@ -30,11 +41,10 @@ def test_1_torchtitan_imports_without_triton():
     # A fresh interpreter where `import triton` fails, as with CPU wheels of torch.
     code = (
         "import sys; sys.modules['triton'] = None\n"
-        "import recipe.compat; recipe.compat.install()\n"
         "import recipe.train.train_spec, torchtitan.train\n"
         "from torchtitan.models.moe.kernels import generate_permute_indices\n"
         "try:\n    generate_permute_indices()\nexcept RuntimeError as e:\n    print('RAISED', e)\n"
-        "print(recipe.compat.install())\n"
+        "import recipe.compat; print(recipe.compat.install())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -1,8 +1,8 @@
 """Make torchtitan 0.2.2 run on a machine without an accelerator (debugging and CI).
 
-Active only when torch sees no accelerator; on a GPU machine `install()` changes nothing. `recipe.compat.install`
-applies it: entry points call that first, before torchtitan is imported. Each patch fixes
-one fact about torchtitan 0.2.2 + torch 2.13 on CPU:
+Active only when torch sees no accelerator; on a GPU machine it changes nothing. `recipe.compat.install` (which
+`import recipe` calls) applies it around torchtitan's import: `before_torchtitan` (1) just before torchtitan's package
+runs, `after_torchtitan` (the rest) just after. Each patch fixes one fact about torchtitan 0.2.2 + torch 2.13 on CPU:
 
 1. `import torchtitan` imports triton (through `torchtitan.models.moe.kernels`); CPU wheels of torch do not
    ship triton. If triton cannot be imported, a stand-in for that module is registered; it raises if an
@@ -193,15 +193,18 @@ def quiet_cpu_warnings() -> None:
 _installed: list[str] = []
 
 
-def install() -> list[str]:
-    """Apply the CPU patches and quiet the CPU warnings once (no-op with an accelerator); return the names of
-    the patches applied."""
-    if _installed or not on_cpu_only():
-        return list(_installed)
-    if not triton_importable():
+def before_torchtitan() -> None:
+    """(1) What must be in place before torchtitan's package runs."""
+    if on_cpu_only() and not triton_importable():
         stub_moe_kernels()
         _installed.append("moe_kernels_without_triton")
-    point_torchtitan_at_cpu()
-    _installed.append("device_cpu")
-    quiet_cpu_warnings()
+
+
+def after_torchtitan() -> list[str]:
+    """(2-4, 7-9) What needs torchtitan's modules, once: they are pointed at the CPU, its warnings quieted; the names
+    of the patches applied."""
+    if "device_cpu" not in _installed and on_cpu_only():
+        point_torchtitan_at_cpu()
+        _installed.append("device_cpu")
+        quiet_cpu_warnings()
     return list(_installed)
