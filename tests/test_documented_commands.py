@@ -1,13 +1,13 @@
-"""Every shell command in README.md and docs/**/*.md (```bash blocks, the study pages of docs/studies/ included)
-runs as written, on CPU-sized overrides, or is checked without running, or is listed with the reason it cannot
-run here.
+"""Every shell command in README.md and docs/**/*.md (```bash blocks, the study pages of docs/studies/ included, and
+the inline commands of README.md and docs/recipe.md) runs as written, on CPU-sized overrides, or is checked without
+running, or is listed with the reason it cannot run here; every script under scripts/ answers `--help`.
 
 How each command is handled is decided by ROWS, a reviewed table matched in order against the command (one
 logical line, its words joined by spaces, comments and `[--optional ...]` parts left out; `a && b` is two
 commands):
 
-- `run`: run it in the test's working folder (the checkout's files, nothing an earlier run left), with the
-  row's CPU-sized overrides appended;
+- `run`: run it in the test's working folder (the checkout's files, nothing an earlier run left, and the row's
+  `inputs`: text of the user's own where the command reads it), with the row's CPU-sized overrides appended;
 - `check`: a `train.py` command is parsed and put through the trainer's start-up checks (`check_job`), which
   is what catches a wrong key or value before any device work; `--help` is asked for its text;
 - `walk`: the evaluation walk-through of docs/recipe.md, run in document order in one working folder (each
@@ -17,9 +17,9 @@ commands):
 - `skip`: not on this machine, for the reason given (GPUs, SLURM, the network, placeholders).
 
 `run` and `walk` commands run in the Quickstart's install as a user makes it (tests/minimal_env.py: a venv with
-only `torch==2.13.0` and `pip install -e ".[train]"`, no dev extra, no triton), and so do the README's Python
-snippets and `--help` of every documented script that no such command runs; `check` and `help` commands are
-checked in this process as well.
+only `torch==2.13.0` and `pip install -e ".[train]"`, no dev extra, no triton), each as its own process, and so do
+the README's Python snippets and `--help` of every script under scripts/; `check` and `help` commands are checked
+in this process as well.
 
 A command that matches no row fails the test, and so does a row that matches no command.
 """
@@ -47,6 +47,9 @@ from .warm_python import run_python
 
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 BLOCK = re.compile(r"^```bash\n(.*?)^```", re.M | re.S)
+FENCED = re.compile(r"^```.*?^```", re.M | re.S)
+INLINE_DOCS = [REPO / "README.md", REPO / "docs" / "recipe.md"]  # whose inline `python ...` commands count too
+INLINE = re.compile(r"`((?:python3?|torchrun|bash|pip|sbatch) [^`]+)`")
 PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.M | re.S)
 OPTIONAL = re.compile(r"\s\[--[^\]]*\]")  # `[--submit]`, `[--section.key value ...]`: optional parts
 
@@ -61,6 +64,7 @@ class Row:
     overrides: tuple[str, ...] = ()  # appended to a `run` command
     slow: bool = False
     says: str = ""  # a line a `run` command prints on stderr (its progress)
+    inputs: tuple[str, ...] = ()  # files of the user's own text a `run` command reads, written first (`.txt`, `.jsonl`)
 
 
 GPU = "needs NVIDIA GPUs"
@@ -82,6 +86,15 @@ ROWS = [
     Row(r"python scripts/sweep\.py create configs/paper/stage1_L3_p4_k2048_norm\.toml --name lh-grid .* --sbatch ",
         "run", "the same grid with sbatch options; torchtitan's parse of each TOML is the row above's",
         ("--no-torchtitan-check",), slow=True),
+    Row(r"python scripts/make_tokenizer\.py --data data/ --vocab-size 32000 --out assets/tokenizer$", "run",
+        "the README's tokenizer of your own text, as written", slow=True, inputs=("data/readme.txt",)),
+    Row(r"python scripts/make_tokenizer\.py --data my_text/\*\*/\*\.jsonl --vocab-size 32000 --out assets/tokenizer$",
+        "run", "docs/recipe.md's form, from JSON lines, as written", slow=True, inputs=("my_text/notes/readme.jsonl",)),
+    Row(r"python train\.py --job\.config_file configs/debug\.toml --training\.dataset local --training\.dataset_path "
+        r"data/$", "run", "the debug model on text of your own, two steps", ("--training.steps", "2"), slow=True,
+        inputs=("data/readme.txt",)),
+    Row(r"python scripts/dependence_probe\.py$", "run", "the reference layer in float64 on small geometries, seconds",
+        slow=True),
     # ------------------------------------------------------------------ checked without running
     Row(r"python train\.py --help$", "check", "lists every option"),
     Row(r"python train\.py --job\.config_file configs/debug\.toml --job\.dump_folder outputs/try --training\.steps 8 "
@@ -123,12 +136,18 @@ ROWS = [
     Row(r"python scripts/heldout_loss\.py --checkpoint outputs/debug/checkpoint/", "help",
         "scores held-out files of your own; tests/test_bring_your_own.py checks its bits per byte"),
     # ------------------------------------------------------------------ cannot run here
-    Row(r"pip install -e \.\[train\]$", "skip", "installs into the environment from the network"),
+    Row(r"pip install -e \.\[(train|hf)\]$", "skip", "installs into the environment from the network"),
     Row(r"python -m pip install --no-index --find-links wheelhouse ", "skip",
         "installs into the environment from a built wheelhouse"),
     Row(r"scripts/build_wheelhouse\.sh ", "skip", "downloads wheels (tests/test_wheelhouse.py builds one offline)"),
     Row(r"bash scripts/run_tests\.sh$", "skip", "the test suite itself"),
-    Row(r"python -m pytest ", "skip", "runs part of the test suite"),
+    Row(r"python3? -m pytest ", "skip", "runs part of the test suite"),
+    Row(r"python -m recipe\.experiments\.paper_configs$", "skip",
+        "rewrites the tracked configs/paper/ and configs/long_context/; tests/test_recipe_config.py keeps them equal to "
+        "what it writes"),
+    Row(r"python scripts/checkpoint_checksum_cost\.py ", "help",
+        "writes and checksums a quarter of the paper model's checkpoint (0.75 GiB, minutes)"),
+    Row(r"python train\.py --job\.config_file <it>$", "skip", "a template: <it> stands for a config"),
     Row(r"(sbatch|slurm/submit\.sh) ", "skip",
         "needs SLURM (tests/test_slurm.py runs the scripts with fake sbatch/srun)"),
     Row(r"torchrun --nproc_per_node=8 --local-ranks-filter 0 train\.py --job\.config_file configs/<name>\.toml", "skip",
@@ -168,8 +187,17 @@ class Command:
         return " ".join(self.argv)
 
 
+def inline_commands(doc: Path) -> list[Command]:
+    """The inline `python ...` commands of `doc` outside its fenced blocks (one may wrap onto the next line)."""
+    text = FENCED.sub(lambda block: "\n" * block.group(0).count("\n"), doc.read_text())
+    where = f"{doc.relative_to(REPO)}:{{}}"
+    return [Command(tuple(shlex.split(found.group(1))), where.format(text[:found.start()].count("\n") + 1))
+            for found in INLINE.finditer(text)]
+
+
 def documented_commands() -> list[Command]:
-    """The commands of every ```bash block of DOCS, each once (where it first appears)."""
+    """The commands of every ```bash block of DOCS, then the inline ones of INLINE_DOCS, each once (where it first
+    appears)."""
     commands: dict[tuple[str, ...], Command] = {}
     for doc in DOCS:
         text = doc.read_text()
@@ -186,6 +214,8 @@ def documented_commands() -> list[Command]:
                     part = words[:words.index("&&")] if "&&" in words else words
                     words = words[len(part) + 1:]
                     commands.setdefault(tuple(part), Command(tuple(part), f"{doc.relative_to(REPO)}:{start}"))
+    for command in (command for doc in INLINE_DOCS for command in inline_commands(doc)):
+        commands.setdefault(command.argv, command)
     return list(commands.values())
 
 
@@ -232,10 +262,20 @@ def installed() -> str:
     return str(minimal_python())
 
 
+def write_own_text(path: Path) -> None:
+    """A user's own text at `path`: the README's paragraphs as documents, one `{"text": ...}` a line for `.jsonl`."""
+    paragraphs = [p for p in (REPO / "README.md").read_text().split("\n\n") if p.strip()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"text": p}) for p in paragraphs] if path.suffix == ".jsonl" else paragraphs
+    path.write_text("\n".join(lines) + "\n")
+
+
 def run_installed(command: Command, python: str) -> subprocess.CompletedProcess:
     """Run the command with its row's overrides in the Quickstart's install; fail naming it unless it succeeds
     without a traceback."""
     argv = python_argv(list(command.argv), python) + list(row_of(command).overrides)
+    for path in row_of(command).inputs:
+        write_own_text(Path(path))
     if argv[0] == python:  # from the install's warm interpreter (tests/warm_python.py), in this test's folder
         run = run_python(argv[1:], python=python, env=minimal_env(), cwd=os.getcwd(), timeout=600)
     else:
@@ -288,49 +328,15 @@ def test_a_readme_python_snippet_runs_as_written_in_the_quickstart_install(snipp
     assert run.returncode == 0, run.stderr[-3000:]
 
 
-def scripts_not_run_in_the_install() -> list[str]:
-    """The documented scripts that no `run` or `walk` command runs in the install, each once."""
-    def script(command: Command) -> str | None:
-        return next((w for w in command.argv if w.endswith(".py")), None)
-
-    ran = {script(c) for c in COMMANDS if row_of(c) and row_of(c).how in ("run", "walk")}
-    asked = {script(c) for c in COMMANDS if row_of(c) and row_of(c).how in ("check", "help")}
-    return sorted(asked - ran - {None})
-
-
-# Runs each script as `python <script> --help` would (its own sys.argv, run as __main__), one after another in one
-# interpreter of the install, printing a JSON line of each one's exit code (a process's: 0 for a normal end or
-# SystemExit(None)) and output.
-ASK_EACH_FOR_HELP = """
-import contextlib, io, json, runpy, sys
-for script in sys.argv[1:]:
-    sys.argv, out, code = [script, "--help"], io.StringIO(), 0
-    try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_path(script, run_name="__main__")
-    except SystemExit as exit_info:
-        code = 0 if exit_info.code is None else exit_info.code
-    print(json.dumps({"script": script, "code": code, "stdout": out.getvalue()}))
-"""
-
-
-@pytest.fixture(scope="module")
-def help_in_the_install(installed) -> dict[str, dict]:
-    """`--help` of every documented script that no run or walk command runs, asked in one interpreter of the
-    install (one start-up for all of them)."""
-    scripts = scripts_not_run_in_the_install()
-    run = subprocess.run([installed, "-c", ASK_EACH_FOR_HELP, *scripts], env=minimal_env(), capture_output=True,
-                         text=True, timeout=600)
-    assert run.returncode == 0, run.stderr[-3000:]
-    return {answer["script"]: answer for answer in map(json.loads, run.stdout.splitlines())}
+SCRIPTS = sorted(path.relative_to(REPO).as_posix() for path in (REPO / "scripts").glob("*.py"))
 
 
 @pytest.mark.slow
 @INSTALL_TIMEOUT
-@pytest.mark.parametrize("script", scripts_not_run_in_the_install())
-def test_a_documented_script_answers_help_in_the_quickstart_install(script, help_in_the_install):
-    answer = help_in_the_install[script]
-    assert answer["code"] == 0 and "usage:" in answer["stdout"], answer
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_answers_help_as_its_own_process_in_the_quickstart_install(script, installed):
+    run = run_python([script, "--help"], python=installed, env=minimal_env(), cwd=REPO, timeout=300)
+    assert run.returncode == 0 and "usage:" in run.stdout, f"{script} --help exited {run.returncode}:\n{run.stderr[-3000:]}"
 
 
 def check_train_command(command: Command) -> bool:
