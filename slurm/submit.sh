@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Submit one training job, or a chain of stages where each starts only after the previous one succeeded.
 #
-#   slurm/submit.sh [sbatch options] STAGE1.toml [STAGE2.toml ...] [-- --section.key value ...]
+#   slurm/submit.sh [--dry-run] [sbatch options] STAGE1.toml [STAGE2.toml ...] [-- --section.key value ...]
 #
 # e.g. the two-stage recipe on 4 nodes (stage 2 resumes stage 1's checkpoint folder with dense attention):
 #   slurm/submit.sh --nodes=4 --partition=gpu configs/<stage1>.toml configs/<stage2>.toml
@@ -10,6 +10,8 @@
 # the same overrides after `--`. Each job is named after its TOML file. A stage starts after the previous
 # one exits 0 (--dependency=afterok), and is cancelled if that one fails (--kill-on-invalid-dep=yes); a
 # requeued stage keeps its job id, so the chain waits for it. Prints "<job id> <job name> <config>" per job.
+# --dry-run prints the chain's sbatch commands instead, as run from the repository root (a later stage's
+# dependency names JOB<N> for the id the N-th stage would get), and submits nothing; it needs no SLURM.
 set -euo pipefail
 
 die() {
@@ -18,6 +20,7 @@ die() {
 }
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dry_run=""
 sbatch_opts=()
 configs=()
 overrides=()
@@ -27,6 +30,9 @@ while (($#)); do
         shift
         overrides=("$@")
         break
+        ;;
+    --dry-run)
+        dry_run=1
         ;;
     *.toml)
         [[ -f $1 ]] || die "config file not found: $1"
@@ -38,19 +44,30 @@ while (($#)); do
     esac
     shift
 done
-((${#configs[@]})) || die "usage: slurm/submit.sh [sbatch options] STAGE1.toml [STAGE2.toml ...] [-- overrides]"
+((${#configs[@]})) || die "usage: slurm/submit.sh [--dry-run] [sbatch options] STAGE1.toml [STAGE2.toml ...] [-- overrides]"
+[[ -n $dry_run ]] || command -v sbatch >/dev/null ||
+    die "sbatch not found: this machine has no SLURM (--dry-run prints the chain's sbatch commands)"
 
 # Jobs start in the submit directory: the repository root, where train.py and logs/ are.
 cd "$repo"
-mkdir -p logs
+[[ -n $dry_run ]] || mkdir -p logs
 previous=""
+stage=0
 for config in "${configs[@]}"; do
+    stage=$((stage + 1))
     name=$(basename "$config" .toml)
     args=(--parsable --job-name="$name")
     if [[ -n $previous ]]; then
         args+=(--dependency="afterok:$previous" --kill-on-invalid-dep=yes)
     fi
-    job=$(sbatch "${args[@]}" "${sbatch_opts[@]}" slurm/train.sbatch "$config" "${overrides[@]}")
+    command=(sbatch "${args[@]}" "${sbatch_opts[@]}" slurm/train.sbatch "$config" "${overrides[@]}")
+    if [[ -n $dry_run ]]; then
+        line=$(printf '%q ' "${command[@]}")
+        echo "${line% }"
+        previous="JOB$stage"
+        continue
+    fi
+    job=$("${command[@]}")
     job=${job%%;*} # --parsable prints "id" or "id;cluster"
     [[ $job =~ ^[0-9]+$ ]] || die "sbatch did not return a job id for $config: '$job'"
     echo "$job $name $config"

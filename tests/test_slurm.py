@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -221,6 +222,36 @@ def test_submit_rejects_a_missing_stage(cluster):
                             env={**env, "FAKE_FIRST_JOB": "1"}, capture_output=True, text=True, timeout=30)
     assert result.returncode == 2 and "config file not found: configs/b.toml" in result.stderr
     assert not list(log.glob("sbatch.*"))
+
+
+def without_slurm(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the fake SLURM tools' folder taken off PATH (this machine has none of its own)."""
+    return {**env, "PATH": ":".join(d for d in env["PATH"].split(":") if not (Path(d) / "sbatch").exists())}
+
+
+def test_submit_dry_run_prints_the_chains_sbatch_commands_without_slurm(cluster):
+    repo, log, env = cluster
+    for name in ("a_stage1", "a_stage2"):
+        (repo / "configs" / f"{name}.toml").write_text("")
+    stages = ["--nodes=4", "configs/a_stage1.toml", "configs/a_stage2.toml", "--", "--training.seed", "3"]
+    dry = subprocess.run([str(repo / "slurm/submit.sh"), "--dry-run", *stages], cwd=repo, env=without_slurm(env),
+                         capture_output=True, text=True, timeout=30)
+    assert dry.returncode == 0, dry.stderr
+    assert not (repo / "logs").exists() and not list(log.glob("sbatch.*"))
+    submitted = subprocess.run([str(repo / "slurm/submit.sh"), *stages], cwd=repo,
+                               env={**env, "FAKE_FIRST_JOB": "41"}, capture_output=True, text=True, timeout=30)
+    assert submitted.returncode == 0, submitted.stderr
+    printed = [shlex.split(line.replace("afterok:JOB1", "afterok:41")) for line in dry.stdout.splitlines()]
+    assert printed == [["sbatch", *_read_args(log / f"sbatch.{n}.args")] for n in (1, 2)]
+
+
+def test_submit_without_sbatch_ends_in_one_line(cluster):
+    repo, _, env = cluster
+    (repo / "configs" / "a.toml").write_text("")
+    result = subprocess.run([str(repo / "slurm/submit.sh"), "configs/a.toml"], cwd=repo, env=without_slurm(env),
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and result.stderr.splitlines() == [
+        "submit.sh: sbatch not found: this machine has no SLURM (--dry-run prints the chain's sbatch commands)"]
 
 
 REAL_SRUN = """#!/usr/bin/env bash
