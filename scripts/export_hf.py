@@ -1,6 +1,6 @@
 """Export a checkpoint as a Hugging Face Llama folder that transformers, lm-eval-harness and vLLM load.
 
-    python scripts/export_hf.py outputs/paper/stage2_dense_from_L3_p2_k1536_dilated/checkpoint/step-16000 out/hf
+    python scripts/export_hf.py outputs/paper/stage2_dense_from_L3_p2_k1536_dilated/checkpoint/step-16000 outputs/hf
 
 STEP_DIR and OUT come first. The model (name, flavor, `training.seq_len`, which sets the RoPE table and
 `max_position_embeddings`) comes from the record of the run that wrote STEP_DIR (`<dump_folder>/runs/<start
