@@ -67,8 +67,15 @@ def main(argv: list[str] | None = None) -> dict:
         record |= {"loss": loss, "bits_per_byte": nats / math.log(2), "documents": args.documents, "bytes": count}
     record |= provenance(args.checkpoint, job_config, device)
     path = write_record(args.out, record)
-    print("held-out loss " + "  ".join(f"{k}: {v:.4f}" for k, v in loss.items()) + f" -> {path}")
+    print(summary_line(loss, record.get("bits_per_byte")) + f" -> {path}")
     return record
+
+
+def summary_line(loss: dict[str, float], bits_per_byte: float | None) -> str:
+    """The losses with their unit: nats per token over windows; nats and bits per byte over whole documents."""
+    if bits_per_byte is None:
+        return "held-out loss, nats/token: " + "  ".join(f"{k} {v:.4f}" for k, v in loss.items())
+    return f"held-out loss, dense: {loss['dense']:.4f} nats/byte, {bits_per_byte:.4f} bits/byte"
 
 
 if __name__ == "__main__":

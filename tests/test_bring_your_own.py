@@ -146,7 +146,7 @@ def test_the_export_computes_the_recipes_logits_with_the_same_tokenizer(assets, 
         text, add_bos=False, add_eos=False)
 
 
-def test_heldout_bits_per_byte_are_the_exported_models(assets, trained, exported, tmp_path):
+def test_heldout_bits_per_byte_are_the_exported_models(assets, trained, exported, tmp_path, capsys):
     record = script("heldout_loss")(["--checkpoint", str(trained / "checkpoint" / "step-3"), "--data",
                                      str(assets["heldout"]), "--documents", "3", "--out", str(tmp_path / "heldout"),
                                      "--no-progress", *job(assets, "run")])
@@ -163,6 +163,8 @@ def test_heldout_bits_per_byte_are_the_exported_models(assets, trained, exported
         count += len(document.encode("utf-8"))
     assert record["bytes"] == count
     assert record["bits_per_byte"] == pytest.approx(nats / count / math.log(2), rel=RELATIVE_TOLERANCE)
+    assert (f"held-out loss, dense: {record['loss']['dense']:.4f} nats/byte, {record['bits_per_byte']:.4f} bits/byte"
+            in capsys.readouterr().out)
 
 
 @pytest.mark.slow  # lm_eval starts in its own process and loads the model (about a minute)
