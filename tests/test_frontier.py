@@ -102,6 +102,21 @@ def test_each_arm_is_paired_with_its_seeds_frontier_at_equal_compute_and_judged_
     assert frontier.markdown(placed).startswith("At equal GPU-seconds")
 
 
+@pytest.mark.parametrize("slower, warned", [(1.0, False), (1.019, False), (1.05, True), (3.0, True)],
+                         ids=["steady", "1.9%", "5%", "3x"])
+def test_a_report_whose_frontier_step_times_spread_beyond_2_percent_says_so_first(slower, warned):
+    records = records_for({0: -0.02, 1: -0.03})
+    for r in records:
+        if r["name"] == "dense_s1_steps400":
+            r["train_seconds"] *= slower
+    placed = frontier.place(records, 60, lengths=4)
+    assert placed["step_time_spread"] == pytest.approx(slower - 1, abs=1e-4)
+    first = frontier.markdown(placed).splitlines()[0]
+    assert first.startswith("**Time check failed**") is warned
+    if warned:
+        assert f"spread {slower - 1:.0%} (0.7-{0.7 * slower:.3g} s)" in first
+
+
 def test_a_seed_whose_frontier_lacks_a_length_is_left_out():
     records = [r for r in records_for({0: -0.02, 1: -0.03}) if r["name"] != "dense_s1_steps510"]
     placed = frontier.place(records, 60, lengths=4)

@@ -290,7 +290,9 @@ def test_the_cpu_example_runs_as_written_and_reports_matched_compute_first_then_
     assert set(placed["arms"]["causal_switch4"]["seeds"]) == {"0", "1"}
     assert all(row["dense_equivalent_steps"] > 0 for row in placed["arms"]["causal_switch4"]["seeds"].values())
     table = (tmp_path / "run" / "report" / "payoff.md").read_text()
-    assert table.startswith("At equal GPU-seconds") and table.index("At matched steps") > 0
+    warned = placed["step_time_spread"] > 0.02  # a loaded CPU: the time check's warning leads
+    assert table.startswith("**Time check failed**" if warned else "At equal GPU-seconds")
+    assert table.index("At equal GPU-seconds") < table.index("At matched steps")
     assert "bits per byte" in table and all("bits_per_byte" in row for arm in summary["arms"].values()
                                             for row in arm["seeds"].values())
     anatomy = json.loads((tmp_path / "run" / "report" / "payoff_anatomy.json").read_text())

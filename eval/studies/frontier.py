@@ -19,6 +19,8 @@ from eval.studies.payoff import bootstrap_interval, save_figure
 from eval.studies.time_to_quality import arm_label
 
 _DENSE = re.compile(r"dense(?:_s(?P<seed>\d+))?(?:_steps(?P<steps>\d+))?")
+# The study's time check: the frontier runs' seconds per step within 2% of each other (a steady machine).
+STEP_TIME_SPREAD = 0.02
 
 
 def validated_steps(record: dict, validation_freq: int) -> list[int]:
@@ -108,10 +110,29 @@ def place(records: list[dict], validation_freq: int, lengths: int) -> dict:
             "below_zero": sum(d < 0 for d in diffs),
             "median_speedup": round(statistics.median(row["speedup_at_equal_loss"] for row in seeds.values()), 4),
             "verdict": verdict(interval)}
+    seconds_per_step = {seed: [round(p["seconds"] / p["steps"], 4) for p in f] for seed, f in fronts.items()}
     return {"frontiers": {seed: [{k: p[k] for k in ("steps", "loss", "seconds")} for p in f]
                           for seed, f in fronts.items()},
-            "seconds_per_step": {seed: [round(p["seconds"] / p["steps"], 4) for p in f] for seed, f in fronts.items()},
+            "seconds_per_step": seconds_per_step, "step_time_spread": step_time_spread(seconds_per_step),
             "arms": summary}
+
+
+def step_time_spread(seconds_per_step: dict[int, list[float]]) -> float | None:
+    """(slowest - fastest) / fastest seconds per step over every frontier run of every seed (None without two)."""
+    times = [t for per_seed in seconds_per_step.values() for t in per_seed]
+    return round((max(times) - min(times)) / min(times), 4) if len(times) > 1 and min(times) > 0 else None
+
+
+def time_check_line(placed: dict) -> str | None:
+    """A warning when the frontier runs' step times spread beyond the study's 2%: seconds then measure the machine's
+    load as much as the work, and so do the comparisons at equal GPU-seconds."""
+    spread = placed.get("step_time_spread")
+    if spread is None or spread <= STEP_TIME_SPREAD:
+        return None
+    times = [t for per_seed in placed["seconds_per_step"].values() for t in per_seed]
+    return (f"**Time check failed**: the frontier runs' seconds per step spread {spread:.0%} ({min(times):.3g}-"
+            f"{max(times):.3g} s), beyond the study's {STEP_TIME_SPREAD:.0%}: the machine's speed changed between runs "
+            "(shared or loaded), so the comparisons at equal GPU-seconds below measure that as much as the runs.")
 
 
 def verdict(interval: tuple[float, float] | None) -> str:
@@ -131,8 +152,10 @@ def _speedup(row: dict) -> str:
 
 
 def markdown(placed: dict) -> str:
-    """At equal GPU-seconds and at equal loss, per seed and as distributions; then the frontiers."""
-    lines = ["At equal GPU-seconds (dense-equivalent steps) and at equal loss, on each seed's time-matched dense "
+    """At equal GPU-seconds and at equal loss, per seed and as distributions; then the frontiers. A failed time
+    check comes first."""
+    warning = time_check_line(placed)
+    lines = ([warning, ""] if warning else []) + ["At equal GPU-seconds (dense-equivalent steps) and at equal loss, on each seed's time-matched dense "
              "frontier:", "",
              "| arm | seeds | arm - frontier at equal compute, per seed | mean | 95% bootstrap interval | below 0 | "
              "speedup at equal loss, per seed | median | verdict |",
