@@ -75,9 +75,15 @@ def load_weights(model: nn.Module, step_folder: str | Path) -> None:
     model.load_state_dict(state)
 
 
+def autocast_dtype(job_config: JobConfig, device: torch.device) -> torch.dtype:
+    """The dtype a model runs in for evaluation: the job's mixed-precision dtype on a GPU, as in training; float32
+    elsewhere."""
+    return getattr(torch, job_config.training.mixed_precision_param) if device.type == "cuda" else torch.float32
+
+
 def logits_function(model: nn.Module, job_config: JobConfig, device: torch.device):
     """ids [B, T] -> logits [B, T, V]; on a GPU under autocast in the job's mixed-precision dtype, as in training."""
-    dtype = getattr(torch, job_config.training.mixed_precision_param) if device.type == "cuda" else torch.float32
+    dtype = autocast_dtype(job_config, device)
 
     def logits(ids: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):

@@ -6,10 +6,11 @@
 The model, its tokenizer (bytes, or the Hugging Face tokenizer of `model.hf_assets_path`) and `training.seq_len`
 come from the record of the run that wrote the checkpoint, as for scripts/heldout_loss.py
 (eval/checkpoint_run.py); job arguments override it, and a checkpoint without run records needs
-`--job.config_file` of its run. Every step runs the whole window (at most `training.seq_len` tokens, the model's
-RoPE table) with dense attention in every layer: a few hundred tokens take seconds on a CPU. Sampling is
-softmax(logits / temperature) over the `--top-k` most likely tokens; temperature 0 is greedy. Stops at EOS. The
-text goes to stdout; a byte model's bytes that are not UTF-8 print as U+FFFD.
+`--job.config_file` of its run. Attention is dense in every layer, with a KV cache (eval/metrics/decode.py): the
+prompt runs once, then each new token alone; past `training.seq_len` tokens (the model's RoPE table) each step runs
+the last window afresh. Sampling is softmax(logits / temperature) over the `--top-k` most likely tokens;
+temperature 0 is greedy. Stops at EOS. The text goes to stdout, progress to stderr; a byte model's bytes that are
+not UTF-8 print as U+FFFD.
 """
 from __future__ import annotations
 
@@ -19,22 +20,26 @@ from pathlib import Path
 
 import torch
 
+from eval.checkpoint import autocast_dtype
 from eval.checkpoint_run import job_config_of
 from eval.metrics.cli import load_checkpoint
-from eval.metrics.heldout import LogitsFn
+from eval.metrics.decode import KVCacheDecoder, NextLogits
 from recipe.data.tokenizer import build_tokenizer
+from recipe.progress import progress_bar
 from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
 
 
 @torch.no_grad()
-def sample(logits_fn: LogitsFn, prompt: list[int], max_new: int, window: int, tokenizer,
-           temperature: float = 1.0, top_k: int | None = None, generator: torch.Generator | None = None) -> list[int]:
-    """Up to `max_new` tokens after `prompt` (ids), each drawn from the logits of the last `window` tokens: ids of
+def sample(next_logits: NextLogits, prompt: list[int], max_new: int, tokenizer, temperature: float = 1.0,
+           top_k: int | None = None, generator: torch.Generator | None = None, progress: bool | None = False
+           ) -> list[int]:
+    """Up to `max_new` tokens after `prompt` (ids), each drawn from `next_logits` of the ids so far: ids of
     `tokenizer`'s vocabulary only (never BOS, nor the padding of the model's output layer), stopping after EOS;
     temperature 0 takes the most likely token."""
     ids = list(prompt)
+    bar = progress_bar(max_new, "generate", progress)
     for _ in range(max_new):
-        logits = logits_fn(torch.tensor([ids[-window:]]))[0, -1].float().cpu()
+        logits = next_logits(ids).float().cpu()
         logits[tokenizer.bos_id] = -torch.inf
         logits[tokenizer.get_vocab_size():] = -torch.inf
         if temperature == 0:
@@ -44,8 +49,10 @@ def sample(logits_fn: LogitsFn, prompt: list[int], max_new: int, window: int, to
                 logits[logits < logits.topk(top_k).values[-1]] = -torch.inf
             token = int(torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator))
         ids.append(token)
+        bar.update()
         if token == tokenizer.eos_id:
             break
+    bar.close()
     return ids[len(prompt):]
 
 
@@ -61,6 +68,8 @@ def main(argv: list[str] | None = None) -> list[int]:
     p.add_argument("--top-k", type=int, default=40, help="sample among this many tokens (default 40)")
     p.add_argument("--seed", type=int, help="the sampling seed (default: a fresh one)")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
+    p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
+                   help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)")
     args, job_argv = p.parse_known_args(argv)
     if args.max_new < 1 or args.temperature < 0 or args.top_k < 1:
         p.error(f"--max-new={args.max_new} must be >= 1, --temperature={args.temperature} >= 0 and "
@@ -76,9 +85,11 @@ def main(argv: list[str] | None = None) -> list[int]:
     if len(prompt) >= window:
         raise ConfigError(f"--prompt is {len(prompt)} tokens with BOS, not below training.seq_len={window}, the "
                           "model's window")
-    _, logits, _ = load_checkpoint(args.checkpoint, args.device, job_config)
+    model, _, device = load_checkpoint(args.checkpoint, args.device, job_config)
+    decoder = KVCacheDecoder(model, window, device, autocast_dtype(job_config, device))
     generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
-    new = sample(logits, prompt, args.max_new, window, tokenizer, args.temperature, args.top_k, generator)
+    new = sample(decoder.next_logits, prompt, args.max_new, tokenizer, args.temperature, args.top_k, generator,
+                 args.progress)
     print(args.prompt + tokenizer.decode(new), flush=True)
     return new
 
