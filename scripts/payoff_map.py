@@ -25,15 +25,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eval.metrics import loss_anatomy
-from eval.metrics.niah import byte_encode, check_grid, markdown as niah_markdown
-from eval.records import write_record
-from eval.studies import frontier, payoff
-from eval.studies.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
+from recipe.errors import ConfigError, exit_on_config_error
 from recipe.experiments.corpus import make_corpus
 from recipe.experiments.payoff_grid import Study, final_models, load_study, long_first, plan_runs, train_command
-from recipe.logs.run_record import source_commit
-from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
+
+# `tasks`, `run` and `submit` need only the study: the report's modules (torch, torchtitan, matplotlib: seconds to
+# import) are imported by `report`, and NIAH's by a study that names NIAH lengths.
 
 QUEUE = "tasks.tsv"
 
@@ -87,6 +84,8 @@ def queue_lines(study: Study, python: str, order: str = "seed") -> list[str]:
 
 
 def write_queue(study: Study, python: str, order: str = "seed") -> Path:
+    from recipe.logs.run_record import source_commit
+
     study.run.mkdir(parents=True, exist_ok=True)
     path = study.run / QUEUE
     path.write_text("".join(line + "\n" for line in queue_lines(study, python, order)))
@@ -151,8 +150,18 @@ def anatomy_pairs(summary: dict, dumps: set[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def report(study: Study, out: Path, includes: list[Path], device: str, commit: str) -> dict:
-    """The distributions, tables and plots of every finished run (and the earlier records of `includes`)."""
+def report(study: Study, out: Path, includes: list[Path], device: str, commit: str | None) -> dict:
+    """The distributions, tables and plots of every finished run (and the earlier records of `includes`); `commit`
+    None: the study's record's, else this tree's."""
+    from eval.metrics import loss_anatomy
+    from eval.metrics.niah import markdown as niah_markdown
+    from eval.records import write_record
+    from eval.studies import frontier, payoff
+    from eval.studies.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
+    from recipe.logs.run_record import source_commit
+
+    recorded = study.run / "study.json"
+    commit = commit or (json.loads(recorded.read_text())["commit"] if recorded.is_file() else source_commit())
     incomplete: list[str] = []
     arms = load_arms(study.run, incomplete) if study.run.is_dir() else []  # nothing trained here: `includes` only
     seq_len = study.base["training"]["seq_len"]
@@ -216,6 +225,18 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     return summary
 
 
+def check_niah_lengths(study: Study) -> None:
+    """NIAH's lengths must fit its grid of the byte encoding (checked before any run is queued)."""
+    if not study.niah_lengths:
+        return
+    from eval.metrics.niah import byte_encode, check_grid
+
+    try:
+        check_grid(byte_encode, study.niah_lengths)
+    except ValueError as err:
+        raise ConfigError(f"{study.path}: study.niah_lengths: {err}") from err
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("command", choices=["tasks", "run", "submit", "report"])
@@ -236,12 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     args, sbatch_options = p.parse_args(argv[:split]), argv[split + 1:]
     if sbatch_options and args.command != "submit":
         p.error(f"options after -- {sbatch_options} are sbatch's, for submit only")
-    with as_config_error():
-        study = load_study(args.study)
     try:
-        check_grid(byte_encode, study.niah_lengths)
+        study = load_study(args.study)
     except ValueError as err:
-        raise ConfigError(f"{study.path}: study.niah_lengths: {err}") from err
+        raise ConfigError(str(err)) from err
+    check_niah_lengths(study)
     if args.command == "tasks":
         print("\n".join(queue_lines(study, args.python, args.order)))
         return 0
@@ -255,9 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         return subprocess.run([sys.executable, "scripts/gpu_queue.py", "--tasks", str(path), "--gpus", args.gpus,
                                "--logs", str(study.run / "queue")], cwd=Path(__file__).resolve().parent.parent
                               ).returncode
-    recorded = study.run / "study.json"
-    commit = args.commit or (json.loads(recorded.read_text())["commit"] if recorded.is_file() else source_commit())
-    report(study, args.out or study.run / "report" / "payoff", args.include, args.device, commit)
+    report(study, args.out or study.run / "report" / "payoff", args.include, args.device, args.commit)
     return 0
 
 

@@ -6,6 +6,8 @@ import json
 import os
 import random
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -148,6 +150,18 @@ def test_the_command_line_refuses_a_bad_study_in_one_line_with_exit_2(tmp_path):
     out = run_python(["scripts/payoff_map.py", "tasks", str(path)], env=child_env(), timeout=120)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [f"error: {path}: study.steps = 1 must be an integer >= 2"]
+
+
+def test_tasks_prints_the_queue_without_importing_torch():
+    code = ("import runpy, sys\nsys.argv = ['scripts/payoff_map.py', 'tasks', 'configs/payoff/example_cpu.toml']\n"
+            "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\nexcept SystemExit as end:\n"
+            "    print(end.code, 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env(), capture_output=True, text=True,
+                         timeout=60)
+    *queue, last = out.stdout.splitlines()
+    assert last == "0 False", out.stderr[-2000:]
+    assert [line.split("\t")[0] for line in queue[:4]] == [
+        "causal_s0", "dense_s0", "dense_s0_steps4", "causal_s0_switch4"]
 
 
 def test_niah_lengths_too_short_for_the_needle_are_refused_before_anything_runs(tmp_path, monkeypatch, capsys):
