@@ -156,8 +156,8 @@ ROWS = [
     Row(r"python train\.py --job\.config_file configs/debug\.toml --model\.flavor <", "skip",
         "a template: DIR stands for a Hugging Face Llama folder (tests/test_bring_your_own.py imports one on CPU)"),
     Row(r"python train\.py --job\.config_file configs/extend/", "skip",
-        "needs your tokenizer in assets/tokenizer and your text in data/; tests/test_bring_your_own.py parses the "
-        "three configs and checks their chain"),
+        "needs your tokenizer in assets/tokenizer and your text in data/, and trains for minutes even CPU-sized; "
+        "tests/test_bring_your_own.py parses the three configs and checks their chain"),
     Row(r"(SP=<site-packages>; |CORPUS_SOURCES=|STEPS=\d+ scripts/replicate\.sh |scripts/time_to_quality\.sh )", "skip",
         f"a study of GPU hours (placeholders for the corpus sources): {GPU}"),
     Row(r"(DEVICE=.* |RUN=outputs/payoff )?scripts/time_to_quality_long\.sh (corpus|run|report)$", "skip",
