@@ -24,13 +24,8 @@ import dataclasses
 import sys
 from pathlib import Path
 
-import torch
+from recipe.errors import ConfigError
 
-from eval.checkpoint import build_model, load_weights
-from eval.checkpoint_run import job_config_of, step_of, trained_seq_len, trained_with_lighthouse, training_description
-from eval.records import provenance
-from recipe.hf.export import export
-from recipe.train.cli import ConfigError
 
 def main(argv: list[str] | None = None) -> Path:
     """Export STEP_DIR into OUT; exit code 2 with one line on stderr when OUT, STEP_DIR or the job will not do."""
@@ -55,6 +50,15 @@ def main(argv: list[str] | None = None) -> Path:
     if not (args.checkpoint / ".metadata").is_file():
         fail(f"{args.checkpoint} is not a DCP checkpoint folder (no .metadata); expected "
              "<dump_folder>/<checkpoint.folder>/step-<N>")
+    # after the checks above, which need none of them (torch and torchtitan take seconds to import)
+    import torch
+
+    from eval.checkpoint import build_model, load_weights
+    from eval.checkpoint_run import (job_config_of, step_of, trained_seq_len, trained_with_lighthouse,
+                                     training_description)
+    from eval.records import provenance
+    from recipe.hf.export import export
+
     try:
         job_config, record = job_config_of(args.checkpoint, job_argv)
     except ConfigError as err:

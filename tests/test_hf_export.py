@@ -15,6 +15,7 @@ import random
 import shutil
 import stat
 import subprocess
+import sys
 import warnings
 from pathlib import Path
 from typing import Iterator
@@ -280,6 +281,17 @@ def test_a_folder_that_is_not_a_checkpoint_is_rejected(tmp_path, capsys):
     line = refused(capsys, str(tmp_path), str(tmp_path / "out"), *JOB)
     assert "is not a DCP checkpoint folder" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_that_is_no_checkpoint_is_refused_before_torch_is_imported(tmp_path):
+    code = ("import runpy, sys\n"
+            f"sys.argv = ['scripts/export_hf.py', {str(tmp_path)!r}, {str(tmp_path / 'out')!r}]\n"
+            "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\nexcept SystemExit as end:\n"
+            "    print(end.code, 'torch' in sys.modules)\n")
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env(), capture_output=True, text=True,
+                         timeout=60)
+    assert (run.stdout, run.stderr) == ("2 False\n", f"export_hf.py: error: {tmp_path} is not a DCP checkpoint "
+                                        "folder (no .metadata); expected <dump_folder>/<checkpoint.folder>/step-<N>\n")
 
 
 def test_a_non_empty_out_is_refused_unless_forced(step_folder, tmp_path, capsys):
