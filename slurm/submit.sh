@@ -44,7 +44,8 @@ while (($#)); do
     esac
     shift
 done
-((${#configs[@]})) || die "usage: slurm/submit.sh [--dry-run] [sbatch options] STAGE1.toml [STAGE2.toml ...] [-- overrides]"
+usage="usage: slurm/submit.sh [--dry-run] [sbatch options] STAGE1.toml [STAGE2.toml ...] [-- overrides]"
+((${#configs[@]})) || die "$usage"
 [[ -n $dry_run ]] || command -v sbatch >/dev/null ||
     die "sbatch not found: this machine has no SLURM (--dry-run prints the chain's sbatch commands)"
 

@@ -143,8 +143,8 @@ ROWS = [
     Row(r"bash scripts/run_tests\.sh$", "skip", "the test suite itself"),
     Row(r"python3? -m pytest ", "skip", "runs part of the test suite"),
     Row(r"python -m recipe\.experiments\.paper_configs$", "skip",
-        "rewrites the tracked configs/paper/ and configs/long_context/; tests/test_recipe_config.py keeps them equal to "
-        "what it writes"),
+        "rewrites the tracked configs/paper/ and configs/long_context/; tests/test_recipe_config.py keeps them equal "
+        "to what it writes"),
     Row(r"python scripts/checkpoint_checksum_cost\.py ", "help",
         "writes and checksums a quarter of the paper model's checkpoint (0.75 GiB, minutes)"),
     Row(r"python train\.py --job\.config_file <it>$", "skip", "a template: <it> stands for a config"),
@@ -336,7 +336,7 @@ SCRIPTS = sorted(path.relative_to(REPO).as_posix() for path in (REPO / "scripts"
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_every_script_answers_help_as_its_own_process_in_the_quickstart_install(script, installed):
     run = run_python([script, "--help"], python=installed, env=minimal_env(), cwd=REPO, timeout=300)
-    assert run.returncode == 0 and "usage:" in run.stdout, f"{script} --help exited {run.returncode}:\n{run.stderr[-3000:]}"
+    assert run.returncode == 0 and "usage:" in run.stdout, f"{script} --help exited {run.returncode}:\n" + run.stderr
 
 
 def check_train_command(command: Command) -> bool:

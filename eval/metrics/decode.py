@@ -58,7 +58,8 @@ class KVCacheDecoder:
         for i, block in enumerate(model.layers.values()):
             attention = block.attention
             x = block.attention_norm(h)
-            q, k, v = (proj(x).view(1, n, -1, attention.head_dim) for proj in (attention.wq, attention.wk, attention.wv))
+            q, k, v = (project(x).view(1, n, -1, attention.head_dim)
+                       for project in (attention.wq, attention.wk, attention.wv))
             q, k = apply_rotary_emb(q, k, freqs_cis=model.freqs_cis, positions=positions)
             k, v = k.transpose(1, 2), v.transpose(1, 2)
             if start:

@@ -155,11 +155,12 @@ def markdown(placed: dict) -> str:
     """At equal GPU-seconds and at equal loss, per seed and as distributions; then the frontiers. A failed time
     check comes first."""
     warning = time_check_line(placed)
-    lines = ([warning, ""] if warning else []) + ["At equal GPU-seconds (dense-equivalent steps) and at equal loss, on each seed's time-matched dense "
-             "frontier:", "",
-             "| arm | seeds | arm - frontier at equal compute, per seed | mean | 95% bootstrap interval | below 0 | "
-             "speedup at equal loss, per seed | median | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [warning, ""] if warning else []
+    lines += ["At equal GPU-seconds (dense-equivalent steps) and at equal loss, on each seed's time-matched dense "
+              "frontier:", "",
+              "| arm | seeds | arm - frontier at equal compute, per seed | mean | 95% bootstrap interval | below 0 | "
+              "speedup at equal loss, per seed | median | verdict |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for arm, entry in placed["arms"].items():
         seeds = entry["seeds"]
         diffs = " ".join("-" if row["difference"] is None else f"{row['difference']:+.3f}" for row in seeds.values())
