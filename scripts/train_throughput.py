@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                       file=sys.stderr, flush=True)
                 folder = Path(tmp) / "_".join((name, ac, "compile" if compile_on else "eager",
                                                "colocated" if colocate else "free"))
-                layers = ["--lighthouse.dense_layers", json.dumps(dense_layers)] if lighthouse else []
+                layers = ["--lighthouse.dense_layers", *map(str, dense_layers)] if lighthouse else []
                 argv_variant = (job_args(args.config, args.seq_len, args.steps, lighthouse, ac, compile_on, folder,
                                          colocate) + tokenizer_args + layers + args.train_args)
                 runs[name, ac, compile_on, colocate] = run_variant(argv_variant, folder, args.steps)
