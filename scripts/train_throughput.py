@@ -25,7 +25,7 @@ the Amdahl view: the share of the dense step spent in the attention of the layer
 the whole-model ceiling if that attention cost nothing, and the speedup predicted from the per-layer
 speedup. Prints markdown tables; `--json` writes one record per checkpointing mode.
 
-`--vocab-size N` trains with a byte-level BPE of exactly N entries built here (`recipe.data.bpe`, on the synthetic
+`--tokenizer DIR` trains with that tokenizer's vocabulary; `--vocab-size N` trains with a byte-level BPE of exactly N entries built here (`recipe.data.bpe`, on the synthetic
 corpus, filled with reserved tokens) instead of the byte tokenizer: what a larger output layer costs at long
 context, beside a run without it. `--dense-layers "A;B;..."` trains Lighthouse once per choice of
 `[lighthouse] dense_layers` (each a comma-separated list, empty for none), beside one dense run; arguments after
@@ -55,6 +55,7 @@ from eval.benchmarks.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, at
                              run_variant, switch_values, too_few_steps)
 from recipe.data.bpe import train_bpe
 from recipe.data.loader import synthetic_document
+from recipe.data.tokenizer import build_tokenizer, model_vocab_size
 from recipe.train.cli import exit_on_config_error
 
 CPU_STEPS = 3  # the first two are not timed
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help="[host] colocate_autograd settings, comma-separated: off, on")
     parser.add_argument("--vocab-size", type=positive_int,
                         help="train with a BPE tokenizer of this many entries built locally (default: bytes, 258)")
+    parser.add_argument("--tokenizer", type=Path,
+                        help="train with this Hugging Face tokenizer folder (e.g. from scripts/make_tokenizer.py)")
     parser.add_argument("--dense-layers", type=dense_layer_choices,
                         help='Lighthouse variants by [lighthouse] dense_layers, ";"-separated lists (e.g. "0,1,28,29;0;" '
                              "for those, [0] and []); default: the config's")
@@ -118,8 +121,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     runs: dict[tuple[str, str, bool, bool], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        tokenizer_args = []
-        if args.vocab_size:
+        tokenizer_args = ["--model.hf_assets_path", str(args.tokenizer)] if args.tokenizer else []
+        if args.tokenizer:
+            args.vocab_size = model_vocab_size(build_tokenizer(ConfigManager().parse_args(tokenizer_args)))
+        elif args.vocab_size:
             texts = (synthetic_document(0, i, 100_000) for i in range(64))
             tokenizer_args = ["--model.hf_assets_path", str(train_bpe(texts, args.vocab_size, Path(tmp) / "bpe",
                                                                       exact=True))]

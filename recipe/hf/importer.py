@@ -14,6 +14,8 @@ from typing import Any
 
 from models.llama3_lighthouse import LighthouseLlamaArgs
 
+from recipe.hf.shape import rope_settings
+
 CONFIG_FILE = "config.json"
 
 
@@ -62,9 +64,9 @@ def rope_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs) -> tuple[
     No `rope_scaling` is llama3 scaling with factor 1; llama3 scaling compares the factor and the two wavelength
     bounds (original / low and original / high factor), which are what the frequencies depend on. Other scaling
     types have no torchtitan equivalent and are refused."""
-    theta = config.get("rope_theta", 10000.0)
-    scaling = config.get("rope_scaling") or {"rope_type": "llama3", "factor": 1.0, "low_freq_factor": 1.0,
-                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    theta, scaling = rope_settings(config)
+    scaling = scaling or {"rope_type": "llama3", "factor": 1.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 8192}
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind != "llama3":
         return [f"rope_scaling type {kind!r}"], "(none: torchtitan's Llama-3 has llama3 scaling only)"
@@ -75,7 +77,7 @@ def rope_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs) -> tuple[
             ours.original_max_position_embeddings / ours.high_freq_factor)
     wrong = [] if math.isclose(theta, args.rope_theta) else [f"rope_theta={theta} (the job: {args.rope_theta})"]
     if not all(math.isclose(a, b) for a, b in zip(theirs, mine)):
-        wrong.append(f"rope_scaling={json.dumps(config.get('rope_scaling'))} (the job: factor {ours.scaling_factor}, "
+        wrong.append(f"rope_scaling={json.dumps(rope_settings(config)[1])} (the job: factor {ours.scaling_factor}, "
                      f"original_max_position_embeddings {ours.original_max_position_embeddings}, low_freq_factor "
                      f"{ours.low_freq_factor}, high_freq_factor {ours.high_freq_factor})")
     flags = (f"--rope.theta {theta} --rope.scaling_factor {scaling['factor']} --rope.low_freq_factor "
