@@ -1,59 +1,105 @@
 """The output layer and its cross-entropy in one op, a chunk of tokens at a time: `linear_cross_entropy`.
 
 Each chunk's logits (hidden @ weight.T, in the inputs' dtype: bf16 matmuls in training) are turned into per-token
-nats with a float32 log-sum-exp and freed; the backward recomputes them chunk by chunk. No [tokens, vocab] tensor
-ever exists: the largest is one chunk of float32 logits, [chunk, vocab]. This is Liger-Kernel's fused linear
-cross-entropy in plain PyTorch, with one difference: the gradient is computed in the backward (a second matmul of
-each chunk), so the op takes any gradient of its per-token output, not only the mean loss's.
+nats with a float32 log-sum-exp and freed. No [tokens, vocab] tensor ever exists: the largest is one chunk of
+logits, [chunk, vocab] (float32 on the CPU path; on CUDA one compiled kernel per pass reads them as they are).
+Where gradients are wanted, the forward also computes those of the nats' sum while each chunk's logits exist, as
+Liger-Kernel's fused linear cross-entropy does (three matmuls, not four); the backward scales them by the incoming
+gradient when that is one value for every token (a sum or mean loss), and otherwise recomputes each chunk, so the
+op takes any gradient of its per-token output.
 """
 from __future__ import annotations
+
+from typing import Callable, Iterator
 
 import torch
 
 IGNORE_INDEX = -100  # torch's and torchtitan's label that scores nothing
 
 
-def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, start: int, end: int) -> torch.Tensor:
-    """float32 logits [end - start, vocab] of the tokens start..end."""
-    return (hidden[start:end] @ weight.T).float()
+def chunk_lse(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float32 log-sum-exp, float32 target logit) of each row of one chunk's logits [C, V]."""
+    x = logits.float()
+    return torch.logsumexp(x, dim=-1), x.gather(1, targets[:, None]).squeeze(1)
+
+
+def chunk_grad(logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """d nats / d logits of one chunk, softmax - one-hot(target), times each row's `scale`; in the logits' dtype."""
+    x = logits.float()
+    target = torch.arange(x.shape[1], device=x.device)[None, :] == targets[:, None]
+    return ((torch.exp(x - lse[:, None]) - target.float()) * scale[:, None]).to(logits.dtype)
+
+
+_FUSED: dict[str, Callable] = {}
+
+
+def fused(fn: Callable) -> Callable:
+    """`fn` compiled (one elementwise kernel per pass over a chunk's logits, no float32 copy of them) for CUDA
+    tensors; as it is elsewhere (the CPU path and the tests: no compiler needed)."""
+    def call(logits: torch.Tensor, *args: torch.Tensor):
+        if logits.device.type != "cuda":
+            return fn(logits, *args)
+        if fn.__name__ not in _FUSED:
+            _FUSED[fn.__name__] = torch.compile(fn, dynamic=False)
+        return _FUSED[fn.__name__](logits, *args)
+    return call
+
+
+_lse, _grad = fused(chunk_lse), fused(chunk_grad)
+
+
+def _chunks(tokens: int, chunk: int) -> Iterator[slice]:
+    return (slice(start, min(start + chunk, tokens)) for start in range(0, tokens, chunk))
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
+    """Forward: per-token nats, and where a gradient is wanted, the gradients of their plain sum (each chunk's
+    softmax - one-hot, through both matmuls, while its logits exist). Backward: those, times the incoming
+    gradient where it is one value for every token (a sum or mean loss: training); any other incoming gradient
+    recomputes each chunk's logits."""
+
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int) -> torch.Tensor:
         valid = labels != IGNORE_INDEX
-        targets = torch.where(valid, labels, 0)
+        targets, ones = torch.where(valid, labels, 0), valid.float()
+        want_hidden, want_weight = ctx.needs_input_grad[:2]
         lse = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         target_logits = torch.empty_like(lse)
-        for start in range(0, hidden.shape[0], chunk):
-            end = min(start + chunk, hidden.shape[0])
-            logits = _chunk_logits(hidden, weight, start, end)
-            lse[start:end] = torch.logsumexp(logits, dim=-1)
-            target_logits[start:end] = logits.gather(1, targets[start:end, None]).squeeze(1)
-            del logits
-        ctx.save_for_backward(hidden, weight, targets, valid, lse)
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_weight else None
+        for rows in _chunks(hidden.shape[0], chunk):
+            logits = hidden[rows] @ weight.T
+            lse[rows], target_logits[rows] = _lse(logits, targets[rows])
+            if want_hidden or want_weight:
+                grad_logits = _grad(logits, targets[rows], lse[rows], ones[rows])
+                _backward_chunk(grad_logits, hidden, weight, rows, grad_hidden, grad_weight)
+        ctx.save_for_backward(hidden, weight, targets, valid, lse, grad_hidden, grad_weight)
         ctx.chunk = chunk
         return torch.where(valid, lse - target_logits, 0.0)
 
     @staticmethod
     def backward(ctx, grad_nats: torch.Tensor):
-        hidden, weight, targets, valid, lse = ctx.saved_tensors
-        want_hidden, want_weight = ctx.needs_input_grad[:2]
+        hidden, weight, targets, valid, lse, grad_hidden, grad_weight = ctx.saved_tensors
+        if bool((grad_nats == grad_nats[0]).all()):  # one value for every token: scale the sum's gradients
+            scale = grad_nats[0].float()
+            return (None if grad_hidden is None else (grad_hidden * scale).to(hidden.dtype),
+                    None if grad_weight is None else (grad_weight * scale).to(weight.dtype), None, None)
         scale = torch.where(valid, grad_nats.float(), 0.0)
-        grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if want_weight else None
-        for start in range(0, hidden.shape[0], ctx.chunk):
-            end = min(start + ctx.chunk, hidden.shape[0])
-            # d nats / d logits = softmax - one-hot(target), times each token's incoming gradient
-            grad_logits = _chunk_logits(hidden, weight, start, end).sub_(lse[start:end, None]).exp_()
-            grad_logits[torch.arange(end - start, device=hidden.device), targets[start:end]] -= 1.0
-            grad_logits = grad_logits.mul_(scale[start:end, None]).to(hidden.dtype)
-            if want_hidden:
-                grad_hidden[start:end] = grad_logits @ weight
-            if want_weight:
-                grad_weight += (grad_logits.T @ hidden[start:end]).float()
-            del grad_logits
+        grad_hidden = None if grad_hidden is None else torch.empty_like(hidden)
+        grad_weight = None if grad_weight is None else torch.zeros_like(grad_weight)
+        for rows in _chunks(hidden.shape[0], ctx.chunk):
+            grad_logits = _grad(hidden[rows] @ weight.T, targets[rows], lse[rows], scale[rows])
+            _backward_chunk(grad_logits, hidden, weight, rows, grad_hidden, grad_weight)
         return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None
+
+
+def _backward_chunk(grad_logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, rows: slice,
+                    grad_hidden: torch.Tensor | None, grad_weight: torch.Tensor | None) -> None:
+    """One chunk's share of both matmuls' gradients, written into `grad_hidden` and added to `grad_weight`."""
+    if grad_hidden is not None:
+        grad_hidden[rows] = grad_logits @ weight
+    if grad_weight is not None:
+        grad_weight += (grad_logits.T @ hidden[rows]).float()
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,

@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--tokens", type=int, default=98_304, help="tokens (one rank's microbatch)")
     parser.add_argument("--dim", type=int, default=1024, help="hidden size (the paper model's)")
     parser.add_argument("--vocab", type=int, default=128_256, help="vocabulary (Llama-3's)")
-    parser.add_argument("--chunks", type=int_list, default=[1024, 2048, 4096],
+    parser.add_argument("--chunks", type=int_list, default=[2048, 4096, 8192],
                         help="chunk sizes of the recipe's chunked loss, comma-separated")
     parser.add_argument("--reps", type=int, default=3, help="timed forward + backward calls after one warm-up")
     parser.add_argument("--json", type=Path, help="write the records here")
