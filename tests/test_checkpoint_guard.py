@@ -10,10 +10,13 @@ import re
 import shutil
 import signal
 import subprocess
+import warnings
 from collections import namedtuple
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed.checkpoint as dcp
 
 import models  # noqa: F401  (before torchtitan)
 from torch.distributed.checkpoint.api import CheckpointException
@@ -179,6 +182,11 @@ TAMPERED = [
      "manifest.json records no size for __1_0.distcp"),
     ("checksum-deleted", edit_manifest(lambda record: record["files"]["__1_0.distcp"].pop("crc32")),
      "manifest.json records checksums for some files only"),
+    ("checksums-not-recorded", edit_manifest(lambda record: [entry.pop("crc32") for entry in record["files"].values()]),
+     r"its manifest.json records no checksums \(saved with \[resilience\] checksums = false\); \[checkpoint\] "
+     "load_unverified = true loads such a step"),
+    ("degree-not-a-number", edit_manifest(lambda record: record.update(data_parallel_degree="one")),
+     'manifest.json records data_parallel_degree="one", not a number of ranks'),
     ("manifest-deleted", lambda path: path.unlink(),
      r"it has no manifest.json \(a save cut before its end, or written by another program\); \[checkpoint\] "
      "load_unverified = true loads such a step"),
@@ -214,7 +222,42 @@ def test_a_step_without_a_manifest_loads_unverified_only_when_asked_and_an_initi
         assert load_newest_intact(FakeLoad(damaged=[]), folder, unverified=True) is True
         assert load_newest_intact(FakeLoad(damaged=[]), str(tmp_path / "fresh"),
                                   initial_load_path=f"{folder}/step-2") is True
-    assert [r.getMessage() for r in caplog.records] == [f"{folder}/step-2 has no {MANIFEST}: loading it unverified"] * 2
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{folder}/step-2: it has no {MANIFEST} (a save cut before its end, or written by another program); loading "
+        "it unverified"] * 2
+
+
+def test_a_step_saved_without_checksums_loads_only_unverified_and_says_so_once(tmp_path, caplog):
+    """Sizes alone pass a flipped byte: such a step never passes as verified."""
+    folder = checkpoints(tmp_path, [2])
+    write_manifest(f"{folder}/step-2", data_parallel_degree=1, checksums=False)
+    flip_a_byte(Path(folder) / "step-2" / "__0_0.distcp")
+    with pytest.raises(CheckpointError, match="records no checksums"):
+        load_newest_intact(FakeLoad(damaged=[]), folder)
+    assert resume_step(folder) is None and resume_step(folder, unverified=True) == 2
+    with caplog.at_level(logging.WARNING):
+        assert load_newest_intact(FakeLoad(damaged=[]), folder, unverified=True) is True
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{folder}/step-2: its {MANIFEST} records no checksums (saved with [resilience] checksums = false); loading it "
+        "unverified"]
+
+
+def test_a_save_that_overwrites_a_step_folder_raises_no_dcp_warning(tmp_path):
+    """A resume that passed over a damaged step saves that step again; DCP's two-line warning about it is noise."""
+    state = {"w": torch.zeros(2)}
+
+    def save(step, last_step=False):
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(str(tmp_path / f"step-{step}")))
+
+    save(1)
+    with warnings.catch_warnings(record=True) as plain:
+        warnings.simplefilter("always")
+        save(1)
+    assert [w for w in plain if "Detected an existing checkpoint" in str(w.message)]  # what DCP says by itself
+    with warnings.catch_warnings(record=True) as guarded:
+        warnings.simplefilter("always")
+        save_or_stop(save, str(tmp_path), 1)
+    assert not [w for w in guarded if "Detected an existing checkpoint" in str(w.message)]
 
 
 def test_another_data_parallel_degree_is_named_and_never_falls_back_to_an_older_step(tmp_path):
