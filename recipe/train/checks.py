@@ -251,9 +251,7 @@ def check_compile(job_config) -> None:
     backend = job_config.compile.backend
     if not job_config.compile.enable:
         return
-    from torch._dynamo import list_backends  # imported with torch.compile, which this job runs
-
-    known = list_backends(exclude_tags=())
+    known = torch.compiler.list_backends(exclude_tags=())
     if backend not in known:
         raise ValueError(f"compile.backend={backend!r} is not a torch.compile backend; the usual one is 'inductor' "
                          f"(torch knows {', '.join(known)})")
