@@ -26,9 +26,12 @@ from torch.distributed.run import parse_args, run
 PREFIX = "torchrun:"
 
 
+NO_RECORD = {"message": "<NONE>"}  # what torchelastic reads for a rank that wrote no error file
+
+
 def recorded(failure: ProcessFailure) -> bool:
     """Whether the failed rank wrote why in its error file (the job's line, or a traceback torchelastic recorded)."""
-    return bool(failure.error_file_data)
+    return failure.error_file_data != NO_RECORD
 
 
 def root_cause(error: ChildFailedError) -> tuple[int, ProcessFailure]:

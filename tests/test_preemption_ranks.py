@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure, record
 
 from recipe.compat.torchtitan import without_stop_records
 from recipe.data.loader import DataError
@@ -19,6 +19,7 @@ from recipe.launch import free_port
 from recipe.resilience.checkpoint_guard import complete_steps
 from recipe.resilience.checkpoint_manifest import manifest_faults, read_manifest
 from recipe.resilience.preemption import Terminated
+from recipe.torchrun import exit_code, failure_line, root_cause
 from recipe.train.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error
 
 from .helpers import REPO, child_env
@@ -185,3 +186,21 @@ def test_rank_0s_line_is_dated_when_the_stop_was_decided_not_after_the_trainer_c
     record = json.loads(error_file.read_text())["message"]
     assert record["extraInfo"]["timestamp"] == str(int(stop.raised_at)) != str(int(later))
     assert record["message"] == f"error: {stop}"
+
+
+def test_the_launcher_names_the_rank_that_recorded_why_and_ends_with_its_exit_code(tmp_path, capsys):
+    """torchrun's failures as the launcher sums them up: the rank with an error record (rank 0's line), even when
+    a rank without one failed first; a rank killed by a signal counts as 128 + its number."""
+    record = tmp_path / "error.json"
+    record.write_text(json.dumps({"message": {"message": "error: x", "extraInfo": {"py_callstack": "error: x",
+                                                                                    "timestamp": "100"}}}))
+    killed = ProcessFailure(local_rank=1, pid=11, exitcode=-signal.SIGTERM, error_file=str(tmp_path / "none.json"))
+    stopped = ProcessFailure(local_rank=0, pid=10, exitcode=143, error_file=str(record))
+    killed.timestamp = 50  # earlier than rank 0's record
+    error = ChildFailedError("train.py", {1: killed, 0: stopped})
+    assert root_cause(error) == (0, stopped) and exit_code(stopped) == 143
+    assert failure_line(error) == ("torchrun: rank 0 (pid 10) exited with code 143, the job's line above; 2 rank(s) "
+                                   "ended with an error")
+    alone = ChildFailedError("train.py", {1: killed})
+    assert exit_code(root_cause(alone)[1]) == 143
+    assert failure_line(alone) == "torchrun: rank 1 (pid 11) was killed by SIGTERM; 1 rank(s) ended with an error"
