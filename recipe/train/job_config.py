@@ -105,8 +105,9 @@ class Checkpoint:
 
     load_unverified: bool = False
     """Resume from a step of the job's own checkpoint folder that has no manifest.json (one saved by another
-    program, or a save cut between DCP's .metadata and the manifest), with a warning that it is unverified.
-    Off, such a step counts as damaged: a resume falls back to the newest intact one."""
+    program, or a save cut between DCP's .metadata and the manifest) or whose manifest records no checksums
+    ([resilience] checksums = false), with a warning that it is unverified. Off, such a step counts as damaged:
+    a resume falls back to the newest intact one."""
 
 
 @dataclass
@@ -114,7 +115,8 @@ class Resilience:
     checksums: bool = True
     """Record the CRC-32 of every file a checkpoint save writes (in the step's manifest.json, beside the file sizes
     and the data-parallel degree, which are always recorded) and check them before a resume loads the step; a
-    damaged step gives way to the newest intact one. Measured on a CPU for the paper model's checkpoint (3.2 GB):
+    damaged step gives way to the newest intact one. Off, the steps are unverified, so the job needs
+    checkpoint.load_unverified to resume them. Measured on a CPU for the paper model's checkpoint (3.2 GB):
     0.8-0.9 GiB/s per rank, split over the ranks, about a fifth added to a save (docs/recipe.md)."""
 
     save_on_sigterm: Literal["auto", "on", "off"] = "auto"

@@ -38,7 +38,8 @@ from recipe.resilience.finite_guard import FiniteGuard, NonFiniteStep, checkpoin
 from recipe.resilience.held_signals import ctrl_c_held, release_ctrl_c, take_sigterm
 from recipe.resilience.preemption import SigtermFlag, Terminated, save_on_sigterm
 from recipe.resilience.teardown import end_process_groups
-from recipe.train.checks import check_environment, check_resume_tokenizer, check_settings, check_size, data_parallel_degree
+from recipe.train.checks import (check_environment, check_resume_tokenizer, check_settings, check_size,
+                                 data_parallel_degree, missing_config_hint)
 from recipe.train.cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
 from recipe.train.job_config import check_initial_load, check_job_config
 from recipe.train.loss import tokens_per_rank, uses_fused_loss, with_labels
@@ -57,7 +58,8 @@ def check_job(job_config: JobConfig) -> None:
     if flavor not in spec.model_args:
         raise ValueError(f"model.flavor={flavor!r} is not one of {sorted(spec.model_args)}")
     if not hasattr(spec.model_args[flavor], "lighthouse_layers"):
-        raise ValueError(f"model.name={job_config.model.name!r} has no Lighthouse layers; use 'llama3_lighthouse'")
+        raise ValueError(f"model.name={job_config.model.name!r} has no Lighthouse layers; use 'llama3_lighthouse'"
+                         + missing_config_hint(job_config))
     n_layers = use_hf_shape(copy.deepcopy(spec.model_args[flavor]), job_config).n_layers
     check_job_config(job_config, n_layers)
     check_settings(job_config, n_layers)
