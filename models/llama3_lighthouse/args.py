@@ -44,6 +44,9 @@ class LighthouseLlamaArgs(TransformerModelArgs):
     dense_layers: tuple[int, ...] = ()
     """Layers that always run dense causal SDPA."""
 
+    dense_backend: str = "cudnn"
+    """Kernel of dense causal attention, in `dense_layers` and wherever Lighthouse is off (`dense.DENSE_BACKENDS`)."""
+
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
@@ -65,6 +68,7 @@ class LighthouseLlamaArgs(TransformerModelArgs):
         section = job_config.lighthouse
         self.lighthouse = section.to_config() if section.enable else None
         self.dense_layers = tuple(section.dense_layers)
+        self.dense_backend = section.dense_backend
         rope = getattr(job_config, "rope", None)  # absent from torchtitan's own config: the flavor's RoPE stays
         if rope is not None:
             self.rope_theta = rope.theta
