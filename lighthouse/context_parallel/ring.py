@@ -62,9 +62,9 @@ def ring_causal_attention(
 
     The local tensors are wrapped as DTensors sharded on the sequence dim, so torch's context-parallel
     dispatcher runs its ring attention (rotation set by `enable_context_parallel`); scale 1/sqrt(D). `auto`
-    chooses the kernel by the local length, the length each ring step attends over.
+    chooses the kernel by the whole sequence's length, as on one device.
     """
-    name = resolve_backend(backend, q.device, q.dtype, ring=True, length=q.shape[1])
+    name = resolve_backend(backend, q.device, q.dtype, ring=True, length=q.shape[1] * mesh.size())
     enable_ring_dispatch(q.device.type)
     _check_head_tail_layout()
     q, k, v, gqa = sdpa_inputs(q, k, v, name)
