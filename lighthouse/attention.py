@@ -57,8 +57,8 @@ def resolve_backend(backend: str, device: torch.device, dtype: torch.dtype, ring
         kernels = flash_attn_kernels()
         devices = kernels.devices if kernels is not None else ("cuda",)
         if device.type not in devices:
-            raise ValueError(f"backend='flash_attn' needs {' or '.join(devices).upper()} inputs (they are on {device}); "
-                             "use 'auto', 'flash' or 'math'")
+            raise ValueError(f"backend='flash_attn' needs {' or '.join(devices).upper()} inputs (they are on "
+                             f"{device}); use 'auto', 'flash' or 'math'")
     return backend
 
 

@@ -97,7 +97,7 @@ def auto_takes_flash_attn(device: torch.device, dtype: torch.dtype, length: int 
 def _kernels() -> FlashAttnKernels:
     if _registered is None:
         raise RuntimeError("lighthouse::flash_attn_* ran with no FlashAttention implementation registered: a config "
-                           "with backend 'flash_attn' resolves it when checked (lighthouse.flash_attn.require_flash_attn)")
+                           "with backend 'flash_attn' resolves it when checked (`require_flash_attn`)")
     return _registered
 
 
@@ -137,7 +137,8 @@ def flash_attn_backward(grad_out: Tensor, query: Tensor, key: Tensor, value: Ten
 
 @flash_attn_backward.register_fake
 def _(grad_out, query, key, value, out, logsumexp, is_causal):
-    return tuple(x.new_empty(x.shape[0], x.shape[2], x.shape[1], x.shape[3]).transpose(1, 2) for x in (query, key, value))
+    return tuple(x.new_empty(x.shape[0], x.shape[2], x.shape[1], x.shape[3]).transpose(1, 2)
+                 for x in (query, key, value))
 
 
 def _setup_context(ctx, inputs: tuple, output: tuple) -> None:

@@ -110,7 +110,8 @@ def cpu_flash_attn() -> Iterator[None]:
     (`lighthouse.flash_attn.register_flash_attn`); the previous implementation is restored on exit."""
     from lighthouse.flash_attn import FlashAttnKernels, register_flash_attn
 
-    previous = register_flash_attn(FlashAttnKernels("CPU flash SDPA", _cpu_flash_forward, _cpu_flash_backward, ("cpu",)))
+    stand_in = FlashAttnKernels("CPU flash SDPA", _cpu_flash_forward, _cpu_flash_backward, ("cpu",))
+    previous = register_flash_attn(stand_in)
     try:
         yield
     finally:
