@@ -14,6 +14,9 @@ BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn")
 IMPLEMENTATIONS = ("auto", "fused", "reference")
 
 
+POSITION_BITS = 63  # int64 positions: packed keys (`kernels.ordering`) and indices count at most 2**63 - 1
+
+
 def _is_power_of_two(x: int) -> bool:
     return x > 0 and (x & (x - 1)) == 0
 
@@ -95,6 +98,9 @@ class LighthouseConfig:
             raise ValueError(f"levels={self.levels} must be >= 1")
         if self.pool < 2 or not _is_power_of_two(self.pool):
             raise ValueError(f"pool={self.pool} must be a power of two >= 2")
+        if (self.levels - 1) * (self.pool.bit_length() - 1) >= POSITION_BITS:  # p**(L-1) >= 2**63, uncomputed
+            raise ValueError(f"levels={self.levels} is too many for any sequence: pool**(levels-1) (pool={self.pool}) "
+                             f"must divide seq_len, whose positions count up to 2**{POSITION_BITS} in int64")
         if self.tile_budget < 2 or not _is_power_of_two(self.tile_budget):
             raise ValueError(f"tile_budget={self.tile_budget} must be a power of two >= 2")
         if self.topk < self.tile_budget or self.topk % self.tile_budget != 0:
@@ -140,8 +146,15 @@ class LighthouseConfig:
             raise ValueError(f"seq_len={seq_len!r} must be an int, not {type(seq_len).__name__}")
         if seq_len < 1:
             raise ValueError(f"seq_len={seq_len} must be >= 1")
+        if seq_len.bit_length() + ((self.levels + 1) * self.levels).bit_length() > POSITION_BITS:  # bits of the product, at most
+            raise ValueError(f"seq_len={seq_len} is too long: the packed keys of its pyramid entries (seq_len * "
+                             f"(levels+1) * levels, levels={self.levels}) must fit in int64")
         if self.scorer == "dilated" and seq_len % self.dilation != 0:
             raise ValueError(f"seq_len={seq_len} is not divisible by dilation={self.dilation}")
+        if self.scorer == "dilated" and seq_len // self.dilation < 2:
+            raise ValueError(f"dilation={self.dilation} leaves one token in each strided sub-sequence of seq_len="
+                             f"{seq_len}, so the dilated scorer scores each token against itself alone; it must be "
+                             "at most seq_len / 2")
         if self.levels == 1:
             return
         if (self.levels - 1) * (self.pool.bit_length() - 1) >= seq_len.bit_length():  # p**(L-1) > seq_len

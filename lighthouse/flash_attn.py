@@ -18,10 +18,11 @@ from torch import Tensor
 from .compat import flash_attn as fa4
 
 # Where `backend = "auto"` takes FlashAttention-4 instead of cuDNN: per compute capability, the shortest causal
-# attention (tokens per sequence) from which it was measured faster, forward+backward. At S = 6,144 it was 21%
-# slower on an H200, at 18,432 and longer 7-14% faster (docs/benchmarks.md, records/flash_attn_check.json);
-# `scripts/flash_attn_train.sh` measures the crossover between them. A card not listed never takes it.
-AUTO_FROM = {(9, 0): 18_432}
+# attention (tokens per sequence) from which it was measured faster, forward+backward, through these ops in training.
+# Empty until that is measured (`scripts/flash_attn_measure.sh`): the layer alone was 21% slower than cuDNN at
+# S = 6,144 on an H200 and 7-14% faster from 18,432 (docs/benchmarks.md), through FlashAttention-4's public call,
+# not these ops. A card not listed never takes it.
+AUTO_FROM: dict[tuple[int, int], int] = {}
 
 
 class FlashAttnKernels(NamedTuple):

@@ -132,9 +132,12 @@ def test_ops_pass_opcheck(stand_in):
     torch.library.opcheck(torch.ops.lighthouse.flash_attn_backward.default, (torch.randn_like(o), q, k, v, o, lse, False))
 
 
+CROSSOVER = 18_432  # a measured entry of AUTO_FROM, as the tests set it
+
+
 @pytest.mark.parametrize("card, length, dtype, expected", [
-    ((9, 0), flash_attn.AUTO_FROM[(9, 0)], torch.bfloat16, "flash_attn"),
-    ((9, 0), flash_attn.AUTO_FROM[(9, 0)] - 1, torch.bfloat16, "cudnn"),  # shorter: where it was measured slower
+    ((9, 0), CROSSOVER, torch.bfloat16, "flash_attn"),
+    ((9, 0), CROSSOVER - 1, torch.bfloat16, "cudnn"),  # shorter: where it was measured slower
     ((9, 0), None, torch.bfloat16, "cudnn"),
     ((9, 0), 1 << 20, torch.float32, "efficient"),
     ((12, 0), 1 << 20, torch.bfloat16, "cudnn"),  # a card without a measurement
@@ -143,6 +146,7 @@ def test_auto_takes_flash_attn_only_where_measured_faster(nothing_registered, mo
                                                           expected):
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(
         major=card[0], minor=card[1]))
+    monkeypatch.setattr(flash_attn, "AUTO_FROM", {(9, 0): CROSSOVER})
     cuda = torch.device("cuda")
     assert resolve_backend("auto", cuda, dtype, length=length) in ("cudnn", "efficient")  # nothing registered
     flash_attn.register_flash_attn(flash_attn.FlashAttnKernels("FA4", None, None, ("cuda",)))
