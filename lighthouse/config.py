@@ -4,6 +4,10 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+import torch
+
+from .flash_attn import require_flash_attn, resolve_flash_attn
+
 SCORERS = ("norm", "dilated")
 SELECTIONS = ("paper", "causal", "strict")
 BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn")
@@ -21,6 +25,15 @@ def gathered_length(seq_len: int, levels: int, pool: int, topk: int) -> int:
     """S = N / p**(L-1) + (L-1) * p * k (N itself for L = 1), unchecked: plain arithmetic, so torch.compile's
     symbolic ints go through it too (`LighthouseConfig.gathered_len` checks the pair first)."""
     return seq_len // pool ** (levels - 1) + (levels - 1) * pool * topk
+
+
+def resolve_kernels(backend: str) -> None:
+    """Load what `backend` may run before any call traces it: FlashAttention-4 for "flash_attn" (ValueError
+    if it does not import) and, on a machine with CUDA, for "auto" (which takes it only where it imports)."""
+    if backend == "flash_attn":
+        require_flash_attn()
+    elif backend == "auto" and torch.cuda.is_available():
+        resolve_flash_attn()
 
 
 @dataclass(frozen=True)
@@ -59,8 +72,9 @@ class LighthouseConfig:
     leak, docs/results.md the time to quality."""
 
     backend: str = "auto"
-    """Inner attention kernel on the gathered sub-sequence: auto (cuDNN on CUDA, math on CPU), cudnn, flash,
-    efficient, math, flash_attn."""
+    """Inner attention kernel on the gathered sub-sequence: auto (cuDNN on CUDA, or FlashAttention-4 where
+    installed and measured faster for the card at the gathered length, `lighthouse.flash_attn.AUTO_FROM`; the
+    flash kernel on CPU), cudnn, flash, efficient, math, flash_attn (FlashAttention-4, the flash extra)."""
 
     implementation: str = "auto"
     """Pipeline that runs the layer: auto (the fused Triton kernels on CUDA where they apply, else the
@@ -71,7 +85,7 @@ class LighthouseConfig:
 
     def check(self) -> None:
         """Raise TypeError naming the field and value if a setting has the wrong type, ValueError naming the values
-        if it is invalid whatever the sequence length."""
+        if it is invalid whatever the sequence length; then load the kernels `backend` may run (`resolve_kernels`)."""
         for name in ("levels", "pool", "topk", "tile_budget", "dilation"):
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
@@ -107,6 +121,7 @@ class LighthouseConfig:
             raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}")
         if self.implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation={self.implementation!r} is not one of {IMPLEMENTATIONS}")
+        resolve_kernels(self.backend)
 
     @property
     def num_tiles(self) -> int:

@@ -5,6 +5,7 @@
     python scripts/train_throughput.py --allow-cpu --config configs/debug.toml   # CPU smoke run: seq 512, 3 steps
     python scripts/train_throughput.py --seq-len 8192 --compile on --ac full --colocate-autograd off,on
     python scripts/train_throughput.py --vocab-size 131072 --json docs/records/train_throughput_vocab128k.json
+    python scripts/train_throughput.py --compile on --ac full --backend cudnn,flash_attn   # cuDNN against FA4
     python scripts/train_throughput.py --compile on --ac full --dense-layers "0,1,28,29;0,29;0;"  # per dense-layer choice
     python scripts/train_throughput.py --vocab-size 128256 -- --loss.implementation fused  # train.py arguments after --
 
@@ -25,9 +26,13 @@ the Amdahl view: the share of the dense step spent in the attention of the layer
 the whole-model ceiling if that attention cost nothing, and the speedup predicted from the per-layer
 speedup. Prints markdown tables; `--json` writes one record per checkpointing mode.
 
-`--tokenizer DIR` trains with that tokenizer's vocabulary; `--vocab-size N` trains with a byte-level BPE of exactly N entries built here (`recipe.data.bpe`, on the synthetic
-corpus, filled with reserved tokens) instead of the byte tokenizer: what a larger output layer costs at long
-context, beside a run without it. `--dense-layers "A;B;..."` trains Lighthouse once per choice of
+`--backend B,...` trains each variant once per attention backend B (cudnn, flash_attn or auto), set as both
+`[lighthouse] backend` (the Lighthouse layers) and `[lighthouse] dense_backend` (every dense attention: the
+dense variant, the config's dense layers); without it, the config's own settings.
+
+`--tokenizer DIR` trains with that tokenizer's vocabulary; `--vocab-size N` trains with a byte-level BPE of exactly N
+entries built here (`recipe.data.bpe`, on the synthetic corpus, filled with reserved tokens) instead of the byte
+tokenizer: what a larger output layer costs at long context, beside a run without it. `--dense-layers "A;B;..."` trains Lighthouse once per choice of
 `[lighthouse] dense_layers` (each a comma-separated list, empty for none), beside one dense run; arguments after
 `--` go to every variant's train.py.
 """
@@ -51,8 +56,8 @@ from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.device import require_cuda
 from eval.records import environment, shown_path
-from eval.benchmarks.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args, positive_int,
-                             run_variant, switch_values, too_few_steps)
+from eval.benchmarks.throughput import (BACKENDS, DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args,
+                                        positive_int, run_variant, switch_values, too_few_steps)
 from recipe.data.bpe import train_bpe
 from recipe.data.loader import synthetic_document
 from recipe.data.tokenizer import build_tokenizer, model_vocab_size
@@ -82,6 +87,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--compile", default="off", help="torch.compile settings, comma-separated: off, on")
     parser.add_argument("--colocate-autograd", default="off",
                         help="[host] colocate_autograd settings, comma-separated: off, on")
+    parser.add_argument("--backend", help="attention backends, comma-separated, each set as [lighthouse] backend "
+                                          "and dense_backend: cudnn, flash_attn, auto (default: the config's)")
     parser.add_argument("--vocab-size", type=positive_int,
                         help="train with a BPE tokenizer of this many entries built locally (default: bytes, 258)")
     parser.add_argument("--tokenizer", type=Path,
@@ -105,8 +112,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     for name in ("compile", "colocate_autograd")}
     except ValueError as err:
         parser.error(str(err))
-    modes = [(ac, c, h) for ac in args.ac.split(",") for c in switches["compile"]
-             for h in switches["colocate_autograd"]]
+    backends = args.backend.split(",") if args.backend else [None]
+    if not set(backends) <= {None, *BACKENDS}:
+        parser.error(f"--backend={args.backend!r}: comma-separated values of {', '.join(BACKENDS)}")
+    modes = [(ac, c, h, b) for ac in args.ac.split(",") for c in switches["compile"]
+             for h in switches["colocate_autograd"] for b in backends]
     if not args.allow_cpu:
         require_cuda("--allow-cpu runs a smoke run of a small config (--config configs/debug.toml)")
 
@@ -119,7 +129,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     model_args.update_from_config(job)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    runs: dict[tuple[str, str, bool, bool], dict] = {}
+    runs: dict[tuple[str, str, bool, bool, str | None], dict] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer_args = ["--model.hf_assets_path", str(args.tokenizer)] if args.tokenizer else []
         if args.tokenizer:
@@ -130,28 +140,32 @@ def main(argv: list[str] | None = None) -> list[dict]:
                                                                       exact=True))]
         variants = [("lighthouse" if args.dense_layers is None else f"lighthouse_dense{json.dumps(c).replace(' ', '')}", c)
                     for c in choices] + [("dense", None)]
-        for ac, compile_on, colocate in modes:
+        for mode in modes:
+            ac, compile_on, colocate, backend = mode
             for name, dense_layers in variants:
                 lighthouse = dense_layers is not None
                 print(f"train_throughput: training {name} ac={ac} compile={compile_on} colocate_autograd={colocate}, "
-                      f"seq_len {args.seq_len}, {args.steps} steps ({len(runs) + 1} of {len(variants) * len(modes)})",
-                      file=sys.stderr, flush=True)
+                      f"{f'backend {backend}, ' if backend else ''}seq_len {args.seq_len}, {args.steps} steps "
+                      f"({len(runs) + 1} of {len(variants) * len(modes)})", file=sys.stderr, flush=True)
                 folder = Path(tmp) / "_".join((name, ac, "compile" if compile_on else "eager",
-                                               "colocated" if colocate else "free"))
+                                               "colocated" if colocate else "free", backend or "config"))
                 layers = ["--lighthouse.dense_layers", *map(str, dense_layers)] if lighthouse else []
+                backend_args = ["--lighthouse.backend", backend, "--lighthouse.dense_backend", backend] if backend else []
                 argv_variant = (job_args(args.config, args.seq_len, args.steps, lighthouse, ac, compile_on, folder,
-                                         colocate) + tokenizer_args + layers + args.train_args)
-                runs[name, ac, compile_on, colocate] = run_variant(argv_variant, folder, args.steps)
-                print(f"{name:10s} ac={ac:4s} compile={compile_on} colocate_autograd={colocate} "
-                      f"{runs[name, ac, compile_on, colocate]}", flush=True)
+                                         colocate) + tokenizer_args + layers + backend_args + args.train_args)
+                runs[(name, *mode)] = run_variant(argv_variant, folder, args.steps)
+                print(f"{name:10s} ac={ac:4s} compile={compile_on} colocate_autograd={colocate} backend={backend} "
+                      f"{runs[(name, *mode)]}", flush=True)
     print("train_throughput: timing one attention call", file=sys.stderr, flush=True)
-    times = attention_times(model_args, job.lighthouse.to_config(), args.seq_len, device)
+    times = {backend: attention_times(model_args, job.lighthouse.to_config(), args.seq_len, device, backend)
+             for backend in backends}
 
     env = environment(device)
     records = []
-    for ac, compile_on, colocate in modes:
+    for mode in modes:
+        ac, compile_on, colocate, backend = mode
         for name, dense_layers in variants[:-1]:
-            lh, dense = runs[name, ac, compile_on, colocate], runs["dense", ac, compile_on, colocate]
+            lh, dense = runs[(name, *mode)], runs[("dense", *mode)]
             n_lighthouse = len([i for i in range(model_args.n_layers) if i not in dense_layers])
             model = (f"{shown_path(args.config)} ({job.model.flavor}: d {model_args.dim}, {model_args.n_layers} "
                      f"layers, {model_args.n_heads} heads; dense layers {dense_layers}; L={job.lighthouse.levels} "
@@ -160,11 +174,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
             records.append({
                 "device": env["device"], "seq_len": args.seq_len, "model": model, "dense_layers": dense_layers,
                 "vocab_size": args.vocab_size or model_args.vocab_size, "activation_checkpointing": ac,
-                "compile": compile_on, "colocate_autograd": colocate, "train_args": args.train_args,
+                "compile": compile_on, "colocate_autograd": colocate, "backend": backend or "config",
+                "train_args": args.train_args,
                 "lighthouse_tok_s": lh.get("tok_s"), "dense_tok_s": dense.get("tok_s"),
                 "lighthouse_peak_gib": lh.get("peak_gib"), "dense_peak_gib": dense.get("peak_gib"),
-                **amdahl(dense.get("tok_s"), lh.get("tok_s"), args.seq_len, n_lighthouse, times, ac),
-                "runs": {"lighthouse": lh, "dense": dense}, "attention_call_s": times, "steps": args.steps,
+                **amdahl(dense.get("tok_s"), lh.get("tok_s"), args.seq_len, n_lighthouse, times[backend], ac),
+                "runs": {"lighthouse": lh, "dense": dense}, "attention_call_s": times[backend], "steps": args.steps,
                 "environment": env,
             })
 
@@ -175,12 +190,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
               f"log of the config (local batch {job.training.local_batch_size}, every step) reads higher. Compare "
               "the variants with each other, not with that log")
     print(" | ".join(f"{k} {v}" for k, v in env.items()))
-    print("\n| dense layers | activation checkpointing | compile | colocated host threads | Lighthouse tok/s | dense tok/s | speedup | "
-          "Lighthouse peak GiB | dense peak GiB | per-layer attention speedup | Amdahl ceiling | predicted |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n| dense layers | activation checkpointing | compile | colocated host threads | backend | Lighthouse tok/s | "
+          "dense tok/s | speedup | Lighthouse peak GiB | dense peak GiB | per-layer attention speedup | Amdahl ceiling | "
+          "predicted |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in records:
         print(f"| {r['dense_layers']} | {r['activation_checkpointing']} | {'on' if r['compile'] else 'off'} | "
-              f"{'on' if r['colocate_autograd'] else 'off'} | {fmt(r['lighthouse_tok_s'], ',.0f')} | "
+              f"{'on' if r['colocate_autograd'] else 'off'} | {r['backend']} | {fmt(r['lighthouse_tok_s'], ',.0f')} | "
               f"{fmt(r['dense_tok_s'], ',.0f')} | {fmt(r.get('speedup'), '.2f')} | "
               f"{fmt(r['lighthouse_peak_gib'], '.1f')} | {fmt(r['dense_peak_gib'], '.1f')} | "
               f"{r['lighthouse_layer_speedup']:.2f} | {fmt(r.get('amdahl_ceiling'), '.2f')} | "

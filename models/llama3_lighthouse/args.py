@@ -44,6 +44,9 @@ class LighthouseLlamaArgs(TransformerModelArgs):
     dense_layers: tuple[int, ...] = ()
     """Layers that always run dense causal SDPA."""
 
+    dense_backend: str = "cudnn"
+    """Kernel of dense causal attention, in `dense_layers` and wherever Lighthouse is off (`dense.DENSE_BACKENDS`)."""
+
     hf_shape: bool = False
     """Shape and RoPE were taken from a Hugging Face config.json (flavor hf): its vocabulary stays, and the job's
     `[rope]` replaces its RoPE only with `rope.change_imported`."""
@@ -72,6 +75,7 @@ class LighthouseLlamaArgs(TransformerModelArgs):
         section = job_config.lighthouse
         self.lighthouse = section.to_config() if section.enable else None
         self.dense_layers = tuple(section.dense_layers)
+        self.dense_backend = section.dense_backend
         loss = getattr(job_config, "loss", None)  # absent from torchtitan's own config: the default chunk stays
         if loss is not None:
             self.loss_chunk_tokens = loss.chunk_tokens

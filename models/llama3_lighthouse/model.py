@@ -13,6 +13,7 @@ from torchtitan.models.llama3.model.model import Attention, Transformer, apply_r
 from lighthouse import LighthouseAttention, LighthouseConfig
 
 from .args import LighthouseLlamaArgs
+from .dense import DenseAttention
 from .output import OutputLayer
 
 SelectionObserver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
@@ -21,7 +22,8 @@ SelectionObserver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 class LighthouseLlamaAttention(Attention):
     """Llama-3 attention that runs `lighthouse_attention` on q [B,N,H,D], k/v [B,N,G,D] after RoPE.
 
-    With `lighthouse` None, or after `use_lighthouse = False`, it is exactly torchtitan's causal SDPA.
+    With `lighthouse` None, or after `use_lighthouse = False`, it is torchtitan's causal SDPA (exactly torchtitan's
+    module with the default `dense_backend`, else `DenseAttention`).
     The Lighthouse call is the parameter-free module `inner_lighthouse`, so a parallelize function can
     swap it (e.g. for a context-parallel version) as torchtitan does with `inner_attention`.
     `selection_observer`, when set, is called with (q, k, v) detached, for logging statistics; skipped under
@@ -32,6 +34,8 @@ class LighthouseLlamaAttention(Attention):
         super().__init__(model_args)
         if model_args.attn_type != "sdpa":
             raise ValueError(f"attn_type={model_args.attn_type!r}: Lighthouse layers replace causal SDPA only")
+        if model_args.dense_backend != "cudnn":
+            self.inner_attention = DenseAttention(model_args.dense_backend)
         self.lighthouse = lighthouse
         self.inner_lighthouse = LighthouseAttention(lighthouse) if lighthouse is not None else None
         self.use_lighthouse = lighthouse is not None

@@ -262,8 +262,10 @@ def check_device(job_config) -> None:
     if torch.cuda.is_available():
         return
     section = job_config.lighthouse
-    if section.enable and section.backend in CUDA_ONLY:
+    if section.enable and section.backend in CUDA_ONLY + ("flash_attn",):
         raise ValueError(f"[lighthouse] backend={section.backend!r} needs CUDA, which this machine lacks; use 'auto'")
+    if section.dense_backend == "flash_attn":
+        raise ValueError("[lighthouse] dense_backend='flash_attn' needs CUDA, which this machine lacks; use 'cudnn'")
     if section.enable and section.implementation == "fused" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError("[lighthouse] implementation='fused' needs CUDA (or TRITON_INTERPRET=1), which this "
                          "machine lacks; use 'auto'")

@@ -19,6 +19,7 @@ from torchtitan.tools.logging import logger
 from lighthouse import LighthouseConfig
 from lighthouse.context_parallel import check_context_parallel
 
+from models.llama3_lighthouse.dense import check_dense_backend
 from recipe.train.validation import check_validation
 
 
@@ -48,6 +49,13 @@ class Lighthouse(LighthouseLayer):
 
     dense_layers: list[int] = field(default_factory=list)
     """Layer indices that keep dense causal SDPA (the paper: 0, 1, 28, 29 of 30)."""
+
+    dense_backend: str = "cudnn"
+    """Kernel of dense causal attention: in `dense_layers`, after `switch_to_dense_at_step`, on `dense_every`
+    steps and in a dense run or resume (stage 2). "cudnn": torchtitan's SDPA (cuDNN, or its flash and math
+    kernels where cuDNN does not take the call); "flash_attn": FlashAttention-4 (the flash extra); "auto":
+    FlashAttention-4 where installed and measured faster for the card at this length, else cuDNN
+    (`lighthouse.flash_attn.AUTO_FROM`, docs/cluster.md)."""
 
     switch_to_dense_at_step: int = 0
     """Run Lighthouse for steps 1..N, then dense SDPA in every layer from step N+1 (0 = never). One run
@@ -299,6 +307,10 @@ def check_job_config(job_config, n_layers: int) -> None:
     if job_config.host.colocate_autograd and not hasattr(os, "sched_setaffinity"):
         raise ValueError("[host] colocate_autograd=true needs Linux (os.sched_setaffinity); set it to false")
     _check_dense_layers(section.dense_layers, n_layers)
+    try:
+        check_dense_backend(section.dense_backend)
+    except ValueError as err:
+        raise ValueError(f"[lighthouse] {err}") from err
     if section.switch_to_dense_at_step < 0:
         raise ValueError(f"[lighthouse] switch_to_dense_at_step={section.switch_to_dense_at_step} must be >= 0")
     cp = job_config.parallelism.context_parallel_degree
