@@ -11,10 +11,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed.checkpoint as dcp
+import torch.nn.functional as F
 from torch import nn
 from torchtitan.config import ConfigManager, JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
+from recipe.train.loss import uses_fused_loss
 from recipe.train.train_spec import job_model_args  # importing it registers the llama3_lighthouse TrainSpec
 from recipe.train.trainer import check_job
 
@@ -81,12 +83,38 @@ def autocast_dtype(job_config: JobConfig, device: torch.device) -> torch.dtype:
     return getattr(torch, job_config.training.mixed_precision_param) if device.type == "cuda" else torch.float32
 
 
-def logits_function(model: nn.Module, job_config: JobConfig, device: torch.device):
-    """ids [B, T] -> logits [B, T, V]; on a GPU under autocast in the job's mixed-precision dtype, as in training."""
-    dtype = autocast_dtype(job_config, device)
+class CheckpointScorer:
+    """ids [B, T] -> logits [B, T, V] (a logits function), which also scores tokens through the model's output
+    layer: `token_nats` with the fused output loss where the job's `[loss]` picks it for that many tokens (no
+    [B, T, V] logits), `last_logits` from the last position alone. On a GPU under autocast in the job's
+    mixed-precision dtype (`autocast_dtype`), as in training."""
 
-    def logits(ids: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
-            return model(ids.to(device))
+    def __init__(self, model: nn.Module, job_config: JobConfig, device: torch.device) -> None:
+        self.model, self.job_config, self.device = model, job_config, device
+        self.dtype = autocast_dtype(job_config, device)
 
-    return logits
+    def autocast(self) -> torch.autocast:
+        return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        with self.autocast():
+            return self.model(ids.to(self.device))
+
+    def token_nats(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of every label given its inputs: float32 [B, T] on the model's device."""
+        ids, labels = ids.to(self.device), labels.to(self.device)
+        if uses_fused_loss(self.job_config, ids.numel(), self.model.output.out_features):
+            with self.autocast():
+                return self.model(ids, labels=labels)
+        logits = self(ids).float()
+        return F.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
+
+    def last_logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """Logits [B, V] of the last position."""
+        with self.autocast():
+            return self.model.last_logits(ids.to(self.device))
+
+
+def logits_function(model: nn.Module, job_config: JobConfig, device: torch.device) -> CheckpointScorer:
+    """The checkpoint's logits function (`CheckpointScorer`)."""
+    return CheckpointScorer(model, job_config, device)

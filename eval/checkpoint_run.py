@@ -18,7 +18,7 @@ from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.checkpoint import lighthouse_setting
 from recipe.logs.metrics import METRICS_FILE, read_metrics
-from recipe.logs.run_record import CONFIG_FILE, RUN_START, RUNS_FOLDER
+from recipe.logs.run_record import CONFIG_FILE, RUN_FILE, RUN_START, RUNS_FOLDER, recorded_tokenizer
 from recipe.train.cli import CONFIG_FILE_FLAGS, ConfigError, as_config_error, config_file_arg, parse_job_config
 from recipe.train.trainer import check_job
 
@@ -87,6 +87,27 @@ def training_description(job_config: JobConfig, step: int | None) -> str:
         text = "dense"
     load_path = job_config.checkpoint.initial_load_path
     return f"{text}; started from {load_path}" if job_config.checkpoint.enable and load_path else text
+
+
+def describe_tokenizer(fingerprint: str) -> str:
+    """A tokenizer fingerprint (`recipe.data.tokenizer.tokenizer_fingerprint`) in words."""
+    kind, _, rest = fingerprint.partition(":")
+    if kind != "hf":
+        return f"the {fingerprint} tokenizer"
+    size, _, digest = rest.partition(":")
+    return f"a {size}-entry Hugging Face tokenizer (tokenizer.json sha256 {digest}...)"
+
+
+def check_trained_tokenizer(step_folder: Path, record: Path | None, fingerprint: str, setting: str) -> None:
+    """The tokenizer a tool reads `step_folder` with (`fingerprint`, from the job's `setting`) is the one its run
+    trained with, as its run record says: another vocabulary fails the load with a page of size mismatches, and
+    another tokenizer of the same size scores other text. Without a record (or one that names none) nothing is
+    known to compare."""
+    then = recorded_tokenizer(record) if record is not None else None
+    if then is not None and then != fingerprint:
+        raise ConfigError(f"{setting} gives {describe_tokenizer(fingerprint)}, but {step_folder} was trained with "
+                          f"{describe_tokenizer(then)} ({record / RUN_FILE}); drop that setting to use the run's "
+                          "tokenizer, or point it at the tokenizer the run trained with")
 
 
 # Job settings that make the model (dimensions, RoPE table): a config file named on the command line must agree

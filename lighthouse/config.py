@@ -4,10 +4,17 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+import torch
+
+from .flash_attn import require_flash_attn, resolve_flash_attn
+
 SCORERS = ("norm", "dilated")
 SELECTIONS = ("paper", "causal", "strict")
 BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn")
 IMPLEMENTATIONS = ("auto", "fused", "reference")
+
+
+POSITION_BITS = 63  # int64 positions: packed keys (`kernels.ordering`) and indices count at most 2**63 - 1
 
 
 def _is_power_of_two(x: int) -> bool:
@@ -18,6 +25,15 @@ def gathered_length(seq_len: int, levels: int, pool: int, topk: int) -> int:
     """S = N / p**(L-1) + (L-1) * p * k (N itself for L = 1), unchecked: plain arithmetic, so torch.compile's
     symbolic ints go through it too (`LighthouseConfig.gathered_len` checks the pair first)."""
     return seq_len // pool ** (levels - 1) + (levels - 1) * pool * topk
+
+
+def resolve_kernels(backend: str) -> None:
+    """Load what `backend` may run before any call traces it: FlashAttention-4 for "flash_attn" (ValueError
+    if it does not import) and, on a machine with CUDA, for "auto" (which takes it only where it imports)."""
+    if backend == "flash_attn":
+        require_flash_attn()
+    elif backend == "auto" and torch.cuda.is_available():
+        resolve_flash_attn()
 
 
 @dataclass(frozen=True)
@@ -56,8 +72,9 @@ class LighthouseConfig:
     leak, docs/results.md the time to quality."""
 
     backend: str = "auto"
-    """Inner attention kernel on the gathered sub-sequence: auto (cuDNN on CUDA, math on CPU), cudnn, flash,
-    efficient, math, flash_attn."""
+    """Inner attention kernel on the gathered sub-sequence: auto (cuDNN on CUDA, or FlashAttention-4 where
+    installed and measured faster for the card at the gathered length, `lighthouse.flash_attn.AUTO_FROM`; the
+    flash kernel on CPU), cudnn, flash, efficient, math, flash_attn (FlashAttention-4, the flash extra)."""
 
     implementation: str = "auto"
     """Pipeline that runs the layer: auto (the fused Triton kernels on CUDA where they apply, else the
@@ -68,7 +85,7 @@ class LighthouseConfig:
 
     def check(self) -> None:
         """Raise TypeError naming the field and value if a setting has the wrong type, ValueError naming the values
-        if it is invalid whatever the sequence length."""
+        if it is invalid whatever the sequence length; then load the kernels `backend` may run (`resolve_kernels`)."""
         for name in ("levels", "pool", "topk", "tile_budget", "dilation"):
             value = getattr(self, name)
             if not isinstance(value, numbers.Integral) or isinstance(value, bool):
@@ -81,6 +98,9 @@ class LighthouseConfig:
             raise ValueError(f"levels={self.levels} must be >= 1")
         if self.pool < 2 or not _is_power_of_two(self.pool):
             raise ValueError(f"pool={self.pool} must be a power of two >= 2")
+        if (self.levels - 1) * (self.pool.bit_length() - 1) >= POSITION_BITS:  # p**(L-1) >= 2**63, uncomputed
+            raise ValueError(f"levels={self.levels} is too many for any sequence: pool**(levels-1) (pool={self.pool}) "
+                             f"must divide seq_len, whose positions count up to 2**{POSITION_BITS} in int64")
         if self.tile_budget < 2 or not _is_power_of_two(self.tile_budget):
             raise ValueError(f"tile_budget={self.tile_budget} must be a power of two >= 2")
         if self.topk < self.tile_budget or self.topk % self.tile_budget != 0:
@@ -101,6 +121,7 @@ class LighthouseConfig:
             raise ValueError(f"backend={self.backend!r} is not one of {BACKENDS}")
         if self.implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation={self.implementation!r} is not one of {IMPLEMENTATIONS}")
+        resolve_kernels(self.backend)
 
     @property
     def num_tiles(self) -> int:
@@ -125,8 +146,15 @@ class LighthouseConfig:
             raise ValueError(f"seq_len={seq_len!r} must be an int, not {type(seq_len).__name__}")
         if seq_len < 1:
             raise ValueError(f"seq_len={seq_len} must be >= 1")
+        if seq_len.bit_length() + ((self.levels + 1) * self.levels).bit_length() > POSITION_BITS:  # bits of the product, at most
+            raise ValueError(f"seq_len={seq_len} is too long: the packed keys of its pyramid entries (seq_len * "
+                             f"(levels+1) * levels, levels={self.levels}) must fit in int64")
         if self.scorer == "dilated" and seq_len % self.dilation != 0:
             raise ValueError(f"seq_len={seq_len} is not divisible by dilation={self.dilation}")
+        if self.scorer == "dilated" and seq_len // self.dilation < 2:
+            raise ValueError(f"dilation={self.dilation} leaves one token in each strided sub-sequence of seq_len="
+                             f"{seq_len}, so the dilated scorer scores each token against itself alone; it must be "
+                             "at most seq_len / 2")
         if self.levels == 1:
             return
         if (self.levels - 1) * (self.pool.bit_length() - 1) >= seq_len.bit_length():  # p**(L-1) > seq_len

@@ -40,8 +40,10 @@ def _config(*values) -> LighthouseConfig:
     return LighthouseConfig(**dict(zip(FIELDS, values)))
 
 
-def _attention(backend: str, q: Tensor) -> DirectAttention:
-    attention = direct_attention(backend, q.device, q.dtype)
+def _attention(backend: str, q: Tensor, length: int) -> DirectAttention:
+    """The direct ops of `backend` for attention over `length` gathered rows (the same kernel forward and
+    backward: `auto` may choose by length)."""
+    attention = direct_attention(backend, q.device, q.dtype, length)
     if attention is None:
         raise ValueError(f"backend={backend!r} has no direct forward and backward ops on {q.device.type}")
     return attention
@@ -59,7 +61,7 @@ def fused_forward(q: Tensor, k: Tensor, v: Tensor, config: LighthouseConfig, wit
     O~ and its logsumexp, which `with_lse=False` may leave empty) for contiguous q [B, N, H, D],
     k, v [B, N, G, D]; no autograd."""
     n = q.shape[1]
-    attention = _attention(config.backend, q)
+    attention = _attention(config.backend, q, gathered_length(n, config.levels, config.pool, config.topk))
     pyramid, order = plan(q, k, v, config)
     gathered = gather_rows(q, k, v, pyramid.q, pyramid.k, pyramid.v, pyramid.stored, order.packed, config.pool,
                            config.levels)
@@ -74,7 +76,7 @@ def fused_backward(grad_o: Tensor, slots: Tensor, qh: Tensor, kh: Tensor, vh: Te
     """dq, dk, dv of `fused_forward` from the gradient of o and what it saved; no autograd."""
     n, heads = grad_o.shape[1], grad_o.shape[2]
     grad_ot = scatter_rows_backward(grad_o, slots, n, qh.shape[2], pool, levels, oh.dtype)
-    dq, dk, dv = (x.transpose(1, 2) for x in _attention(backend, qh).backward(
+    dq, dk, dv = (x.transpose(1, 2) for x in _attention(backend, qh, qh.shape[2]).backward(
         grad_ot.transpose(1, 2), qh, kh, vh, oh, lse))
     if dk.shape[2] != kv_heads:  # kv were repeated for the kernel: sum each group's copies
         dk, dv = (x.unflatten(2, (kv_heads, heads // kv_heads)).sum(3) for x in (dk, dv))
@@ -96,7 +98,7 @@ def _(q, k, v, *values):
     levels, pool, backend = named["levels"], named["pool"], named["backend"]
     (b, n, h, d), g = q.shape, k.shape[2]
     s = gathered_length(n, levels, pool, named["topk"])
-    attention = _attention(backend, q)
+    attention = _attention(backend, q, s)
     qh, kh, vh = _heads_first(q.new_empty(b, s, h, d), k.new_empty(b, s, g, d), v.new_empty(b, s, g, d),
                               attention)
     oh, lse = attention.forward(qh, kh, vh, True)
@@ -165,15 +167,16 @@ def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: Lighthou
 
     One autograd node (`FusedLighthouse`; without gradients, its forward alone; under torch.compile the
     custom op with its registered backward) where the attention kernel has direct ops here
-    (`direct_attention`: cuDNN on CUDA, flash on CPU), else gather, attention and scatter-back as three
-    (`lighthouse.fused.plan`, then `attend`). Differentiable in q, k, v; no host synchronisation and static
+    (`direct_attention`: cuDNN on CUDA, flash on CPU, FlashAttention's ops), else gather, attention and
+    scatter-back as three (`lighthouse.fused.plan`, then `attend`). Differentiable in q, k, v; no host synchronisation and static
     shapes (CUDA-graph and torch.compile friendly). `lighthouse.pipeline.resolve_implementation` has checked
     that the kernels take the call.
     """
     if config.levels == 1:
         return causal_attention(q, k, v, config.backend)
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    if direct_attention(config.backend, q.device, q.dtype) is not None:
+    s = gathered_length(q.shape[1], config.levels, config.pool, config.topk)
+    if direct_attention(config.backend, q.device, q.dtype, s) is not None:
         if torch.compiler.is_compiling():
             return torch.ops.lighthouse.fused_forward(q, k, v, *settings(config))[0]
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):

@@ -58,8 +58,9 @@ def exit_on_config_error() -> Iterator[None]:
     other rank first waits `OTHER_RANKS_WAIT_S`: when it meets the same mistake as rank 0 it is stopped
     there, with no error file (torchelastic's @record leaves stops unrecorded: `recipe.compat.torchtitan`), so
     the summary never heads with a stopped rank; when the mistake is its own it then writes its file and ends
-    the same way. A stop every rank decides at the same step (`every_rank`: SIGTERM) waits for torchrun
-    however long rank 0 takes to end."""
+    the same way. After a stop every rank decided at the same step (`every_rank`: SIGTERM) it ends after the
+    wait with no error file: rank 0 has ended the job by then, or torchrun itself is stopping every rank (a
+    SIGTERM to torchrun, passed to each rank once: no second signal comes)."""
     try:
         yield
     except (ConfigError, RunStopped) as err:
@@ -74,15 +75,20 @@ def exit_on_config_error() -> Iterator[None]:
         if not error_file:
             raise SystemExit(code) from None
         if not rank_0:
-            time.sleep(OTHER_RANKS_WAIT_S)
-            while err.every_rank:  # rank 0 ends the job with the same stop, then torchrun stops this rank
-                time.sleep(OTHER_RANKS_WAIT_S)
+            time.sleep(OTHER_RANKS_WAIT_S)  # rank 0 ends the job first; torchrun then stops this rank
+            if err.every_rank:
+                _exit_now(code)
         # torchrun's own record format; its summary shows py_callstack, here the one line, dated when the stop
         # was decided (not after the trainer closed): torchrun heads its summary with the earliest record
         stamp = getattr(err, "raised_at", None) or time.time()
         record = {"message": line, "extraInfo": {"py_callstack": line, "timestamp": str(int(stamp))}}
         with open(error_file, "w", encoding="utf-8") as f:
             json.dump({"message": record}, f)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once with `code`, its streams flushed (the trainer has closed in its own `finally`)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

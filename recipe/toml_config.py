@@ -9,7 +9,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 try:
     import tomllib
@@ -17,10 +17,20 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 
+UTF8_BOM = b"\xef\xbb\xbf"  # what some editors (Windows Notepad) write before UTF-8 text
+
+
+def load_toml_file(f: BinaryIO) -> dict[str, Any]:
+    """The TOML of a file opened in binary mode, a UTF-8 byte-order mark before it accepted (TOML has none, but
+    the mark says nothing but "UTF-8"). TOMLDecodeError or UnicodeDecodeError as tomllib raises them."""
+    data = f.read()
+    return tomllib.loads(data.removeprefix(UTF8_BOM).decode("utf-8"))
+
+
 def load_toml(path: Path) -> dict[str, Any]:
     """The TOML file at `path` as a dict."""
     with open(path, "rb") as f:
-        return tomllib.load(f)
+        return load_toml_file(f)
 
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -1,7 +1,7 @@
-"""Check backend="flash_attn" beside cuDNN on one GPU: parity, a training step's loss, latency.
+"""Check backend="flash_attn" beside cuDNN on one GPU: parity, a training step's loss, latency, `auto`'s rule.
 
-The FlashAttention generation that imports, parity of the attention and of the Lighthouse layer, one training
-step's loss, and latency at 32K / 128K / 512K.
+Whether FlashAttention-4 imports, parity of the attention and of the Lighthouse layer, one training step's loss,
+latency at 32K / 128K / 512K, and attention alone from 4K to 128K: where `backend = "auto"` should take it.
 
 What it measures and writes: eval/benchmarks/flash_attn_check.py. Exits 1 if flash_attn did not import or missed a
 parity tolerance.

@@ -25,11 +25,11 @@ import math
 import sys
 from pathlib import Path
 
-from eval.checkpoint_run import job_config_of
+from eval.checkpoint_run import check_trained_tokenizer, job_config_of
 from eval.metrics.cli import evaluation_parser, load_checkpoint
 from eval.metrics.heldout import document_loss, heldout_documents, heldout_windows, setting_losses
 from eval.records import provenance, write_record
-from recipe.data.tokenizer import build_tokenizer
+from recipe.data.tokenizer import build_tokenizer, tokenizer_fingerprint, tokenizer_setting
 from recipe.train.cli import as_config_error, exit_on_config_error
 
 
@@ -45,12 +45,15 @@ def main(argv: list[str] | None = None) -> dict:
     args, job_argv = p.parse_known_args(argv)
     if args.documents is not None and args.by_position:
         p.error("--by-position buckets the positions of windows; it does not go with --documents")
-    job_config, _ = job_config_of(Path(args.checkpoint), job_argv)
+    job_config, record_folder = job_config_of(Path(args.checkpoint), job_argv)
     if args.documents is not None:  # scored dense, as lm-eval scores the export; the record says so
         job_config.lighthouse.enable = False
     seq_len = job_config.training.seq_len
     with as_config_error():
         tokenizer = build_tokenizer(job_config)
+    check_trained_tokenizer(Path(args.checkpoint), record_folder, tokenizer_fingerprint(tokenizer),
+                            tokenizer_setting(job_config.model))
+    with as_config_error():
         if args.documents is None:
             windows = heldout_windows(args.data, seq_len, args.windows, tokenizer=tokenizer)
         else:

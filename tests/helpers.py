@@ -1,6 +1,6 @@
 """Shared test inputs: fresh random q, k, v of a given geometry, vectors of given norms, where kernels run,
-the environment of a child process that runs the recipe, a script run in this process to its exit, and a signal
-sent to a running job once it is ready."""
+a CPU stand-in for FlashAttention, the environment of a child process that runs the recipe, a script run in
+this process to its exit, and a signal sent to a running job once it is ready."""
 from __future__ import annotations
 
 import json
@@ -10,6 +10,8 @@ import runpy
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -81,6 +83,39 @@ def random_qkv(
     return tuple(
         torch.randn(s, generator=gen, device=device, dtype=dtype).requires_grad_(requires_grad) for s in shapes
     )
+
+
+def _repeat_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """[B, heads, S, D] views of q and of k, v repeated to q's heads (the CPU flash op has no GQA)."""
+    reps = q.shape[2] // k.shape[2]
+    return q.transpose(1, 2), *(x.repeat_interleave(reps, dim=2).transpose(1, 2) for x in (k, v))
+
+
+def _cpu_flash_forward(q, k, v, causal):
+    o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*_repeat_kv(q, k, v), 0.0, causal)[:2]
+    return o.transpose(1, 2), lse
+
+
+def _cpu_flash_backward(grad_o, q, k, v, o, lse, causal):
+    heads, kv_heads = q.shape[2], k.shape[2]
+    dq, dk, dv = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        grad_o.transpose(1, 2), *_repeat_kv(q, k, v), o.transpose(1, 2), lse, 0.0, causal)
+    dk, dv = (x.transpose(1, 2).unflatten(2, (kv_heads, heads // kv_heads)).sum(3) for x in (dk, dv))
+    return dq.transpose(1, 2), dk, dv
+
+
+@contextmanager
+def cpu_flash_attn() -> Iterator[None]:
+    """FlashAttention's ops backed by torch's CPU flash SDPA while inside, registered as FlashAttention-4 is
+    (`lighthouse.flash_attn.register_flash_attn`); the previous implementation is restored on exit."""
+    from lighthouse.flash_attn import FlashAttnKernels, register_flash_attn
+
+    stand_in = FlashAttnKernels("CPU flash SDPA", _cpu_flash_forward, _cpu_flash_backward, ("cpu",))
+    previous = register_flash_attn(stand_in)
+    try:
+        yield
+    finally:
+        register_flash_attn(previous)
 
 
 def vectors_with_norms(norms: torch.Tensor, dim: int) -> torch.Tensor:

@@ -27,7 +27,7 @@ from recipe.data.loader import DataError, LocalFiles, read_documents
 from recipe.data.tokenizer import ByteTokenizer
 from recipe.launch import single_process_env
 from recipe.logs.metrics import LighthouseMetricsProcessor
-from recipe.resilience.checkpoint_manifest import MANIFEST
+from recipe.resilience.checkpoint_manifest import write_manifest
 from recipe.resilience.dump_lock import LOCK_FILE, DumpFolderLock
 from recipe.train.checks import check_launch
 from recipe.train.cli import DEBUG_ENV, ConfigError, parse_job_config
@@ -56,9 +56,16 @@ def empty_files(tmp_path: Path) -> None:
         (tmp_path / "corpus" / name).touch()
 
 
-def checkpoint_at_step_10(tmp_path: Path) -> None:
+def garbage_step_10(tmp_path: Path) -> None:
+    """A step-10 whose `.metadata` is noise and which has no manifest: damaged, as a resume finds it."""
     (tmp_path / "run" / "checkpoint" / "step-10").mkdir(parents=True)
     (tmp_path / "run" / "checkpoint" / "step-10" / ".metadata").write_bytes(os.urandom(64))
+
+
+def checkpoint_at_step_10(tmp_path: Path, data_parallel_degree: int = 1) -> None:
+    """A step-10 with its manifest, as the recipe saves it (its bytes are noise: the start-up checks read none)."""
+    garbage_step_10(tmp_path)
+    write_manifest(str(tmp_path / "run" / "checkpoint" / "step-10"), data_parallel_degree)
 
 
 def previous_run(**settings: str | int):
@@ -92,11 +99,21 @@ def nothing(tmp_path: Path) -> None:
 
 def written_by(data_parallel_degree: int):
     """A setup: a checkpoint at step 10 whose manifest says `data_parallel_degree` ranks wrote it."""
+    return lambda tmp_path: checkpoint_at_step_10(tmp_path, data_parallel_degree)
+
+
+def parquet_with(column: str):
+    """A setup: tmp_path/corpus.parquet with one string column named `column`."""
     def setup(tmp_path: Path) -> None:
-        checkpoint_at_step_10(tmp_path)
-        manifest = {"data_parallel_degree": data_parallel_degree, "files": {}}
-        (tmp_path / "run" / "checkpoint" / "step-10" / MANIFEST).write_text(json.dumps(manifest))
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({column: ["a document", "another"]}), tmp_path / "corpus.parquet")
     return setup
+
+
+def a_file(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
 
 
 def other_flavor_checkpoint(tmp_path: Path) -> None:
@@ -213,7 +230,29 @@ ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
      "data-parallel rank(s), and this one has 1", r"resume with 2 data-parallel rank\(s\)"),
     ("local-batch-absurd", ["--training.local_batch_size", "1000000000"], nothing,
      "training.local_batch_size=1000000000", "tokens per microbatch: one float32 hidden state of it"),
-    ("levels-absurd", ["--lighthouse.levels", "1000000"], nothing, "levels=1000000", "is too many for seq_len=512"),
+    ("levels-absurd", ["--lighthouse.levels", "1000000"], nothing, "levels=1000000", "is too many for any sequence"),
+    ("levels-huge", ["--lighthouse.levels", str(2**70)], nothing, f"levels={2**70}", "is too many for any sequence"),
+    ("steps-huge", ["--training.steps", str(2**70)], nothing, f"training.steps={2**70}", "does not fit in 64 bits"),
+    ("dilation-is-seq-len", ["--lighthouse.scorer", "dilated", "--lighthouse.dilation", "512"], nothing,
+     "dilation=512", "leaves one token in each strided sub-sequence of seq_len=512"),
+    ("synthetic-with-path", ["--training.dataset_path", "{tmp}"], nothing, "training.dataset_path=",
+     "with training.dataset='synthetic', which generates its documents and reads no file"),
+    ("validation-synthetic-with-path", [*VALIDATION, "--validation.dataset_path", "nope"], nothing,
+     "validation.dataset_path='nope'", "with validation.dataset='synthetic', which generates its documents"),
+    ("tokenizer-folder-empty", ["--model.hf_assets_path", "{tmp}/tokenizer"], tokenizer_files(),
+     "model.hf_assets_path=", "tokenizer' is an empty folder: point it at a folder with a Hugging Face tokenizer"),
+    ("tokenizer-path-deprecated", ["--model.tokenizer_path", "{tmp}/none"], nothing, "model.tokenizer_path=",
+     "none' does not exist"),
+    ("parquet-without-text", [*LOCAL_TRAINING, "{tmp}/corpus.parquet"], parquet_with("body"),
+     "training.dataset_path:", r"corpus.parquet: parquet file has no 'text' column \(columns: \['body'\]\)"),
+    ("checkpoint-folder-below-a-file", ["--checkpoint.folder", "{tmp}/file/checkpoint"], a_file,
+     "checkpoint.folder=", r"file/checkpoint cannot be created: .*/file is a file, not a folder"),
+    ("dump-folder-below-a-file", ["--job.dump_folder", "{tmp}/file/run"], a_file, "job.dump_folder=",
+     r"cannot be created: .*/file is a file, not a folder"),
+    ("compile-backend", ["--compile.enable", "--compile.backend", "bogus"], nothing, "compile.backend='bogus'",
+     "is not a torch.compile backend"),
+    ("no-checksums", ["--resilience.no-checksums"], nothing, "[resilience] checksums=false with checkpoint.enable",
+     "a resume cannot verify them and takes none; pass --checkpoint.load_unverified"),
     ("sigterm-grace", ["--resilience.sigterm_grace_s", "-1"], nothing, "[resilience] sigterm_grace_s=-1.0", ">= 0"),
     ("total-steps-negative", ["--lr_scheduler.total_steps", "-5"], nothing, "lr_scheduler.total_steps=-5",
      "is below training.steps=20: the schedule would end before the run"),
@@ -283,6 +322,7 @@ def test_a_bad_input_is_refused_at_start_up_naming_the_key_and_changing_nothing(
 @pytest.mark.parametrize("path", [".", "", None, "{tmp}"], ids=["dot", "empty", "unset", "folder-without-tokenizer"])
 def test_dot_empty_unset_or_a_folder_without_tokenizer_files_is_the_byte_tokenizer(tmp_path, monkeypatch, path):
     monkeypatch.setenv("WORLD_SIZE", "1")
+    (tmp_path / "config.json").write_text("{}")  # a folder of Hugging Face files, none of them a tokenizer's
     config = parse(tmp_path, *([] if path is None else ["--model.hf_assets_path", path]))
     if path is None:
         config.model.hf_assets_path = Model().hf_assets_path  # configs/debug.toml sets "."
@@ -343,20 +383,73 @@ def test_a_rank_environment_without_torchrun_is_refused_instead_of_waiting_forev
     check_launch(parse(tmp_path, "--comm.mode", "fake_backend"), {"RANK": "0", "WORLD_SIZE": "8"})  # a dry run
 
 
-@pytest.mark.parametrize("args, warning", [
-    (["--optimizer.lr", "1e-300"], "optimizer.lr=1e-300 is so small that no float32 weight moves"),
-    (["--training.max_norm", "1e-30"], "training.max_norm=1e-30 clips every gradient to almost nothing"),
-    (["--optimizer.eps", "1e308"], "optimizer.eps=1e+308 dwarfs every gradient's second moment"),
-], ids=["lr-tiny", "max-norm-tiny", "eps-huge"])
-def test_accepted_nonsense_runs_with_one_warning_line_and_lr_0_without(tmp_path, monkeypatch, caplog, args, warning):
+def one_byte_corpus(tmp_path: Path) -> None:
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.txt").write_text("x")
+
+
+@pytest.mark.parametrize("args, setup, warning", [
+    (["--optimizer.lr", "1e-300"], nothing, "optimizer.lr=1e-300 is so small that no float32 weight moves"),
+    (["--optimizer.lr", "0"], nothing, "optimizer.lr=0 freezes the weights: every step computes the loss and leaves"),
+    (["--training.max_norm", "1e-30"], nothing, "training.max_norm=1e-30 clips every gradient to almost nothing"),
+    (["--optimizer.eps", "1e308"], nothing, "optimizer.eps=1e+308 dwarfs every gradient's second moment"),
+    ([*LOCAL_TRAINING, "{tmp}/corpus"], one_byte_corpus, "training.dataset_path: its 1 file(s) hold 1 bytes in all, "
+     "fewer than the 512 tokens of one window (training.seq_len): every window repeats the same text"),
+], ids=["lr-tiny", "lr-0", "max-norm-tiny", "eps-huge", "one-byte-corpus"])
+def test_accepted_nonsense_runs_with_one_warning_line(tmp_path, monkeypatch, caplog, args, setup, warning):
     monkeypatch.setenv("WORLD_SIZE", "1")
+    setup(tmp_path)
     with caplog.at_level(logging.WARNING):
         check_start_up(parse(tmp_path, *args))
     (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert line.startswith(warning) and "\n" not in line
     caplog.clear()
-    check_start_up(parse(tmp_path, "--optimizer.lr", "0"))  # frozen weights on purpose (evaluation runs)
+    check_start_up(parse(tmp_path))  # the debug config itself: no warning
     assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_a_corpus_whose_every_document_is_empty_stops_after_one_pass_naming_it(tmp_path):
+    """Files with bytes but no text (`{"text": ""}` lines) pass the start-up checks; the first pass over them finds
+    that every window would hold BOS and EOS alone."""
+    (tmp_path / "a.jsonl").write_text('{"text": ""}\n' * 3)
+    (tmp_path / "b.txt").write_text("")
+    with pytest.raises(DataError, match=r"^2 files hold no readable document with text for data-parallel rank 0 of "
+                                        r"1 \(the windows would hold BOS and EOS alone\)"):
+        list(LocalFiles([str(tmp_path / "a.jsonl"), str(tmp_path / "b.txt")], rank=0, world=1))
+
+
+@pytest.mark.parametrize("contents, hint", [
+    (None, "(no config file was given: pass --job.config_file, e.g. configs/debug.toml)"),
+    ("", "(empty.toml is empty: it sets nothing, so every key keeps torchtitan's default)"),
+    ("# nothing set yet\n", "(empty.toml is empty: it sets nothing, so every key keeps torchtitan's default)"),
+], ids=["none", "empty", "comments-only"])
+def test_a_job_without_settings_says_no_config_was_given_or_that_it_is_empty(tmp_path, monkeypatch, contents, hint):
+    monkeypatch.chdir(tmp_path)
+    args = ["--job.dump_folder", str(tmp_path / "run")]
+    if contents is not None:
+        Path("empty.toml").write_text(contents)
+        args += ["--job.config_file", "empty.toml"]
+    with pytest.raises(ConfigError) as err:
+        check_start_up(parse_job_config(args))
+    assert str(err.value) == f"model.name='llama3' has no Lighthouse layers; use 'llama3_lighthouse' {hint}"
+
+
+def test_a_config_file_that_starts_with_a_utf8_byte_order_mark_reads_as_without_it(tmp_path):
+    (tmp_path / "bom.toml").write_bytes(b"\xef\xbb\xbf" + Path(DEBUG).read_bytes())
+    with_mark = parse_job_config(["--job.config_file", str(tmp_path / "bom.toml")])
+    assert with_mark.model.name == "llama3_lighthouse"
+    assert with_mark.training == parse_job_config(["--job.config_file", DEBUG]).training
+
+
+def test_a_damaged_newest_step_has_no_say_in_the_start_up_checks(tmp_path, monkeypatch):
+    """A step-10 of noise without a manifest is passed over by the resume, so `training.steps=6` is no mistake
+    (and a step-10 with its manifest is)."""
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    garbage_step_10(tmp_path)
+    check_start_up(parse(tmp_path, "--training.steps", "6"))
+    write_manifest(str(tmp_path / "run" / "checkpoint" / "step-10"), 1)
+    with pytest.raises(ConfigError, match="training.steps=6 is below step 10 of the latest checkpoint"):
+        check_start_up(parse(tmp_path, "--training.steps", "6"))
 
 
 def test_a_parquet_file_of_random_bytes_is_named_as_a_data_fault(tmp_path):

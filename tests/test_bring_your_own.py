@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -291,6 +292,46 @@ def test_another_rope_is_refused_with_the_flags_that_carry_it(assets):
     line = refusal(assets, *argv)
     assert "rope_theta=10000.0 (the job: 500000.0)" in line and "--rope.theta 10000.0 --rope.scaling_factor 1.0" in line
     check_start_up(parse_train_args([*argv, "--rope.change_imported"]))  # context extension on purpose
+
+
+def rewritten_hf_folder(assets, tmp_path: Path, change) -> Path:
+    """A copy of the Hugging Face folder whose weights are `change(tensors)`."""
+    from safetensors.torch import load_file, save_file
+
+    folder = tmp_path / "hf"
+    shutil.copytree(assets["hf"], folder)
+    (weights,) = folder.glob("*.safetensors")
+    tensors = load_file(weights)
+    change(tensors)
+    save_file(tensors, weights, metadata={"format": "pt"})
+    return folder
+
+
+def test_integer_weights_or_a_tensor_the_model_has_no_place_for_are_refused_in_one_line(assets, tmp_path):
+    """DCP would load int32 tensors as values (a loss in the tens of thousands) and drop a 10th layer's weights
+    without a word."""
+    def to_int32(tensors):
+        tensors["model.layers.2.self_attn.k_proj.weight"] = tensors["model.layers.2.self_attn.k_proj.weight"].int()
+
+    def extra_layer(tensors):
+        tensors["model.layers.9.mlp.up_proj.weight"] = tensors["model.layers.0.mlp.up_proj.weight"].clone()
+
+    for change, message in ((to_int32, "stores model.layers.2.self_attn.k_proj.weight as I32 (1 tensor(s) not in a "
+                                       "floating-point dtype"),
+                            (extra_layer, "the folder holds model.layers.9.mlp.up_proj.weight, which "
+                                          "model.flavor='debug' has no parameter for")):
+        folder = rewritten_hf_folder(assets, tmp_path / change.__name__, change)
+        argv = [arg.replace(str(assets["hf"]), str(folder)) for arg in job(assets, "other", *importing(assets))]
+        assert message in refusal(assets, *argv)
+
+
+def test_heldout_loss_names_the_tokenizer_a_checkpoint_was_trained_with(assets, trained, tmp_path):
+    """Scored with the byte tokenizer, the BPE run's checkpoint would fail its load with a page of size mismatches."""
+    with pytest.raises(ConfigError, match=r"^model.hf_assets_path='.' gives the byte tokenizer, but .*step-3 was "
+                                          r"trained with a 400-entry Hugging Face tokenizer \(tokenizer.json sha256 "):
+        script("heldout_loss")(["--checkpoint", str(trained / "checkpoint" / "step-3"), "--data",
+                                str(assets["heldout"]), "--out", str(tmp_path / "heldout"), "--no-progress",
+                                *job(assets, "run"), "--model.hf_assets_path", "."])
 
 
 def test_a_resume_with_another_tokenizer_of_the_same_size_is_refused(assets, trained, tmp_path):

@@ -24,6 +24,8 @@ from .helpers import random_qkv
         (dict(levels=2, pool=2, topk=4, tile_budget=2, backend="xformers"), "backend='xformers' is not one of"),
         (dict(levels=2, pool=2, topk=4, tile_budget=2, backend="reference"), "is now implementation='reference'"),
         (dict(levels=2, pool=2, topk=4, tile_budget=2, implementation="cuda"), "implementation='cuda' is not one of"),
+        (dict(levels=2**70, pool=2, topk=4, tile_budget=2), f"levels={2**70} is too many for any sequence"),
+        (dict(levels=3, pool=2**40, topk=4, tile_budget=2), "levels=3 is too many for any sequence"),
     ],
 )
 def test_every_setting_rule_rejects_at_construction_naming_the_values(kwargs, message):
@@ -39,6 +41,9 @@ def test_every_setting_rule_rejects_at_construction_naming_the_values(kwargs, me
         (dict(levels=2, pool=2, topk=32, tile_budget=4), 32, "each tile has 2 coarsest entries"),
         (dict(levels=2, pool=2, topk=4, tile_budget=2, scorer="dilated", dilation=3), 64, "seq_len=64 is not divisible by dilation=3"),
         (dict(levels=2, pool=2, topk=4, tile_budget=2), 0, "seq_len=0 must be >= 1"),
+        (dict(levels=3, pool=2, topk=4, tile_budget=2), 2**70, f"seq_len={2**70} is too long"),
+        (dict(levels=2, pool=2, topk=4, tile_budget=2, scorer="dilated", dilation=64), 64,
+         "dilation=64 leaves one token in each strided sub-sequence of seq_len=64"),
     ],
 )
 def test_every_length_rule_rejects_with_a_message_naming_the_values(kwargs, seq_len, message):

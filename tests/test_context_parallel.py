@@ -34,7 +34,7 @@ from .cp_cases import (
     DILATED, DILATED_CAUSAL, DILATED_STRICT, NORM, NORM_CAUSAL, NORM_STRICT, PARITY, rising_norm_inputs,
     shard_positions, strict_cases_slow,
 )
-from .helpers import fresh_seed, random_qkv
+from .helpers import cpu_flash_attn, fresh_seed, random_qkv
 
 
 # ---------------------------------------------------------------- checks run on every rank
@@ -113,15 +113,30 @@ def _check_rejects_layout_without_head_tail(mesh):
         context_parallel_lighthouse_attention(q, k, v, config, mesh)
 
 
-def _check_model_parity(mesh, seed):
+def _check_flash_attn_layer_parity(mesh, seed):
+    # FlashAttention's op rings through the handlers torch's ring attention gives SDPA (a CPU stand-in behind it)
+    config, seq_len, heads, kv_heads, dtype, tol = PARITY["L3-p4-k8-m2-GQA-causal"]
+    with cpu_flash_attn():
+        config = dataclasses.replace(config, backend="flash_attn")
+        _check_layer_parity(mesh, config, seq_len, heads, kv_heads, dtype, tol, "allgather", seed)
+
+
+def _check_model_parity(mesh, seed, backend="auto"):
+    with cpu_flash_attn():
+        _model_parity(mesh, seed, backend)
+
+
+def _model_parity(mesh, seed, backend):
     import models  # noqa: F401  (before torchtitan's model modules)
     from torchtitan.distributed.context_parallel import apply_cp_to_attention_module, prepare_context_parallel_input
 
     from models.llama3_lighthouse import FLAVORS, LighthouseLlama
     from models.llama3_lighthouse.parallelize import parallelize_lighthouse_attention
 
-    seq_len, config = 256, LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper")
-    args = dataclasses.replace(FLAVORS["debug"], lighthouse=config, dense_layers=(0,), max_seq_len=seq_len)
+    # `backend` runs the Lighthouse layers and the dense layer (torchtitan's module for "auto")
+    seq_len, config = 256, LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper", backend=backend)
+    args = dataclasses.replace(FLAVORS["debug"], lighthouse=config, dense_layers=(0,), max_seq_len=seq_len,
+                               dense_backend="cudnn" if backend == "auto" else backend)
     torch.manual_seed(seed)
     single = LighthouseLlama(args).double()
     sharded = copy.deepcopy(single)
@@ -177,8 +192,13 @@ def test_statistics_from_the_shards_equal_the_single_device_statistics(ranks, co
     ranks.run(_check_statistics, 2, config, 256, fresh_seed())
 
 
-def test_cp2_llama_equals_the_single_device_llama_in_loss_and_every_gradient(ranks):
-    ranks.run(_check_model_parity, 2, fresh_seed())
+@pytest.mark.parametrize("backend", ["auto", "flash_attn"])
+def test_cp2_llama_equals_the_single_device_llama_in_loss_and_every_gradient(ranks, backend):
+    ranks.run(_check_model_parity, 2, fresh_seed(), backend)
+
+
+def test_flash_attn_cp_layer_equals_the_single_device_layer(ranks):
+    ranks.run(_check_flash_attn_layer_parity, 2, fresh_seed())
 
 
 def test_module_wraps_the_function(ranks):
@@ -230,10 +250,9 @@ def test_non_dividing_geometry_is_rejected_naming_the_values(kwargs, seq_len, cp
         check_context_parallel(LighthouseConfig(**kwargs), seq_len, cp_degree)
 
 
-@pytest.mark.parametrize("backend", ["math", "flash_attn"])
-def test_backends_without_ring_attention_are_rejected(backend):
-    with pytest.raises(ValueError, match=f"backend='{backend}' has no ring attention"):
-        resolve_backend(backend, torch.device("cpu"), torch.float32, ring=True)
+def test_backends_without_ring_attention_are_rejected():
+    with pytest.raises(ValueError, match="backend='math' has no ring attention"):
+        resolve_backend("math", torch.device("cpu"), torch.float32, ring=True)
 
 
 def test_auto_backend_rings_with_flash_on_cpu_and_cudnn_on_cuda():

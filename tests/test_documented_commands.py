@@ -153,6 +153,7 @@ ROWS = [
     Row(r"torchrun --nproc_per_node=8 --local-ranks-filter 0 train\.py --job\.config_file configs/<name>\.toml", "skip",
         "a template: <name> stands for a config"),
     Row(r"python scripts/train_throughput\.py ", "skip", f"times the paper model: {GPU}"),
+    Row(r"scripts/flash_attn_measure\.sh ", "skip", f"FlashAttention-4 beside cuDNN, training the paper model: {GPU}"),
     Row(r"python train\.py --job\.config_file configs/debug\.toml --model\.flavor <", "skip",
         "a template: DIR stands for a Hugging Face Llama folder (tests/test_bring_your_own.py imports one on CPU)"),
     Row(r"python train\.py --job\.config_file configs/extend/", "skip",

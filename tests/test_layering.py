@@ -22,7 +22,7 @@ PROJECT = {"kernels", "lighthouse", "models", "recipe", "eval", "scripts", "test
 # Inside `recipe/` and `eval/`, the subpackages and top-level modules in layer order, lowest first: each imports
 # only from itself and the ones before it (docs/architecture.md draws them).
 SUBLAYERS = {
-    "recipe": ["errors", "toml_config", "progress", "launch", "compat", "data", "resilience", "logs", "hf", "train",
+    "recipe": ["errors", "toml_config", "progress", "launch", "torchrun", "compat", "data", "resilience", "logs", "hf", "train",
                "experiments"],
     "eval": ["options", "device", "checkpoint", "checkpoint_run", "records", "metrics", "benchmarks", "studies"],
 }

@@ -1,6 +1,7 @@
 """SIGTERM under torchrun: no rank records a stop in its error file through torchelastic's @record, a rank other
 than 0 leaves rank 0 to end a stop every rank decided, and rank 0 dates its line when the stop was decided, so
-torchrun's summary heads with rank 0's line every time; a two-process job shows it."""
+torchrun's summary heads with rank 0's line every time; a two-process job under the launcher (`recipe.torchrun`)
+shows it, ending in the launcher's one line."""
 import json
 import os
 import re
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure, record
 
 from recipe.compat.torchtitan import without_stop_records
 from recipe.data.loader import DataError
@@ -18,10 +19,11 @@ from recipe.launch import free_port
 from recipe.resilience.checkpoint_guard import complete_steps
 from recipe.resilience.checkpoint_manifest import manifest_faults, read_manifest
 from recipe.resilience.preemption import Terminated
+from recipe.torchrun import exit_code, failure_line, root_cause
 from recipe.train.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error
 
 from .helpers import REPO, child_env
-from .warm_python import warm_torchrun
+from .warm_python import warm_job
 
 STOPPED = re.compile(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart resumes "
                      r"from step-\1")
@@ -56,12 +58,13 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_saved_step_and_a_re
     env = {**child_env(), "OMP_NUM_THREADS": "1", "SLURM_JOB_ID": "4242"}  # under SLURM, a SIGTERM saves
     env.pop("LIGHTHOUSE_DEBUG", None)
     port = free_port()
-    command, env = warm_torchrun(["--nproc_per_node=2", "--local-ranks-filter", "0", "--master_port", str(port),
-                                  "--log-dir", str(logs), "--redirects", "1:3"],  # rank 1's output to its own files
-                                 ["train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run),
+    command, env = warm_job(["-m", "recipe.torchrun", "--nproc_per_node=2", "--local-ranks-filter", "0",
+                             "--master_port", str(port), "--log-dir", str(logs),
+                             "--redirects", "1:3",  # rank 1's output to its own files
+                             "train.py", "--job.config_file", "configs/debug.toml", "--job.dump_folder", str(run),
                                   "--training.steps", "1000", "--training.seq_len", "128", "--checkpoint.enable",
-                                  "--checkpoint.interval", "1000"],  # no save of its own before the signal
-                                 env)
+                             "--checkpoint.interval", "1000"],  # no save of its own before the signal
+                            env)
 
     def stop_rank_1_after(step: int) -> tuple[str, str, int, str]:
         """Run the command, SIGTERM rank 1 once rank 0 has logged a step past `step`; the job's stdout,
@@ -81,13 +84,11 @@ def test_sigterm_to_one_rank_stops_every_rank_after_the_same_saved_step_and_a_re
         lines = [line for line in err.splitlines() if STOPPED.fullmatch(line)]
         assert len(lines) == 1, err[-5000:]  # rank 0 speaks for the job, once
         stopped = int(STOPPED.fullmatch(lines[0]).group(1))
-        # torchrun exits 1 for any failed worker; its summary heads with rank 0, its exit code 143 and the line
-        assert job.returncode == 1, err[-5000:]
-        root_cause = err.split("Root Cause")[1]
-        assert "rank      : 0" in root_cause and "exitcode  : 143" in root_cause, err[-5000:]
-        assert f"traceback : {lines[0]}" in root_cause, err[-5000:]
-        # the one traceback is torchrun's own report of a failed worker: none from a worker
-        assert err.count("Traceback") == 1 and "recipe.resilience.preemption.Terminated" not in err, err[-5000:]
+        # the launcher ends with rank 0 as the root cause, its exit code 143, in one line: no traceback at all
+        assert job.returncode == 143, err[-5000:]
+        assert re.fullmatch(r"torchrun: rank 0 \(pid \d+\) exited with code 143, the job's line above; \d rank\(s\) "
+                            "ended with an error", err.splitlines()[-1]), err[-5000:]
+        assert "Traceback" not in err, err[-5000:]
         (rank_1,) = set(logs.glob("*/attempt_0/1/stdout.log")) - before
         rank_1_out = rank_1.read_text() + (rank_1.parent / "stderr.log").read_text()
         return out, err, stopped, rank_1_out
@@ -120,39 +121,28 @@ def end_at_once(code: int) -> None:
     raise EndedAtOnce(code)
 
 
-class StoppedByTorchrun(Exception):
-    """Stands in for the SIGTERM torchrun sends a rank once rank 0 has ended the job."""
-
-
-@pytest.mark.parametrize("stop, waits", [
-    (Terminated("terminated (SIGTERM) at step 3; saved step-3 in 1.0 s; a restart resumes from step-3"), None),
-    (DataError("corpus.jsonl: byte 7 is not UTF-8"), 1),
-    (ConfigError("training.dataset_path='x' matches no files"), 1),
+@pytest.mark.parametrize("stop, records, code", [
+    (Terminated("terminated (SIGTERM) at step 3; saved step-3 in 1.0 s; a restart resumes from step-3"), False, 143),
+    (DataError("corpus.jsonl: byte 7 is not UTF-8"), True, 1),
+    (ConfigError("training.dataset_path='x' matches no files"), True, 2),
 ], ids=["sigterm-every-rank", "data-this-rank", "config-this-rank"])
-def test_a_rank_other_than_0_leaves_a_stop_every_rank_decided_to_rank_0_and_names_its_own_after_a_wait(
-        monkeypatch, tmp_path, stop, waits):
-    """A SIGTERM stop: the rank waits until torchrun stops it, with no error file; a stop of its own is
-    recorded after one wait (rank 0, meeting the same, would have ended the job first)."""
+def test_a_rank_other_than_0_ends_after_one_wait_recording_only_a_stop_of_its_own(monkeypatch, tmp_path, stop,
+                                                                                    records, code):
+    """The wait leaves rank 0 to end the job first (torchrun then stops this rank there). A SIGTERM stop, which
+    rank 0 has spoken for, ends after it without an error file: when the SIGTERM was torchrun's own (passed to every
+    rank as it stops), no second signal comes to end this rank; a stop of its own is recorded."""
     error_file = tmp_path / "error.json"
     slept = []
-
-    def sleep(seconds):
-        slept.append(seconds)
-        if len(slept) > 20:
-            raise StoppedByTorchrun
-
     monkeypatch.delenv(DEBUG_ENV, raising=False)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")
     monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(error_file))
-    monkeypatch.setattr(time, "sleep", sleep)
+    monkeypatch.setattr(time, "sleep", slept.append)
     monkeypatch.setattr(os, "_exit", end_at_once)
-    with pytest.raises(StoppedByTorchrun if waits is None else EndedAtOnce), exit_on_config_error():
+    with pytest.raises(EndedAtOnce) as ended, exit_on_config_error():
         raise stop
-    assert set(slept) == {OTHER_RANKS_WAIT_S}
-    assert error_file.exists() == (waits is not None)
-    if waits is not None:
-        assert len(slept) == waits
+    assert slept == [OTHER_RANKS_WAIT_S] and ended.value.args == (code,)
+    assert error_file.exists() == records
 
 
 @pytest.mark.parametrize("failure, recorded", [
@@ -196,3 +186,21 @@ def test_rank_0s_line_is_dated_when_the_stop_was_decided_not_after_the_trainer_c
     record = json.loads(error_file.read_text())["message"]
     assert record["extraInfo"]["timestamp"] == str(int(stop.raised_at)) != str(int(later))
     assert record["message"] == f"error: {stop}"
+
+
+def test_the_launcher_names_the_rank_that_recorded_why_and_ends_with_its_exit_code(tmp_path, capsys):
+    """torchrun's failures as the launcher sums them up: the rank with an error record (rank 0's line), even when
+    a rank without one failed first; a rank killed by a signal counts as 128 + its number."""
+    record = tmp_path / "error.json"
+    record.write_text(json.dumps({"message": {"message": "error: x", "extraInfo": {"py_callstack": "error: x",
+                                                                                    "timestamp": "100"}}}))
+    killed = ProcessFailure(local_rank=1, pid=11, exitcode=-signal.SIGTERM, error_file=str(tmp_path / "none.json"))
+    stopped = ProcessFailure(local_rank=0, pid=10, exitcode=143, error_file=str(record))
+    killed.timestamp = 50  # earlier than rank 0's record
+    error = ChildFailedError("train.py", {1: killed, 0: stopped})
+    assert root_cause(error) == (0, stopped) and exit_code(stopped) == 143
+    assert failure_line(error) == ("torchrun: rank 0 (pid 10) exited with code 143, the job's line above; 2 rank(s) "
+                                   "ended with an error")
+    alone = ChildFailedError("train.py", {1: killed})
+    assert exit_code(root_cause(alone)[1]) == 143
+    assert failure_line(alone) == "torchrun: rank 1 (pid 11) was killed by SIGTERM; 1 rank(s) ended with an error"

@@ -44,7 +44,8 @@ def test_the_section_takes_every_layer_field_default_and_doc_from_the_layer_conf
     layer = {f.name: f.default for f in dataclasses.fields(LighthouseConfig)}
     section = {f.name: f.default for f in dataclasses.fields(Lighthouse)}
     assert {name: section[name] for name in layer} == layer
-    assert set(section) - set(layer) == {"enable", "dense_layers", "switch_to_dense_at_step", "dense_every", "log_stats"}
+    assert set(section) - set(layer) == {"enable", "dense_layers", "dense_backend", "switch_to_dense_at_step",
+                                         "dense_every", "log_stats"}
     help_text = run_python(["train.py", "--help"], env={**child_env(), "COLUMNS": "80"},  # one column of option boxes
                            timeout=300).stdout
     words = " ".join(help_text.replace("│", " ").split())
@@ -60,6 +61,8 @@ def test_the_section_takes_every_layer_field_default_and_doc_from_the_layer_conf
     (["--lighthouse.pool", "3"], r"pool=3 must be a power of two"),
     (["--lighthouse.dense_layers", "0", "4"], r"dense_layers=\[0, 4\] has \[4\] outside the model's 4 layers"),
     (["--lighthouse.dense_layers", "2", "2"], r"dense_layers=\[2, 2\] repeats \[2\]"),
+    (["--lighthouse.no-enable", "--lighthouse.dense_backend", "fast"],
+     r"^\[lighthouse\] dense_backend='fast' is not one of \('cudnn', 'flash_attn', 'auto'\)$"),
     (["--lighthouse.switch_to_dense_at_step", "-3"], r"switch_to_dense_at_step=-3 must be >= 0"),
     (["--lighthouse.no-enable", "--lighthouse.switch_to_dense_at_step", "5"], r"switch_to_dense_at_step=5 with enable=false"),
     (["--lighthouse.dense_every", "1"], r"dense_every=1 must be 0 \(never\) or >= 2"),
@@ -73,7 +76,8 @@ def test_the_section_takes_every_layer_field_default_and_doc_from_the_layer_conf
     (["--training.steps", "0"], r"training.steps=0 must be >= 1"),
     (["--checkpoint.enable", "--checkpoint.initial_load_path", "/nonexistent/step-10"],
      r"checkpoint.initial_load_path='/nonexistent/step-10' is not a folder"),
-], ids=["topk", "seq_len", "tile-too-small", "scorer", "pool", "dense-range", "dense-repeat", "switch-negative",
+], ids=["topk", "seq_len", "tile-too-small", "scorer", "pool", "dense-range", "dense-repeat", "dense-backend",
+         "switch-negative",
         "switch-without-lighthouse", "dense-every-one", "dense-every-negative", "dense-every-without-lighthouse",
         "validation-seq-len", "flavor", "model-name", "model-unknown", "steps",
         "initial-load-path"])

@@ -112,7 +112,8 @@ def test_launch_line(cluster, nnodes, gpus):
     assert (log / "scontrol.log").read_text().split("\n")[0] == f"show hostnames {job_env['SLURM_JOB_NODELIST']}"
     assert _read_args(log / "srun.args") == [
         f"--nodes={nnodes}", "--ntasks-per-node=1", f"--cpus-per-task={cpus}", "--kill-on-bad-exit=1",
-        "torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={gpus}", "--local-ranks-filter=0",
+        "python3", "-m", "recipe.torchrun", f"--nnodes={nnodes}", f"--nproc_per_node={gpus}",
+        "--local-ranks-filter=0",
         "--rdzv_backend=c10d", f"--rdzv_endpoint={hosts[0]}:29500", f"--rdzv_id={job_id}",
         "train.py", "--job.config_file", "configs/run.toml", *overrides,
     ]

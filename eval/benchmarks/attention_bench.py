@@ -2,8 +2,9 @@
 breakdown, CUDA-graph replays, torch.compile / CUDA-graph checks.
 
 Single layer, B=1, H=G=8, D=128, bf16, L=3, p=4, two budgets (k=2048 and k=N/64). For every N:
-medians of the fused Lighthouse layer, of cuDNN SDPA on the full sequence and of cuDNN SDPA alone on the
-gathered length S (the ceiling), forward and forward+backward. Writes the raw medians as JSON (one object
+medians of the fused Lighthouse layer, of cuDNN SDPA on the full sequence, of FlashAttention-4 on it where it
+imports (`backend = "flash_attn"`; speed-ups are then also given against the faster of the two dense kernels)
+and of cuDNN SDPA alone on the gathered length S (the ceiling), forward and forward+backward. Writes the raw medians as JSON (one object
 per point), markdown tables and log-log PNG plots. Optional: replays from CUDA graphs, per-stage breakdown
 with achieved GB/s against the measured HBM copy bandwidth and the host time by segment
 (`eval.benchmarks.host_time`), torch.compile / CUDA-graph checks, and the
@@ -39,6 +40,7 @@ from lighthouse import (
     reference_lighthouse_attention,
 )
 from lighthouse.fused import pyramid_levels_to_store, select_gather_order, selection_of
+from lighthouse.flash_attn import resolve_flash_attn
 from lighthouse.fused_node import fused_lighthouse_attention
 from lighthouse.gather import per_head_index
 from lighthouse.host_threads import colocated_autograd
@@ -109,9 +111,11 @@ def bench_points(ns: list[int], device: str, selections: list[str], threads: str
     """The latency sweep: one record per (N, k, selection) of the layer, dense SDPA and SDPA on S; `threads`
     names the host threads' placement in each record."""
     points = []
+    with_fa4 = resolve_flash_attn() is not None
     for n in ns:
         q, k, v = qkv(n)
         dense = fwd_and_fwd_bwd(cudnn, q, k, v)
+        fa4 = fwd_and_fwd_bwd(lambda *x: causal_attention(*x, "flash_attn"), q, k, v) if with_fa4 else None
         for topk, selection in ((t, sel) for t in budgets(n) for sel in selections):
             config = LighthouseConfig(levels=LEVELS, pool=POOL, topk=topk, backend="cudnn", selection=selection)
             try:
@@ -124,7 +128,8 @@ def bench_points(ns: list[int], device: str, selections: list[str], threads: str
             points.append(dict(device=device, threads=threads, N=n, levels=LEVELS, pool=POOL, topk=topk, S=s,
                                selection=selection, lh_fwd_ms=lh[0], lh_fwd_bwd_ms=lh[1], sdpa_fwd_ms=dense[0],
                                sdpa_fwd_bwd_ms=dense[1], sdpa_on_S_fwd_ms=ceiling[0],
-                               sdpa_on_S_fwd_bwd_ms=ceiling[1]))
+                               sdpa_on_S_fwd_bwd_ms=ceiling[1],
+                               **(dict(fa4_fwd_ms=fa4[0], fa4_fwd_bwd_ms=fa4[1]) if fa4 else {})))
             p = points[-1]
             print(f"N={n:>7} k={topk:>5} {selection:>6} S={s:>6}  LH {p['lh_fwd_ms']:8.3f} / {p['lh_fwd_bwd_ms']:8.3f} ms   "
                   f"SDPA {p['sdpa_fwd_ms']:9.2f} / {p['sdpa_fwd_bwd_ms']:9.2f} ms   SDPA(S) "
@@ -411,16 +416,28 @@ def speedup(ratio: float) -> str:
     return f"{ratio:.2f}x" if ratio < 10 else f"{ratio:.1f}x"
 
 
+def fastest_dense_ms(point: dict, key: str) -> float:
+    """The faster dense kernel's median for `key` ("fwd" or "fwd_bwd"): cuDNN's, or FlashAttention-4's where timed."""
+    return min(point[f"{name}_{key}_ms"] for name in ("sdpa", "fa4") if f"{name}_{key}_ms" in point)
+
+
 def tables(points: list[dict]) -> str:
-    """The latency sweep as a markdown table, one row per point."""
-    lines = ["| N | k | selection | S | LH fwd ms | SDPA fwd ms | fwd speed-up | SDPA(S) fwd ms | LH fwd+bwd ms | "
-             "SDPA fwd+bwd ms | fwd+bwd speed-up | SDPA(S) fwd+bwd ms |", "|" + "---|" * 12]
+    """The latency sweep as a markdown table, one row per point; with FlashAttention-4 timed, its dense column
+    and the speed-ups against the faster dense kernel too."""
+    fa4 = all("fa4_fwd_ms" in p for p in points)
+    dense = ["SDPA {0} ms"] + (["FA4 {0} ms"] if fa4 else [])
+    speedups = ["{0} speed-up"] + (["{0} speed-up vs fastest dense"] if fa4 else [])
+    head = ["N", "k", "selection", "S"] + [c.format(part) for part in ("fwd", "fwd+bwd") for c in
+                                           ["LH {0} ms", *dense, *speedups, "SDPA(S) {0} ms"]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in points:
-        lines.append(
-            f"| {p['N']:,} | {p['topk']:,} | {p.get('selection', 'paper')} | {p['S']:,} | {p['lh_fwd_ms']:.3f} | {p['sdpa_fwd_ms']:.2f} | "
-            f"{speedup(p['sdpa_fwd_ms'] / p['lh_fwd_ms'])} | {p['sdpa_on_S_fwd_ms']:.3f} | {p['lh_fwd_bwd_ms']:.3f} | "
-            f"{p['sdpa_fwd_bwd_ms']:.2f} | {speedup(p['sdpa_fwd_bwd_ms'] / p['lh_fwd_bwd_ms'])} | "
-            f"{p['sdpa_on_S_fwd_bwd_ms']:.3f} |")
+        cells = [f"{p['N']:,}", f"{p['topk']:,}", p.get("selection", "paper"), f"{p['S']:,}"]
+        for key in ("fwd", "fwd_bwd"):
+            lh = p[f"lh_{key}_ms"]
+            cells += [f"{lh:.3f}", f"{p[f'sdpa_{key}_ms']:.2f}", *([f"{p[f'fa4_{key}_ms']:.2f}"] if fa4 else []),
+                      speedup(p[f"sdpa_{key}_ms"] / lh), *([speedup(fastest_dense_ms(p, key) / lh)] if fa4 else []),
+                      f"{p[f'sdpa_on_S_{key}_ms']:.3f}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -1,6 +1,6 @@
-"""`backend="flash_attn"` beside cuDNN on one GPU (scripts/flash_attn_check.py): which FlashAttention generation
-imported, parity, one training step's loss and latency. bf16 throughout; error ratios are
-RMSE(ref - x) / RMS(ref) (`lighthouse.testing`), tolerance `ERROR_RATIO[bf16]`.
+"""`backend="flash_attn"` beside cuDNN on one GPU (scripts/flash_attn_check.py): whether FlashAttention-4
+imported, parity, one training step's loss, latency and where `auto` should take it. bf16 throughout; error
+ratios are RMSE(ref - x) / RMS(ref) (`lighthouse.testing`), tolerance `ERROR_RATIO[bf16]`.
 
   attention  causal attention alone (GQA 4:1 and none, D 64 and 128): flash_attn and cuDNN, o, dq, dk, dv,
              each against the math kernel in float32 on the same inputs;
@@ -11,7 +11,12 @@ RMSE(ref - x) / RMS(ref) (`lighthouse.testing`), tolerance `ERROR_RATIO[bf16]`.
   bench      attention on S alone and the whole layer at N = 32K, 128K, 512K (`eval.benchmarks.attention_bench`'s
              geometry and budgets), fwd and fwd+bwd, each backend;
   step       a two-block causal LM with Lighthouse attention (stand-alone: no torchtitan), the loss before and
-             after one AdamW step with each backend and with the reference layer.
+             after one AdamW step with each backend and with the reference layer;
+  crossover  causal attention alone (B 1, H = G = 8, D 128: the paper model's) at lengths from 4K to 128K, fwd+bwd,
+             each backend, and the kernel `auto` takes at each: the record's `auto_from` is the shortest length
+             from which FlashAttention-4 is faster at every longer one (the value of
+             `lighthouse.flash_attn.AUTO_FROM` for the card), and `auto_ok` whether `auto` took the faster kernel
+             at every length within `AUTO_SLACK`.
 
 A case that raises is recorded with its message and the others still run. Writes flash_attn_check.json into
 the output folder after each part, and flash_attn_bench.png where matplotlib imports (else `replot` draws it
@@ -43,7 +48,8 @@ from lighthouse import (
     reference_lighthouse_attention,
     token_scores,
 )
-from lighthouse.flash_attn import load_flash_attn
+from lighthouse.attention import resolve_backend
+from lighthouse.flash_attn import AUTO_FROM, resolve_flash_attn
 from lighthouse.fused_node import fused_lighthouse_attention
 from lighthouse.testing import ERROR_RATIO
 from recipe.logs.run_record import source_commit
@@ -59,6 +65,9 @@ ATTENTION_CASES = [(1, 4096, 8, 8, 128), (2, 8192, 8, 2, 128), (1, 8192, 8, 8, 6
 # eval.benchmarks.gpu_parity.CASES: H8 G8 D128 8K; GQA 4:1 65K; D64 131K (L=4, p=2); 512K; causal selection GQA 4:1 65K
 LAYER_CASES = [CASES[i] for i in (0, 1, 2, 6, 8)]
 BENCH_NS = [32768, 131072, 524288]
+CROSSOVER_S = [4096, 6144, 8192, 12288, 16384, 18432, 20480, 24576, 32768, 49152, 65536, 98304, 131072]
+# `auto` may take the slower kernel where the two are this close (relative fwd+bwd time): timing noise
+AUTO_SLACK = 0.02
 
 
 def versions() -> dict[str, str]:
@@ -200,6 +209,32 @@ def bench(n: int, topk: int) -> dict[str, Any]:
     return row
 
 
+def crossover(s: int) -> dict[str, Any]:
+    """Median ms of causal attention alone over `s` tokens, fwd and fwd+bwd, per backend, and the kernel
+    `auto` takes there."""
+    row: dict[str, Any] = dict(S=s, B=1, H=8, G=8, D=128,
+                               auto=resolve_backend("auto", torch.device("cuda"), DTYPE, length=s))
+    for backend in BACKENDS:
+        row[f"{backend}_fwd_ms"], row[f"{backend}_fwd_bwd_ms"] = fwd_and_fwd_bwd(
+            lambda *x: causal_attention(*x, backend), *qkv(s))
+    return row
+
+
+def auto_rule(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """`auto_from`: the shortest length from which flash_attn's fwd+bwd is faster at every longer one measured
+    (None: nowhere); `auto_ok`: whether `auto` took a kernel within `AUTO_SLACK` of the faster at every length;
+    `auto_from_in_use`: this card's `AUTO_FROM` entry while measured."""
+    timed = sorted((r for r in rows if "flash_attn_fwd_bwd_ms" in r), key=lambda r: r["S"])
+    start = None
+    for r in reversed(timed):
+        if r["flash_attn_fwd_bwd_ms"] >= r["cudnn_fwd_bwd_ms"]:
+            break
+        start = r["S"]
+    ok = all(r[f"{r['auto']}_fwd_bwd_ms"] <= (1 + AUTO_SLACK) * min(r[f"{b}_fwd_bwd_ms"] for b in BACKENDS)
+             for r in timed)
+    return dict(auto_from=start, auto_ok=ok, auto_from_in_use=AUTO_FROM.get(torch.cuda.get_device_capability()))
+
+
 def plot(points: list[dict[str, Any]], title: str, path: Path) -> None:
     """Latency against N, forward and forward+backward side by side, per backend and budget."""
     import matplotlib
@@ -243,18 +278,17 @@ def run_check(out: Path) -> bool:
     record: dict[str, Any] = dict(versions(), commit=source_commit(), command=" ".join(["python", *sys.argv]),
                                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                                   tolerance=TOL)
-    try:
-        record["flash_attn"] = load_flash_attn()[0]
-    except RuntimeError as err:
-        record["flash_attn"] = failure(err)
+    kernels = resolve_flash_attn()
+    record["flash_attn"] = kernels.name if kernels else "not imported"
     print(json.dumps(record), flush=True)
-    ok = not record["flash_attn"].startswith("RuntimeError")
+    ok = kernels is not None
     # (part, cases, its function, the key of flash_attn's error ratios that must pass, if any)
     parts: list[tuple[str, list, Callable, str | None]] = [
         ("attention", ATTENTION_CASES, attention_parity, "flash_attn"),
         ("layer", LAYER_CASES, layer_parity, "flash_attn_vs_reference"),
         ("bench", [(n, t) for n in BENCH_NS for t in budgets(n) if valid(n, t)], bench, None),
-        ("step", [()], training_step, None)]
+        ("step", [()], training_step, None),
+        ("crossover", [(s,) for s in CROSSOVER_S], crossover, None)]
     for part, cases, run, must_pass in parts:
         record[part] = []
         start = time.perf_counter()
@@ -269,6 +303,9 @@ def run_check(out: Path) -> bool:
                 ok &= isinstance(row.get(must_pass), list) and max(row[must_pass]) <= TOL
             torch.cuda.empty_cache()
         print(f"[{part}: {time.perf_counter() - start:.0f}s]", flush=True)
+        if part == "crossover":
+            record.update(auto_rule(record[part]))
+            print({key: record[key] for key in ("auto_from", "auto_ok", "auto_from_in_use")}, flush=True)
         (out / "flash_attn_check.json").write_text(json.dumps(record, indent=1) + "\n")
     try:
         replot(out)

@@ -12,6 +12,7 @@ reserved memory is torchtitan's own.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import signal
@@ -31,6 +32,8 @@ from recipe.logs.run_logs import LOSS_TAG, MEMORY_TAG, TPS_TAG
 from recipe.logs.run_record import REPO
 
 DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k1536_norm.toml"
+# What a variant's attention may be set to, as both `[lighthouse] backend` and `dense_backend`.
+BACKENDS = ("cudnn", "flash_attn", "auto")
 # Steps not timed. Under torch.compile the second step is still a warm-up: on an H100 at 8K tokens it ran at
 # 14-18K tok/s against 42-95K for the steps after it, and timing it understated both variants, Lighthouse most.
 WARMUP_STEPS = 2
@@ -197,8 +200,10 @@ def median_seconds(fn, device: torch.device, warmup: int = 2, reps: int = 7) -> 
     return statistics.median(times)
 
 
-def attention_times(model_args, config, seq_len: int, device: torch.device) -> dict[str, float]:
-    """Seconds of one attention call, Lighthouse (as the model runs it) and dense SDPA, fwd and fwd + bwd."""
+def attention_times(model_args, config, seq_len: int, device: torch.device, backend: str | None = None
+                    ) -> dict[str, float]:
+    """Seconds of one attention call, Lighthouse (as the model runs it) and dense causal attention, fwd and
+    fwd + bwd; both on `backend` where given (else the config's, and SDPA's `auto` for dense)."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     heads, kv_heads = model_args.n_heads, model_args.n_kv_heads or model_args.n_heads
     head_dim = model_args.dim // heads
@@ -206,7 +211,10 @@ def attention_times(model_args, config, seq_len: int, device: torch.device) -> d
     k, v = (torch.randn(1, seq_len, kv_heads, head_dim, device=device, dtype=dtype, requires_grad=True)
             for _ in range(2))
     grad = torch.randn_like(q)
-    calls = {"lighthouse": LighthouseAttention(config), "dense": lambda a, b, c: causal_attention(a, b, c)}
+    if backend:
+        config = dataclasses.replace(config, backend=backend)
+    calls = {"lighthouse": LighthouseAttention(config),
+             "dense": lambda a, b, c: causal_attention(a, b, c, backend or "auto")}
     times = {}
     for name, call in calls.items():
         def forward():

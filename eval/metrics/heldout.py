@@ -87,12 +87,16 @@ def rolling_windows(tokens: list[int], prefix: int, seq_len: int) -> list[tuple[
     return windows
 
 
-LogitsFn = Callable[[torch.Tensor], torch.Tensor]  # ids [B, T] -> logits [B, T, V]
+# ids [B, T] -> logits [B, T, V]; a checkpoint's (`eval.checkpoint.CheckpointScorer`) also scores tokens through
+# its output layer (`token_nats`, `last_logits`), so a large vocabulary at long context never makes [B, T, V] logits.
+LogitsFn = Callable[[torch.Tensor], torch.Tensor]
 
 
 @torch.no_grad()
 def token_losses(logits_fn: LogitsFn, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Cross-entropy of every label given its inputs: float32 [B, T] on the CPU (inputs on the model's device)."""
+    if hasattr(logits_fn, "token_nats"):
+        return logits_fn.token_nats(inputs, labels).float().cpu()
     logits = logits_fn(inputs).float()
     return F.cross_entropy(logits.transpose(1, 2), labels.to(logits.device), reduction="none").cpu()
 

@@ -101,7 +101,7 @@ def run_niah(
             hits = 0
             for digit in range(10):
                 ids = torch.tensor([build_prompt(encode, length, depth, digit, rng)], device=device)
-                last = logits_fn(ids)[0, -1]
+                last = logits_fn.last_logits(ids)[0] if hasattr(logits_fn, "last_logits") else logits_fn(ids)[0, -1]
                 hits += int(last[digit_ids].argmax().item() == digit)
                 bar.update()
             row.append(hits / 10)

@@ -3,9 +3,10 @@ private torch call of the project's context parallelism.
 
 torch rings SDPA on DTensors sharded along the sequence once its CP dispatcher is on. It rings only the CUDA SDPA ops (flash, efficient, cuDNN). On CPU, SDPA runs
 `aten._scaled_dot_product_flash_attention_for_cpu`, for which it has neither a handler nor a sharding rule,
-so `register_cpu_ring_attention` adds the two missing handlers (forward and backward), built from torch's
+so `register_ring_attention` adds the two missing handlers (forward and backward), built from torch's
 own ring templates exactly as torch builds its CUDA flash handlers: no new collective, the same head/tail
-load balancing and LSE merge. CPU rings serve tests and debugging on gloo.
+load balancing and LSE merge. CPU rings serve tests and debugging on gloo. FlashAttention's ops
+(`lighthouse::flash_attn_forward`, `_backward`) get the same two handlers, on every device.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from torch.distributed.tensor.experimental._context_parallel import _attention a
 aten = torch.ops.aten
 CPU_FLASH = aten._scaled_dot_product_flash_attention_for_cpu.default
 CPU_FLASH_BACKWARD = aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+CPU_FLASH_PAIR = (CPU_FLASH, CPU_FLASH_BACKWARD)
 _RING_OPS = {"cpu": CPU_FLASH, "cuda": aten._scaled_dot_product_flash_attention.default}
 SEQ_DIM = 2  # torch's ring attention shards [B, H, S, D] on S
 
@@ -58,48 +60,52 @@ def _sharded(mesh: DeviceMesh, local: torch.Tensor) -> DTensor:
     return DTensor(local, spec, requires_grad=False)
 
 
-def _ring_flash_cpu(op_call: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[DTensor, DTensor]:
-    """Handler of the CPU flash forward: torch's ring template around the local CPU flash op."""
+def _options(bound: dict[str, Any]) -> dict[str, Any]:
+    """The op's arguments besides q, k, v and causality that the ring passes through (the SDPA ops' dropout and
+    scale; FlashAttention's ops have none)."""
+    return {name: bound[name] for name in ("dropout_p", "scale") if name in bound}
+
+
+def _ring_forward(op_call: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[DTensor, DTensor]:
+    """Handler of an attention forward returning (out, logsumexp): torch's ring template around the same op on
+    the local shards."""
     bound = _bind(op_call, args, kwargs)
-    if bound["attn_mask"] is not None:
-        raise NotImplementedError("CPU ring attention takes no attn_mask (causal attention only)")
+    if bound.get("attn_mask") is not None:
+        raise NotImplementedError("ring attention here takes no attn_mask (causal attention only)")
     mesh, (q, k, v) = _local_shards(bound, ("query", "key", "value"))
     out, lse = torch_cp._templated_ring_attention(
-        mesh.get_group(), SEQ_DIM, CPU_FLASH, query=q, key=k, value=v,
-        is_causal=bound["is_causal"], dropout_p=bound["dropout_p"], scale=bound["scale"],
+        mesh.get_group(), SEQ_DIM, op_call, query=q, key=k, value=v, is_causal=bound["is_causal"], **_options(bound),
     )
     return _sharded(mesh, out), _sharded(mesh, lse)
 
 
-def _ring_flash_cpu_backward(op_call: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[DTensor, ...]:
-    """Handler of the CPU flash backward: torch's ring backward template around the local CPU op."""
+def _ring_backward(op_call: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[DTensor, ...]:
+    """Handler of the matching backward: torch's ring backward template around the same op on the local shards."""
     bound = _bind(op_call, args, kwargs)
     names = ("grad_out", "query", "key", "value", "out", "logsumexp")
     mesh, (grad_out, q, k, v, out, lse) = _local_shards(bound, names)
     grads = torch_cp._templated_ring_attention_backward(
-        mesh.get_group(), SEQ_DIM, CPU_FLASH_BACKWARD, grad_out=grad_out, grad_out_name="grad_out",
-        query=q, key=k, value=v, out=out, logsumexp=lse,
-        is_causal=bound["is_causal"], dropout_p=bound["dropout_p"], scale=bound["scale"],
+        mesh.get_group(), SEQ_DIM, op_call, grad_out=grad_out, grad_out_name="grad_out",
+        query=q, key=k, value=v, out=out, logsumexp=lse, is_causal=bound["is_causal"], **_options(bound),
     )
-    return tuple(_sharded(mesh, g) for g in grads)
+    return tuple(_sharded(mesh, g) for g in grads[:3])
 
 
-CPU_RING_HANDLERS: dict[torch._ops.OpOverload, Callable] = {
-    CPU_FLASH: _ring_flash_cpu,
-    CPU_FLASH_BACKWARD: _ring_flash_cpu_backward,
-}
-
-
-def register_cpu_ring_attention() -> None:
-    """Let torch's context-parallel dispatcher ring the CPU flash op (idempotent).
+def register_ring_attention(pairs: list[tuple[torch._ops.OpOverload, torch._ops.OpOverload]]) -> None:
+    """Let torch's context-parallel dispatcher ring each (forward, backward) pair of attention ops (idempotent):
+    the forward returns (out, logsumexp) and both take torch's ring templates' argument names, as the CPU flash
+    ops (`CPU_FLASH_PAIR`) and FlashAttention's do.
 
     The handlers join torch's CP handler table, so they are active exactly while the CP dispatcher is; if
     it is already on, they are added to the live table too.
     """
-    torch_cp.custom_ops.update(CPU_RING_HANDLERS)
+    handlers = {}
+    for forward, backward in pairs:
+        handlers[forward], handlers[backward] = _ring_forward, _ring_backward
+    torch_cp.custom_ops.update(handlers)
     live = DTensor._op_dispatcher._custom_op_handlers
     if aten._scaled_dot_product_flash_attention.default in live:
-        live.update(CPU_RING_HANDLERS)
+        live.update(handlers)
 
 
 def enable_ring_dispatch(device_type: str) -> None:

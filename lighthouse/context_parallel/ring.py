@@ -6,17 +6,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard
-from torch.nn.attention import sdpa_kernel
 
-from ..attention import SDPA_BACKENDS, resolve_backend, sdpa_inputs
+from ..attention import heads_first_causal, resolve_backend, sdpa_inputs
 from ..compat.context_parallel import (
+    CPU_FLASH_PAIR,
     SEQ_DIM,
     enable_ring_dispatch,
     load_balanced,
-    register_cpu_ring_attention,
+    register_ring_attention,
     set_ring_options,
     set_rotate_method,
 )
@@ -24,11 +23,13 @@ from ..scoring import CausalAttention
 
 
 def enable_context_parallel(cp_mesh: DeviceMesh, rotate_method: str) -> None:
-    """Turn on ring attention for `cp_mesh`'s device (the CPU handlers on a CPU mesh) and set how k/v rotate
-    ("allgather" or "alltoall"); torchtitan 0.2.2 ignores `parallelism.context_parallel_rotate_method` in
-    training, so this sets it."""
+    """Turn on ring attention for `cp_mesh`'s device (FlashAttention's ops' handlers, and the CPU flash op's on a
+    CPU mesh) and set how k/v rotate ("allgather" or "alltoall"); torchtitan 0.2.2 ignores
+    `parallelism.context_parallel_rotate_method` in training, so this sets it."""
+    pairs = [(torch.ops.lighthouse.flash_attn_forward.default, torch.ops.lighthouse.flash_attn_backward.default)]
     if cp_mesh.device_type == "cpu":
-        register_cpu_ring_attention()
+        pairs.append(CPU_FLASH_PAIR)
+    register_ring_attention(pairs)
     set_rotate_method(rotate_method)
     enable_ring_dispatch(cp_mesh.device_type)
 
@@ -56,19 +57,19 @@ def _check_head_tail_layout() -> None:
 def ring_causal_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mesh: DeviceMesh, backend: str = "auto"
 ) -> torch.Tensor:
-    """Causal SDPA over a sequence sharded head/tail on `mesh`: local q [B, S, H, D], k/v [B, S, G, D] -> [B, S, H, D].
+    """Causal attention over a sequence sharded head/tail on `mesh`: local q [B, S, H, D], k/v [B, S, G, D] ->
+    [B, S, H, D].
 
     The local tensors are wrapped as DTensors sharded on the sequence dim, so torch's context-parallel
-    dispatcher runs its ring attention (rotation set by `enable_context_parallel`); scale 1/sqrt(D).
+    dispatcher runs its ring attention (rotation set by `enable_context_parallel`); scale 1/sqrt(D). `auto`
+    chooses the kernel by the whole sequence's length, as on one device.
     """
-    name = resolve_backend(backend, q.device, q.dtype, ring=True)
+    name = resolve_backend(backend, q.device, q.dtype, ring=True, length=q.shape[1] * mesh.size())
     enable_ring_dispatch(q.device.type)
     _check_head_tail_layout()
     q, k, v, gqa = sdpa_inputs(q, k, v, name)
     qd, kd, vd = (DTensor.from_local(x, mesh, [Shard(SEQ_DIM)], run_check=False) for x in (q, k, v))
-    with sdpa_kernel(SDPA_BACKENDS[name]):
-        out = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=gqa)
-    return out.to_local().transpose(1, 2)
+    return heads_first_causal(qd, kd, vd, name, gqa).to_local().transpose(1, 2)
 
 
 def ring_scorer_attention(mesh: DeviceMesh) -> CausalAttention:

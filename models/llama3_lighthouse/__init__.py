@@ -33,6 +33,8 @@ FLAVORS = {
         dim=1024, n_layers=30, n_heads=8, vocab_size=VOCAB_SIZE, ffn_dim_multiplier=0.5625, multiple_of=256,
         rope_theta=500000, eos_id=EOS_ID,
     ),
+    # Shape and RoPE from config.json in [model] hf_assets_path (recipe.hf.shape fills it in before the model is built).
+    "hf": LighthouseLlamaArgs(vocab_size=VOCAB_SIZE, eos_id=EOS_ID),
 }
 
 __all__ = [

@@ -44,6 +44,16 @@ class LighthouseLlamaArgs(TransformerModelArgs):
     dense_layers: tuple[int, ...] = ()
     """Layers that always run dense causal SDPA."""
 
+    dense_backend: str = "cudnn"
+    """Kernel of dense causal attention, in `dense_layers` and wherever Lighthouse is off (`dense.DENSE_BACKENDS`)."""
+
+    hf_shape: bool = False
+    """Shape and RoPE were taken from a Hugging Face config.json (flavor hf): its vocabulary stays, and the job's
+    `[rope]` replaces its RoPE only with `rope.change_imported`."""
+
+    loss_chunk_tokens: int = 2048
+    """Tokens per chunk of the fused output loss (`OutputLayer`): one chunk's float32 logits are its largest tensor."""
+
     @property
     def head_dim(self) -> int:
         return self.dim // self.n_heads
@@ -65,8 +75,12 @@ class LighthouseLlamaArgs(TransformerModelArgs):
         section = job_config.lighthouse
         self.lighthouse = section.to_config() if section.enable else None
         self.dense_layers = tuple(section.dense_layers)
+        self.dense_backend = section.dense_backend
+        loss = getattr(job_config, "loss", None)  # absent from torchtitan's own config: the default chunk stays
+        if loss is not None:
+            self.loss_chunk_tokens = loss.chunk_tokens
         rope = getattr(job_config, "rope", None)  # absent from torchtitan's own config: the flavor's RoPE stays
-        if rope is not None:
+        if rope is not None and not (self.hf_shape and not rope.change_imported):
             self.rope_theta = rope.theta
             self.rope_scaling_args = RoPEScalingArgs(rope.scaling_factor, rope.low_freq_factor, rope.high_freq_factor,
                                                      rope.original_max_position_embeddings)

@@ -13,6 +13,8 @@ from torchtitan.models.llama3.model.model import Attention, Transformer, apply_r
 from lighthouse import LighthouseAttention, LighthouseConfig
 
 from .args import LighthouseLlamaArgs
+from .dense import DenseAttention
+from .output import OutputLayer
 
 SelectionObserver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 
@@ -20,7 +22,8 @@ SelectionObserver = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], None]
 class LighthouseLlamaAttention(Attention):
     """Llama-3 attention that runs `lighthouse_attention` on q [B,N,H,D], k/v [B,N,G,D] after RoPE.
 
-    With `lighthouse` None, or after `use_lighthouse = False`, it is exactly torchtitan's causal SDPA.
+    With `lighthouse` None, or after `use_lighthouse = False`, it is torchtitan's causal SDPA (exactly torchtitan's
+    module with the default `dense_backend`, else `DenseAttention`).
     The Lighthouse call is the parameter-free module `inner_lighthouse`, so a parallelize function can
     swap it (e.g. for a context-parallel version) as torchtitan does with `inner_attention`.
     `selection_observer`, when set, is called with (q, k, v) detached, for logging statistics; skipped under
@@ -31,6 +34,8 @@ class LighthouseLlamaAttention(Attention):
         super().__init__(model_args)
         if model_args.attn_type != "sdpa":
             raise ValueError(f"attn_type={model_args.attn_type!r}: Lighthouse layers replace causal SDPA only")
+        if model_args.dense_backend != "cudnn":
+            self.inner_attention = DenseAttention(model_args.dense_backend)
         self.lighthouse = lighthouse
         self.inner_lighthouse = LighthouseAttention(lighthouse) if lighthouse is not None else None
         self.use_lighthouse = lighthouse is not None
@@ -51,7 +56,10 @@ class LighthouseLlamaAttention(Attention):
 
 
 class LighthouseLlama(Transformer):
-    """Llama-3 decoder whose layers run Lighthouse except `dense_layers` (all dense without a config)."""
+    """Llama-3 decoder whose layers run Lighthouse except `dense_layers` (all dense without a config).
+
+    Its output layer can own the loss (`OutputLayer`): `model(tokens)` gives logits, `model(tokens, labels=labels)`
+    the per-token nats of the fused output loss, which never holds the [tokens, vocab] logits."""
 
     def __init__(self, model_args: LighthouseLlamaArgs) -> None:
         super().__init__(model_args)
@@ -59,6 +67,29 @@ class LighthouseLlama(Transformer):
         for layer_id, block in self.layers.items():
             dense = int(layer_id) in model_args.dense_layers
             block.attention = LighthouseLlamaAttention(model_args, None if dense else model_args.lighthouse)
+        if self.output is not None:  # the same weight, now in a layer that can own the loss
+            output = OutputLayer(model_args.dim, model_args.vocab_size, model_args.loss_chunk_tokens, device="meta")
+            output.weight = self.output.weight
+            self.output = output
+
+    def hidden_states(self, tokens: torch.Tensor, attention_masks=None, positions=None) -> torch.Tensor:
+        """The normed last hidden states [B, T, D] (torchtitan's forward without the output layer)."""
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        for layer in self.layers.values():
+            h = layer(h, self.freqs_cis, attention_masks=attention_masks, positions=positions)
+        return self.norm(h) if self.norm is not None else h
+
+    def forward(self, tokens: torch.Tensor, attention_masks=None, positions=None,
+                labels: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [B, T, V]; with `labels` [B, T], per-token nats [B, T] (0 at ignored labels)."""
+        h = self.hidden_states(tokens, attention_masks, positions)
+        if self.output is None:
+            return h
+        return self.output(h) if labels is None else self.output(h, labels)
+
+    def last_logits(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits [B, V] of the last position only: what sampling and NIAH read, without [B, T, V] logits."""
+        return self.output(self.hidden_states(tokens)[:, -1])
 
     def lighthouse_enabled(self) -> bool:
         """Whether any layer runs Lighthouse now."""

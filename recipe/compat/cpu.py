@@ -17,7 +17,7 @@ runs, `after_torchtitan` (the rest) just after. Each patch fixes one fact about 
 5. FSDP2 reduces gradients with `ReduceOp.PREMUL_SUM`, which gloo rejects. `force_sum_reduction` is
    applied by the model's parallelize function on CPU (see `models/llama3_lighthouse/parallelize.py`).
 6. Ring attention (context parallel) has no sharding rule for the CPU flash op
-   `aten._scaled_dot_product_flash_attention_for_cpu`. `lighthouse.compat.register_cpu_ring_attention`
+   `aten._scaled_dot_product_flash_attention_for_cpu`. `lighthouse.compat.context_parallel.register_ring_attention`
    adds one built from torch's own ring templates; `enable_context_parallel` registers it when the CP
    mesh is on CPU.
 

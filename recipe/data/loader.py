@@ -205,10 +205,30 @@ def read_documents(path: str) -> Iterator[str | BadDocument]:
             yield BadDocument(path, f"not a readable Parquet file ({type(err).__name__}: {err})")
             return
         if "text" not in table.column_names:
-            raise ValueError(f"{path}: parquet file has no 'text' column (columns: {table.column_names})")
+            raise DataError(no_text_column(path, table.column_names))
         yield from table.column("text").to_pylist()
     else:
         raise ValueError(f"{path}: unsupported file type {suffix!r}; expected one of {LOCAL_SUFFIXES}")
+
+
+def no_text_column(path: str, columns: list[str]) -> str:
+    """The line for a Parquet file without the `text` column the recipe reads its documents from."""
+    return f"{path}: parquet file has no 'text' column (columns: {columns}); name the documents' column 'text'"
+
+
+def check_parquet_columns(files: list[str], key: str) -> None:
+    """Each Parquet file of `files` has a `text` column (read from its footer alone); a file that is not Parquet
+    is left to the read, which names it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for path in (f for f in files if Path(f).suffix == ".parquet"):
+        try:
+            columns = pq.read_schema(path).names
+        except pa.ArrowException:
+            continue
+        if "text" not in columns:
+            raise ValueError(f"{key}: {no_text_column(path, columns)}")
 
 
 def match_local_files(pattern: str | None, key: str = "training.dataset_path") -> list[str]:
@@ -234,6 +254,7 @@ def match_local_files(pattern: str | None, key: str = "training.dataset_path") -
                              f"expected suffixes {LOCAL_SUFFIXES}")
     if not any(os.path.getsize(f) for f in files):
         raise ValueError(f"{key}={pattern!r}: its {len(files)} file(s) are all empty")
+    check_parquet_columns(files, key)
     return files
 
 
@@ -271,11 +292,12 @@ class LocalFiles(DocumentSource):
                     self.skipped += 1
                     logger.warning(f"{doc.where}: {doc.reason}; skipped ({self.skipped} document(s) so far)")
                     continue
-                found = True
+                found = found or bool(doc)
                 yield doc
             if whole_epoch and not found:
-                raise DataError(f"{len(self.files)} files hold no readable document for data-parallel rank "
-                                f"{self.rank} of {self.world}")
+                raise DataError(f"{len(self.files)} files hold no readable document with text for data-parallel "
+                                f"rank {self.rank} of {self.world} (the windows would hold BOS and EOS alone); point "
+                                "training.dataset_path at documents with text")
             self._next = 0
 
     def state_dict(self) -> dict[str, Any]:
@@ -421,16 +443,36 @@ def _check_workers(training) -> None:
         )
 
 
+def check_path_is_read(section: str, dataset: str, path: str | None) -> None:
+    """`<section>.dataset_path` is unset for the synthetic corpus, which generates its documents: a path there
+    would be ignored without a word (a corpus meant to be trained on, or a typo in `dataset`)."""
+    if dataset == "synthetic" and path:
+        raise ValueError(f"{section}.dataset_path={path!r} with {section}.dataset='synthetic', which generates its "
+                         f"documents and reads no file: set {section}.dataset = \"local\" to read it, or unset "
+                         f"{section}.dataset_path")
+
+
+def warn_small_corpus(files: list[str], seq_len: int) -> None:
+    """One warning for `local` files that hold fewer bytes than a training window has tokens (a token is at
+    least a byte): every window then repeats the same text."""
+    size = sum(os.path.getsize(f) for f in files)
+    if size < seq_len:
+        logger.warning(f"training.dataset_path: its {len(files)} file(s) hold {size:,} bytes in all, fewer than the "
+                       f"{seq_len:,} tokens of one window (training.seq_len): every window repeats the same text")
+
+
 def check_training_data(job_config) -> None:
     """Start-up checks of `training.dataset`: a known name, a worker count its source can use, `local` files
-    that exist and hold bytes, a hub that answers for `c4` from the hub. The documents themselves are read
-    while training (`[data] bad_documents` says what an unreadable one does)."""
+    that exist and hold bytes (Parquet files with a `text` column; one warning for fewer bytes than a window),
+    no path for the synthetic corpus, a hub that answers for `c4` from the hub. The documents themselves are
+    read while training (`[data] bad_documents` says what an unreadable one does)."""
     training = job_config.training
     if training.dataset not in DATASETS:
         raise ValueError(f"training.dataset={training.dataset!r} is not one of {sorted(DATASETS)}")
     _check_workers(training)
+    check_path_is_read("training", training.dataset, training.dataset_path)
     if training.dataset == "local":
-        match_local_files(training.dataset_path)
+        warn_small_corpus(match_local_files(training.dataset_path), training.seq_len)
     elif training.dataset == "c4" and not (training.dataset_path and Path(training.dataset_path).is_dir()):
         check_hub_reachable(training.dataset_path or C4_HUB_PATH)
 

@@ -22,7 +22,7 @@ from torchtitan.config.job_config import Model
 from models.llama3_lighthouse.args import BOS_ID, EOS_ID, NUM_BYTES, VOCAB_SIZE
 
 __all__ = ["BOS_ID", "EOS_ID", "NUM_BYTES", "TOKENIZER_FILES", "VOCAB_MULTIPLE", "VOCAB_SIZE", "ByteTokenizer",
-           "build_byte_tokenizer", "build_tokenizer", "hf_tokenizer_folder", "model_vocab_size", "token_bytes", "tokenizer_fingerprint",
+           "build_byte_tokenizer", "build_tokenizer", "hf_tokenizer_folder", "tokenizer_setting", "model_vocab_size", "token_bytes", "tokenizer_fingerprint",
            "utf8_bytes"]
 
 TOKENIZER_FILE = "tokenizer.json"
@@ -64,18 +64,28 @@ def build_byte_tokenizer(job_config=None) -> ByteTokenizer:
     return ByteTokenizer()
 
 
+def tokenizer_setting(model: Model) -> str:
+    """The setting that named the tokenizer's folder, as `key='value'`: `model.tokenizer_path` when the job set it
+    (torchtitan copies the deprecated key into `model.hf_assets_path`), else `model.hf_assets_path`."""
+    if model.tokenizer_path and model.tokenizer_path == model.hf_assets_path:
+        return f"model.tokenizer_path={model.tokenizer_path!r}"
+    return f"model.hf_assets_path={model.hf_assets_path!r}"
+
+
 def hf_tokenizer_folder(job_config) -> str | None:
     """`model.hf_assets_path` when it holds a Hugging Face `tokenizer.json`; None (the byte tokenizer) for `"."`,
-    `""`, torchtitan's default or a folder without tokenizer files. ValueError naming the key for a path that does
-    not exist or is no folder, or a folder with another tokenizer format's files but no `tokenizer.json`."""
+    `""`, torchtitan's default or a folder of other files (an HF weights folder without tokenizer files).
+    ValueError naming the key for a path that does not exist, is no folder or an empty folder (a tokenizer not
+    yet copied there), or a folder with another tokenizer format's files but no `tokenizer.json`."""
     path = job_config.model.hf_assets_path
     if os.path.isfile(os.path.join(path, TOKENIZER_FILE)):
         return path
     if path in BYTE_TOKENIZER_PATHS:
         return None
-    where = f"model.hf_assets_path={path!r}"
-    if not os.path.isdir(path):
-        what = "is a file, not a folder" if os.path.exists(path) else "does not exist"
+    where = tokenizer_setting(job_config.model)
+    if not os.path.isdir(path) or not os.listdir(path):
+        what = ("is an empty folder" if os.path.isdir(path) else
+                "is a file, not a folder" if os.path.exists(path) else "does not exist")
         raise ValueError(f"{where} {what}: point it at a folder with a Hugging Face {TOKENIZER_FILE}, or set it to "
                          "\".\" for the byte tokenizer")
     others = [name for name in OTHER_TOKENIZER_FILES if os.path.exists(os.path.join(path, name))]
@@ -92,15 +102,15 @@ def build_tokenizer(job_config) -> BaseTokenizer:
     are packed as BOS text EOS)."""
     if hf_tokenizer_folder(job_config) is None:
         return ByteTokenizer()
-    path = job_config.model.hf_assets_path
+    where = tokenizer_setting(job_config.model)
     try:
         tokenizer = build_hf_tokenizer(job_config)
     except Exception as err:  # noqa: BLE001  (the tokenizers library raises its own exception types)
-        raise ValueError(f"model.hf_assets_path={path!r}: its tokenizer cannot be loaded "
+        raise ValueError(f"{where}: its tokenizer cannot be loaded "
                          f"({type(err).__name__}: {' '.join(str(err).split())})") from err
     missing = [name for name in ("bos", "eos") if getattr(tokenizer, f"{name}_id") is None]
     if missing:
-        raise ValueError(f"model.hf_assets_path={path!r}: the tokenizer names no {' and '.join(missing).upper()} token "
+        raise ValueError(f"{where}: the tokenizer names no {' and '.join(missing).upper()} token "
                          f"(documents are packed as BOS text EOS); set {', '.join(f'{m}_token' for m in missing)} in "
                          "its tokenizer_config.json")
     return tokenizer

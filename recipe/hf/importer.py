@@ -2,7 +2,9 @@
 torchtitan loads its safetensors through the TrainSpec's state dict adapter (`Llama3StateDictAdapter`); this
 module checks first, in one line, that the folder's `config.json` describes the job's model: the same shape
 (`model.flavor` and the tokenizer's vocabulary) and the same RoPE (`[rope]`), since torchtitan would load weights
-of another shape with a page of size mismatches and weights trained with another RoPE without a word.
+of another shape with a page of size mismatches and weights trained with another RoPE without a word; and that
+its safetensors (their headers) hold one floating-point tensor for each of the model's parameters, since integer
+tensors load as garbage weights and a tensor the model has no place for is dropped without a word.
 """
 from __future__ import annotations
 
@@ -12,7 +14,12 @@ import math
 import os
 from typing import Any
 
-from models.llama3_lighthouse import LighthouseLlamaArgs
+import torch
+from torchtitan.models.llama3 import Llama3StateDictAdapter
+
+from models.llama3_lighthouse import LighthouseLlama, LighthouseLlamaArgs
+
+from recipe.hf.shape import rope_settings
 
 CONFIG_FILE = "config.json"
 
@@ -62,9 +69,9 @@ def rope_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs) -> tuple[
     No `rope_scaling` is llama3 scaling with factor 1; llama3 scaling compares the factor and the two wavelength
     bounds (original / low and original / high factor), which are what the frequencies depend on. Other scaling
     types have no torchtitan equivalent and are refused."""
-    theta = config.get("rope_theta", 10000.0)
-    scaling = config.get("rope_scaling") or {"rope_type": "llama3", "factor": 1.0, "low_freq_factor": 1.0,
-                                             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    theta, scaling = rope_settings(config)
+    scaling = scaling or {"rope_type": "llama3", "factor": 1.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                          "original_max_position_embeddings": 8192}
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind != "llama3":
         return [f"rope_scaling type {kind!r}"], "(none: torchtitan's Llama-3 has llama3 scaling only)"
@@ -75,13 +82,64 @@ def rope_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs) -> tuple[
             ours.original_max_position_embeddings / ours.high_freq_factor)
     wrong = [] if math.isclose(theta, args.rope_theta) else [f"rope_theta={theta} (the job: {args.rope_theta})"]
     if not all(math.isclose(a, b) for a, b in zip(theirs, mine)):
-        wrong.append(f"rope_scaling={json.dumps(config.get('rope_scaling'))} (the job: factor {ours.scaling_factor}, "
+        wrong.append(f"rope_scaling={json.dumps(rope_settings(config)[1])} (the job: factor {ours.scaling_factor}, "
                      f"original_max_position_embeddings {ours.original_max_position_embeddings}, low_freq_factor "
                      f"{ours.low_freq_factor}, high_freq_factor {ours.high_freq_factor})")
     flags = (f"--rope.theta {theta} --rope.scaling_factor {scaling['factor']} --rope.low_freq_factor "
              f"{scaling['low_freq_factor']} --rope.high_freq_factor {scaling['high_freq_factor']} "
              f"--rope.original_max_position_embeddings {scaling['original_max_position_embeddings']}")
     return wrong, flags
+
+
+FLOAT_DTYPES = ("F16", "BF16", "F32", "F64")  # safetensors' names of the dtypes weights are stored in
+HEADER_BYTES = 8  # a safetensors file starts with the length of its JSON header, a little-endian u64
+ROTARY_BUFFER = "rotary_emb.inv_freq"  # saved by older transformers; the adapter drops it (RoPE is recomputed)
+
+
+def safetensors_dtypes(path: str) -> dict[str, tuple[str, str]]:
+    """Each tensor of the folder's `*.safetensors` files: name -> (file name, safetensors dtype), read from the
+    files' headers alone (no weight is read)."""
+    found = {}
+    for file in sorted(glob.glob(os.path.join(glob.escape(path), "*.safetensors"))):
+        with open(file, "rb") as f:
+            header = json.loads(f.read(int.from_bytes(f.read(HEADER_BYTES), "little")))
+        found.update({name: (os.path.basename(file), entry["dtype"])
+                      for name, entry in header.items() if name != "__metadata__"})
+    return found
+
+
+def expected_hf_names(args: LighthouseLlamaArgs) -> set[str]:
+    """The Hugging Face names of the job's parameters, as the TrainSpec's state dict adapter maps them (on a meta
+    model: no memory)."""
+    with torch.device("meta"):
+        params = dict(LighthouseLlama(args).named_parameters())
+    return set(Llama3StateDictAdapter(args, None).to_hf(params))
+
+
+def check_hf_tensors(path: str, args: LighthouseLlamaArgs, flavor: str) -> None:
+    """The folder's tensors are floating-point weights, one for each parameter of the job's model (`args`, of
+    `model.flavor` `flavor`): DCP would load integer tensors as values (garbage weights), skip a tensor the model
+    has no place for without a word, and fail with a traceback on one the folder lacks."""
+    where = f"checkpoint.initial_load_path={path!r} with checkpoint.initial_load_in_hf"
+    try:
+        tensors = safetensors_dtypes(path)
+    except (OSError, ValueError, KeyError, TypeError) as err:  # a header that is not safetensors' JSON
+        raise ValueError(f"{where}: its .safetensors headers cannot be read ({type(err).__name__}: {err})") from err
+    integers = [(name, file, dtype) for name, (file, dtype) in sorted(tensors.items()) if dtype not in FLOAT_DTYPES]
+    if integers:
+        name, file, dtype = integers[0]
+        raise ValueError(f"{where}: {file} stores {name} as {dtype} ({len(integers)} tensor(s) not in a floating-point "
+                         f"dtype, {'/'.join(FLOAT_DTYPES)}): not weights the model can start from; save the folder in "
+                         "float16, bfloat16 or float32")
+    expected = expected_hf_names(args)
+    extra = sorted(name for name in set(tensors) - expected if not name.endswith(ROTARY_BUFFER))
+    missing = sorted(expected - set(tensors))
+    for names, what in ((extra, f"holds {{}}, which model.flavor={flavor!r} has no parameter for"),
+                        (missing, f"lacks {{}}, a parameter of model.flavor={flavor!r}")):
+        if names:
+            listed = names[0] + (f" and {len(names) - 1} more" if len(names) > 1 else "")
+            raise ValueError(f"{where}: the folder {what.format(listed)}: its weights are another model's; pick (or "
+                             "add in models/llama3_lighthouse) a flavor of its shape")
 
 
 def check_hf_import(job_config, args: LighthouseLlamaArgs, ffn_hidden: int) -> None:
@@ -99,6 +157,7 @@ def check_hf_import(job_config, args: LighthouseLlamaArgs, ffn_hidden: int) -> N
                          f"model.hf_assets_path={job_config.model.hf_assets_path!r} is another shape; pick (or add in "
                          "models/llama3_lighthouse) a flavor with its dimensions and point model.hf_assets_path at its "
                          "tokenizer")
+    check_hf_tensors(path, args, job_config.model.flavor)
     rope, flags = rope_mismatches(config, args)
     if rope and not job_config.rope.change_imported:
         raise ValueError(f"{where} {', '.join(rope)}: the weights were trained with another RoPE; carry it with "

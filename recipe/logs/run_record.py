@@ -146,3 +146,13 @@ def run_start_record(step: int, record_folder: Path) -> dict[str, Any]:
     record = json.loads((record_folder / RUN_FILE).read_text(encoding="utf-8"))
     return {"event": RUN_START, "step": step, "time": record["start"], "commit": record["commit"],
             "record": f"{RUNS_FOLDER}/{record_folder.name}"}
+
+
+def recorded_tokenizer(record_folder: Path) -> str | None:
+    """The tokenizer a run record's start trained with (`tokenizer` in its run.json), None where it names none or
+    cannot be read."""
+    try:
+        record = json.loads((Path(record_folder) / RUN_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record.get("tokenizer") if isinstance(record, dict) else None

@@ -16,15 +16,17 @@ import logging
 import os
 import re
 import shutil
+import warnings
 from typing import Callable
 
 from torch.distributed.checkpoint.api import CheckpointException
 from torchtitan.tools.logging import logger
 
 from recipe.errors import RunStopped
-from recipe.resilience.checkpoint_manifest import MANIFEST, checkpoint_faults
+from recipe.resilience.checkpoint_manifest import checkpoint_faults, read_manifest, unverified_reason
 
 _STEP_FOLDER = re.compile(r"step-(\d+)")
+OVERWRITE_WARNING = "Detected an existing checkpoint in .*, overwriting"  # DCP's, two lines at each such save
 FULL_DISK_FREE_BYTES = 64 * 2**20  # a save that fails with less free space than this failed for want of it
 
 
@@ -87,8 +89,8 @@ def _load_checked(load: Callable[[int], bool], path: str, step: int, checksums: 
     data-parallel ranks (no older one would differ)."""
     if (damage := _damage(path, checksums, unverified)) is not None:
         raise CheckpointError(f"{path} is damaged: {damage}")
-    if not os.path.isfile(os.path.join(path, MANIFEST)) and os.path.isfile(os.path.join(path, ".metadata")):
-        logger.warning(f"{path} has no {MANIFEST}: loading it unverified")
+    if os.path.isfile(os.path.join(path, ".metadata")) and (why := unverified_reason(read_manifest(path), checksums)):
+        logger.warning(f"{path}: {why}; loading it unverified")
     root = logging.getLogger()
     root.addFilter(_no_metadata_tracebacks)
     try:
@@ -155,7 +157,11 @@ def _disk_full(err: BaseException, folder: str) -> bool:
 
 def save_or_stop(save: Callable[[int, bool], None], folder: str, curr_step: int, last_step: bool = False) -> None:
     """`save(curr_step, last_step)`; a failure on a full disk raises CheckpointError saying so (torch's own
-    message is a file-position mismatch), anything else propagates."""
+    message is a file-position mismatch), anything else propagates. DCP's warning that the save overwrites an
+    existing step folder is silenced (for the asynchronous writer's thread too, hence a filter of the process):
+    a job saves a step again only after its resume started before it (a damaged step passed over, or an older
+    `checkpoint.load_step`), which its own lines have named."""
+    warnings.filterwarnings("ignore", message=OVERWRITE_WARNING, category=UserWarning)
     try:
         save(curr_step, last_step)
     except (Exception, CheckpointException) as err:  # DCP reports a rank's failure as a CheckpointException

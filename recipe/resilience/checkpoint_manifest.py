@@ -1,11 +1,11 @@
-"""A manifest beside each checkpoint: the size and CRC-32 of every file its save wrote, and the data-parallel
-degree of the run that wrote it.
+"""A manifest beside each checkpoint: the size and CRC-32 of every file its save wrote (sizes only with
+`[resilience] checksums = false`), and the data-parallel degree of the run that wrote it.
 
 `manifest.json` is written last, after DCP's `.metadata`, and atomically (a rename), so a folder that has it
 was written whole. A resume reads it before DCP reads anything: a manifest that cannot be read, a file that is
 missing, shorter or longer, whose checksum differs (zeroed or flipped bytes) or that the manifest does not list
-makes the step damaged, and so does a step without a manifest unless the job loads unverified steps
-(`[checkpoint] load_unverified`); a different data-parallel degree is named as such (each data-parallel rank
+makes the step damaged, and so does a step without a manifest or whose manifest records no checksums (which a
+flipped byte passes) unless the job loads unverified steps (`[checkpoint] load_unverified`); a different data-parallel degree is named as such (each data-parallel rank
 keeps its own data position in the checkpoint). In a job of several processes each rank checksums its share of
 the files (a CRC-32 reads about 2 GiB/s on one core) and the ranks exchange what they found, so every rank
 decides the same.
@@ -99,7 +99,27 @@ def read_manifest(folder: str) -> dict | None:
             raise UnreadableManifest(f"{MANIFEST} records no size for {name}")
     if len({isinstance(entry.get("crc32"), int) for entry in files.values()}) > 1:  # a save checksums all or none
         raise UnreadableManifest(f"{MANIFEST} records checksums for some files only")
+    degree = record.get("data_parallel_degree")
+    if degree is not None and not (type(degree) is int and degree >= 1):
+        raise UnreadableManifest(f"{MANIFEST} records data_parallel_degree={json.dumps(degree)}, not a number of ranks")
     return record
+
+
+def has_checksums(manifest: dict) -> bool:
+    """Whether the manifest records the CRC-32 of its files (a save with `[resilience] checksums = false` records
+    sizes only, which a flipped byte passes)."""
+    return all("crc32" in entry for entry in manifest["files"].values())
+
+
+def unverified_reason(manifest: dict | None, checksums: bool) -> str | None:
+    """Why loading a step of this manifest (None: it has none) would not verify its bytes, None if it would."""
+    if manifest is None:
+        return f"it has no {MANIFEST} (a save cut before its end, or written by another program)"
+    if not has_checksums(manifest):
+        return f"its {MANIFEST} records no checksums (saved with [resilience] checksums = false)"
+    if not checksums:
+        return "[resilience] checksums = false checks its file sizes only"
+    return None
 
 
 def _file_fault(folder: str, name: str, expected: dict, checksums: bool) -> str | None:
@@ -131,13 +151,15 @@ def manifest_faults(folder: str, manifest: dict, checksums: bool = True) -> list
 
 def checkpoint_faults(folder: str, checksums: bool = True, unverified: bool = False) -> list[str]:
     """What makes the checkpoint `folder` damaged (`manifest_faults`), a manifest that cannot be read included,
-    and a missing manifest unless `unverified` (every save of the recipe writes one, so a step without it is a
-    save cut before its end, or another program's)."""
+    and, unless `unverified`, a missing manifest (every save of the recipe writes one, so a step without it is a
+    save cut before its end, or another program's) or one without checksums: a step whose bytes cannot be
+    verified never passes as verified. `checksums` false checks sizes only (`resume_step`: the resume checksums)."""
     try:
         manifest = read_manifest(folder)
     except UnreadableManifest as err:
         return [str(err)]
-    if manifest is None:
-        return [] if unverified else [f"it has no {MANIFEST} (a save cut before its end, or written by another "
-                                      "program); [checkpoint] load_unverified = true loads such a step"]
-    return manifest_faults(folder, manifest, checksums)
+    if manifest is not None and (faults := manifest_faults(folder, manifest, checksums)):
+        return faults
+    if unverified or (manifest is not None and has_checksums(manifest)):
+        return []
+    return [f"{unverified_reason(manifest, True)}; [checkpoint] load_unverified = true loads such a step"]

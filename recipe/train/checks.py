@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import math
 import netrc
 import os
@@ -23,9 +22,10 @@ from torchtitan.tools.logging import logger
 
 from lighthouse.attention import CUDA_ONLY
 
-from recipe.data.loader import check_training_data, match_local_files
-from recipe.logs.run_record import CONFIG_FILE, RUN_FILE, RUNS_FOLDER
-from recipe.resilience.checkpoint_guard import complete_steps
+from recipe.data.loader import check_path_is_read, check_training_data, match_local_files
+from recipe.data.tokenizer import tokenizer_setting
+from recipe.logs.run_record import CONFIG_FILE, RUNS_FOLDER, recorded_tokenizer
+from recipe.resilience.checkpoint_guard import complete_steps, resume_step
 from recipe.resilience.checkpoint_manifest import UnreadableManifest, read_manifest
 from recipe.toml_config import get_key, load_toml, tomllib
 from recipe.train.cpu_size import cpu_size_error
@@ -83,6 +83,9 @@ def check_lr_schedule(job_config) -> None:
 def warn_accepted_nonsense(job_config) -> None:
     """One warning line for values a run accepts that leave the weights (all but) frozen."""
     lr, max_norm, eps = job_config.optimizer.lr, job_config.training.max_norm, job_config.optimizer.eps
+    if lr == 0:
+        logger.warning("optimizer.lr=0 freezes the weights: every step computes the loss and leaves the model as it "
+                       "was; set a usual LR (1e-4 to 1e-3) to train")
     if 0 < lr < TINY_LR:
         logger.warning(f"optimizer.lr={lr:g} is so small that no float32 weight moves; set 0 to freeze the weights "
                        "on purpose, or a usual LR (1e-4 to 1e-3)")
@@ -121,6 +124,7 @@ def check_optimizer(job_config) -> None:
 
 
 SEED_RANGE = (-2**63, 2**64)  # what torch.manual_seed takes
+STEP_BITS = 63  # a step count torch holds in an int64
 
 
 def check_seed(job_config) -> None:
@@ -133,6 +137,9 @@ def check_seed(job_config) -> None:
 def check_loop(job_config) -> None:
     """Batch sizes, checkpoint and log intervals, and the step of the switch to dense attention."""
     training = job_config.training
+    if training.steps.bit_length() > STEP_BITS:
+        raise ValueError(f"training.steps={training.steps} does not fit in 64 bits: torch counts steps in int64 (the "
+                         "LR scheduler, the metrics)")
     if training.local_batch_size < 1:
         raise ValueError(f"training.local_batch_size={training.local_batch_size} must be >= 1")
     if job_config.checkpoint.enable and job_config.checkpoint.interval < 1:
@@ -141,6 +148,10 @@ def check_loop(job_config) -> None:
         raise ValueError(f"metrics.log_freq={job_config.metrics.log_freq} must be >= 1")
     if training.gc_freq < 1:
         raise ValueError(f"training.gc_freq={training.gc_freq} must be >= 1 (steps between garbage collections)")
+    if job_config.checkpoint.enable and not job_config.resilience.checksums and not job_config.checkpoint.load_unverified:
+        raise ValueError("[resilience] checksums=false with checkpoint.enable: the steps this job saves record no "
+                         "checksums, so a resume cannot verify them and takes none; pass --checkpoint.load_unverified "
+                         "too to resume them unverified, or leave checksums on")
     keep = job_config.checkpoint.keep_latest_k
     if job_config.checkpoint.enable and (keep < 0 or keep == 1):
         raise ValueError(f"checkpoint.keep_latest_k={keep} must be 0 (keep every checkpoint) or >= 2 (the newest "
@@ -234,30 +245,57 @@ def check_parallelism(job_config, world_size: int) -> None:
                          f"{batch_degree} (= {per_step})")
 
 
+def check_compile(job_config) -> None:
+    """`compile.backend` names a torch.compile backend (torch would raise InvalidBackend at the first compiled
+    call, after the model is built); only asked when `compile.enable` compiles anything."""
+    backend = job_config.compile.backend
+    if not job_config.compile.enable:
+        return
+    known = torch.compiler.list_backends(exclude_tags=())
+    if backend not in known:
+        raise ValueError(f"compile.backend={backend!r} is not a torch.compile backend; the usual one is 'inductor' "
+                         f"(torch knows {', '.join(known)})")
+
+
 def check_device(job_config) -> None:
     """Lighthouse kernels that need CUDA are not asked for on a machine without it."""
     if torch.cuda.is_available():
         return
     section = job_config.lighthouse
-    if section.enable and section.backend in CUDA_ONLY:
+    if section.enable and section.backend in CUDA_ONLY + ("flash_attn",):
         raise ValueError(f"[lighthouse] backend={section.backend!r} needs CUDA, which this machine lacks; use 'auto'")
+    if section.dense_backend == "flash_attn":
+        raise ValueError("[lighthouse] dense_backend='flash_attn' needs CUDA, which this machine lacks; use 'cudnn'")
     if section.enable and section.implementation == "fused" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError("[lighthouse] implementation='fused' needs CUDA (or TRITON_INTERPRET=1), which this "
                          "machine lacks; use 'auto'")
 
 
 def latest_checkpoint_step(job_config) -> int | None:
-    """The step of the newest complete checkpoint in the job's checkpoint folder."""
-    return max(complete_steps(os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)), default=None)
+    """The step a resume of the job starts from: its newest complete checkpoint that is not damaged (its
+    manifest lists every file at its size: `resume_step`); a damaged one is passed over, so it has no say."""
+    folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
+    return resume_step(folder, job_config.checkpoint.load_unverified)
+
+
+def file_in_the_way(path: str) -> str | None:
+    """`path` or the nearest of its parents that exists, if that is not a folder (a file where a folder is to be
+    created: the first save would fail on it with NotADirectoryError)."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    return None if os.path.isdir(probe) else probe
 
 
 def check_dump_folder(job_config) -> None:
-    """The dump folder and checkpoint folder are folders, and a resume has steps left to train."""
+    """The dump folder and checkpoint folder are folders or can be created as such, and a resume has steps
+    left to train."""
     dump = job_config.job.dump_folder
     if not dump:
         raise ValueError('job.dump_folder="" names no folder (checkpoints would land in the working directory)')
-    if os.path.exists(dump) and not os.path.isdir(dump):
-        raise ValueError(f"job.dump_folder={dump!r} is a file, not a folder")
+    if (blocked := file_in_the_way(dump)) is not None:
+        what = "is" if blocked == os.path.abspath(dump) else f"cannot be created: {blocked} is"
+        raise ValueError(f"job.dump_folder={dump!r} {what} a file, not a folder")
     checkpoint = job_config.checkpoint
     if not checkpoint.enable:
         return
@@ -265,8 +303,9 @@ def check_dump_folder(job_config) -> None:
     if os.path.normpath(folder) == os.path.normpath(dump):
         raise ValueError(f"checkpoint.folder={checkpoint.folder!r} is the dump folder itself: its step folders would "
                          "lie among the run records and metrics; name a sub-folder (the default is 'checkpoint')")
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise ValueError(f"checkpoint.folder={checkpoint.folder!r}: {folder} is a file, not a folder")
+    if (blocked := file_in_the_way(folder)) is not None:
+        what = "" if blocked == os.path.abspath(folder) else f" cannot be created: {blocked}"
+        raise ValueError(f"checkpoint.folder={checkpoint.folder!r}: {folder}{what} is a file, not a folder")
     latest = latest_checkpoint_step(job_config)
     check_load_step(checkpoint.load_step, folder)
     if checkpoint.load_step == -1 and latest is not None and latest > job_config.training.steps:
@@ -330,13 +369,9 @@ def check_resume_tokenizer(job_config, fingerprint: str) -> None:
         return
     runs = os.path.join(job_config.job.dump_folder, RUNS_FOLDER)
     records = sorted(os.listdir(runs)) if os.path.isdir(runs) else []
-    try:
-        with open(os.path.join(runs, records[-1], RUN_FILE), encoding="utf-8") as f:
-            then = json.load(f).get("tokenizer") if records else None
-    except (OSError, ValueError):
-        return
+    then = recorded_tokenizer(os.path.join(runs, records[-1])) if records else None
     if then is not None and then != fingerprint:
-        raise ValueError(f"model.hf_assets_path={job_config.model.hf_assets_path!r} gives the tokenizer {fingerprint}, "
+        raise ValueError(f"{tokenizer_setting(job_config.model)} gives the tokenizer {fingerprint}, "
                          f"but the checkpoints in {os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)}"
                          f" were trained with {then}; resume with that tokenizer, or pass another --job.dump_folder")
 
@@ -347,10 +382,11 @@ def check_data_parallel_degree(job_config, world_size: int) -> None:
     would not differ."""
     checkpoint = job_config.checkpoint
     folder = os.path.join(job_config.job.dump_folder, checkpoint.folder)
-    steps = complete_steps(folder)
-    if not checkpoint.enable or not steps or "dataloader" in checkpoint.exclude_from_loading:
+    if not checkpoint.enable or "dataloader" in checkpoint.exclude_from_loading:
         return
-    step = steps[0] if checkpoint.load_step == -1 else checkpoint.load_step
+    step = latest_checkpoint_step(job_config) if checkpoint.load_step == -1 else checkpoint.load_step
+    if step is None:
+        return
     try:
         then = (read_manifest(os.path.join(folder, f"step-{step}")) or {}).get("data_parallel_degree")
     except UnreadableManifest:  # a damaged step, which the resume passes over with a warning
@@ -401,10 +437,27 @@ def check_dense_layers_leave_lighthouse(job_config, n_layers: int) -> None:
 
 
 def check_validation_data(job_config) -> None:
-    """`validation.dataset = "local"` files exist and hold bytes (the held-out windows are read at each evaluation)."""
+    """`validation.dataset = "local"` files exist and hold bytes (the held-out windows are read at each
+    evaluation); the synthetic held-out corpus is given no path."""
     validation = job_config.validation
-    if validation.enable and validation.dataset == "local":
+    if not validation.enable:
+        return
+    check_path_is_read("validation", validation.dataset, validation.dataset_path)
+    if validation.dataset == "local":
         match_local_files(validation.dataset_path, "validation.dataset_path")
+
+
+def missing_config_hint(job_config) -> str:
+    """Why a job has torchtitan's defaults where a config file sets the recipe's (model.name 'llama3'): " (no
+    config file was given ...)" or " (<file> is empty)"; "" when its file holds settings."""
+    path = job_config.job.config_file
+    if not path:
+        return " (no config file was given: pass --job.config_file, e.g. configs/debug.toml)"
+    try:
+        empty = not load_toml(path)
+    except (OSError, ValueError):  # read once already; whatever changed since is not this message's to name
+        return ""
+    return f" ({path} is empty: it sets nothing, so every key keeps torchtitan's default)" if empty else ""
 
 
 def check_settings(job_config, n_layers: int) -> None:
@@ -414,6 +467,7 @@ def check_settings(job_config, n_layers: int) -> None:
     check_loop(job_config)
     check_seed(job_config)
     check_no_nan(job_config)
+    check_compile(job_config)
     check_dense_layers_leave_lighthouse(job_config, n_layers)
 
 

@@ -11,7 +11,7 @@ import os
 from typing import Any, Sequence
 
 from recipe.errors import ConfigError
-from recipe.toml_config import get_key, tomllib
+from recipe.toml_config import get_key, load_toml_file
 
 CONFIG_FILE_FLAGS = ("--job.config_file", "--job.config-file")
 CPU_MAX_TOKENS = 2**20  # tokens per microbatch beyond which a CPU step takes hours, whatever the model
@@ -78,7 +78,7 @@ def check_cpu_size_at_once(args: Sequence[str]) -> None:
     path = config_file_arg(args)
     try:
         with open(path or os.devnull, "rb") as f:
-            toml_values = tomllib.load(f)
+            toml_values = load_toml_file(f)
         flavor = str(job_value(args, toml_values, "model.flavor"))
         batch, seq_len = (int(job_value(args, toml_values, key))
                           for key in ("training.local_batch_size", "training.seq_len"))

@@ -19,6 +19,7 @@ from torchtitan.tools.logging import logger
 from lighthouse import LighthouseConfig
 from lighthouse.context_parallel import check_context_parallel
 
+from models.llama3_lighthouse.dense import check_dense_backend
 from recipe.train.validation import check_validation
 
 
@@ -48,6 +49,13 @@ class Lighthouse(LighthouseLayer):
 
     dense_layers: list[int] = field(default_factory=list)
     """Layer indices that keep dense causal SDPA (the paper: 0, 1, 28, 29 of 30)."""
+
+    dense_backend: str = "cudnn"
+    """Kernel of dense causal attention: in `dense_layers`, after `switch_to_dense_at_step`, on `dense_every`
+    steps and in a dense run or resume (stage 2). "cudnn": torchtitan's SDPA (cuDNN, or its flash and math
+    kernels where cuDNN does not take the call); "flash_attn": FlashAttention-4 (the flash extra); "auto":
+    FlashAttention-4 where installed and measured faster for the card at this length, else cuDNN
+    (`lighthouse.flash_attn.AUTO_FROM`, docs/cluster.md)."""
 
     switch_to_dense_at_step: int = 0
     """Run Lighthouse for steps 1..N, then dense SDPA in every layer from step N+1 (0 = never). One run
@@ -105,8 +113,9 @@ class Checkpoint:
 
     load_unverified: bool = False
     """Resume from a step of the job's own checkpoint folder that has no manifest.json (one saved by another
-    program, or a save cut between DCP's .metadata and the manifest), with a warning that it is unverified.
-    Off, such a step counts as damaged: a resume falls back to the newest intact one."""
+    program, or a save cut between DCP's .metadata and the manifest) or whose manifest records no checksums
+    ([resilience] checksums = false), with a warning that it is unverified. Off, such a step counts as damaged:
+    a resume falls back to the newest intact one."""
 
 
 @dataclass
@@ -114,7 +123,8 @@ class Resilience:
     checksums: bool = True
     """Record the CRC-32 of every file a checkpoint save writes (in the step's manifest.json, beside the file sizes
     and the data-parallel degree, which are always recorded) and check them before a resume loads the step; a
-    damaged step gives way to the newest intact one. Measured on a CPU for the paper model's checkpoint (3.2 GB):
+    damaged step gives way to the newest intact one. Off, the steps are unverified, so the job needs
+    checkpoint.load_unverified to resume them. Measured on a CPU for the paper model's checkpoint (3.2 GB):
     0.8-0.9 GiB/s per rank, split over the ranks, about a fifth added to a save (docs/recipe.md)."""
 
     save_on_sigterm: Literal["auto", "on", "off"] = "auto"
@@ -155,6 +165,24 @@ class Rope:
 
 
 @dataclass
+class Loss:
+    """The `[loss]` section: how the output layer and the cross-entropy run (`recipe.train.loss`)."""
+
+    implementation: Literal["auto", "fused", "full"] = "auto"
+    """"full": the output layer's logits [tokens, vocab], then cross-entropy on them in float32. "fused": the output
+    layer and the loss together, chunk_tokens tokens at a time (bf16 matmuls, float32 log-sum-exp, the backward
+    recomputing each chunk), so the logits never exist whole. "auto": fused where one rank's float32 logits would
+    exceed fused_above_gib (a 128,256-entry vocabulary at 98,304 tokens: 47 GiB), else full (the byte model's 258
+    entries at 1M tokens: 1.0 GiB)."""
+
+    chunk_tokens: int = 2048
+    """Tokens per chunk of the fused loss; its largest tensor is one chunk's float32 logits (2,048 x 128,256: 1 GiB)."""
+
+    fused_above_gib: float = 2.0
+    """"auto" takes the fused loss where the full float32 logits of one rank's microbatch exceed this many GiB."""
+
+
+@dataclass
 class JobConfig:
     lighthouse: Lighthouse = field(default_factory=Lighthouse)
     rope: Rope = field(default_factory=Rope)
@@ -163,6 +191,7 @@ class JobConfig:
     host: Host = field(default_factory=Host)
     data: Data = field(default_factory=Data)
     resilience: Resilience = field(default_factory=Resilience)
+    loss: Loss = field(default_factory=Loss)
 
 
 def _check_dense_layers(dense_layers: list[int], n_layers: int) -> None:
@@ -242,6 +271,22 @@ def check_rope(rope: Rope) -> None:
                          f"low_freq_factor={rope.low_freq_factor}")
 
 
+def check_loss(job_config) -> None:
+    """`[loss]` values the job can use: the fused loss needs the whole output weight on each rank."""
+    loss, parallelism = job_config.loss, job_config.parallelism
+    if loss.implementation not in ("auto", "fused", "full"):
+        raise ValueError(f"[loss] implementation={loss.implementation!r} must be 'auto', 'fused' or 'full'")
+    if loss.chunk_tokens < 1:
+        raise ValueError(f"[loss] chunk_tokens={loss.chunk_tokens} must be >= 1")
+    if not loss.fused_above_gib >= 0:
+        raise ValueError(f"[loss] fused_above_gib={loss.fused_above_gib} must be >= 0")
+    if loss.implementation == "fused":
+        for key in ("tensor_parallel_degree", "pipeline_parallel_degree"):
+            if getattr(parallelism, key) > 1:
+                raise ValueError(f"[loss] implementation='fused' with parallelism.{key}={getattr(parallelism, key)}: "
+                                 "the fused loss needs the whole output layer on each rank; use 'full' (or 'auto')")
+
+
 def check_job_config(job_config, n_layers: int) -> None:
     """Raise ValueError naming the offending values if the job cannot run; no device is touched.
 
@@ -257,10 +302,15 @@ def check_job_config(job_config, n_layers: int) -> None:
     if job_config.training.steps < 1:
         raise ValueError(f"training.steps={job_config.training.steps} must be >= 1")
     check_rope(job_config.rope)
+    check_loss(job_config)
     check_validation(job_config)
     if job_config.host.colocate_autograd and not hasattr(os, "sched_setaffinity"):
         raise ValueError("[host] colocate_autograd=true needs Linux (os.sched_setaffinity); set it to false")
     _check_dense_layers(section.dense_layers, n_layers)
+    try:
+        check_dense_backend(section.dense_backend)
+    except ValueError as err:
+        raise ValueError(f"[lighthouse] {err}") from err
     if section.switch_to_dense_at_step < 0:
         raise ValueError(f"[lighthouse] switch_to_dense_at_step={section.switch_to_dense_at_step} must be >= 0")
     cp = job_config.parallelism.context_parallel_degree

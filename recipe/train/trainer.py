@@ -2,6 +2,7 @@
 statistics."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import os
@@ -37,10 +38,12 @@ from recipe.resilience.finite_guard import FiniteGuard, NonFiniteStep, checkpoin
 from recipe.resilience.held_signals import ctrl_c_held, release_ctrl_c, take_sigterm
 from recipe.resilience.preemption import SigtermFlag, Terminated, save_on_sigterm
 from recipe.resilience.teardown import end_process_groups
-from recipe.train.checks import check_environment, check_resume_tokenizer, check_settings, check_size, data_parallel_degree
+from recipe.train.checks import (check_environment, check_resume_tokenizer, check_settings, check_size,
+                                 data_parallel_degree, missing_config_hint)
 from recipe.train.cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
 from recipe.train.job_config import check_initial_load, check_job_config
-from recipe.train.train_spec import job_model_args, use_tokenizer  # importing it registers the llama3_lighthouse TrainSpec
+from recipe.train.loss import tokens_per_rank, uses_fused_loss, with_labels
+from recipe.train.train_spec import job_model_args, use_hf_shape, use_tokenizer  # importing it registers the llama3_lighthouse TrainSpec
 
 
 @as_config_error()
@@ -55,9 +58,11 @@ def check_job(job_config: JobConfig) -> None:
     if flavor not in spec.model_args:
         raise ValueError(f"model.flavor={flavor!r} is not one of {sorted(spec.model_args)}")
     if not hasattr(spec.model_args[flavor], "lighthouse_layers"):
-        raise ValueError(f"model.name={job_config.model.name!r} has no Lighthouse layers; use 'llama3_lighthouse'")
-    check_job_config(job_config, spec.model_args[flavor].n_layers)
-    check_settings(job_config, spec.model_args[flavor].n_layers)
+        raise ValueError(f"model.name={job_config.model.name!r} has no Lighthouse layers; use 'llama3_lighthouse'"
+                         + missing_config_hint(job_config))
+    n_layers = use_hf_shape(copy.deepcopy(spec.model_args[flavor]), job_config).n_layers
+    check_job_config(job_config, n_layers)
+    check_settings(job_config, n_layers)
 
 
 def model_shapes(args: LighthouseLlamaArgs) -> dict[str, tuple[int, ...]]:
@@ -176,7 +181,9 @@ class LighthouseTrainer(Trainer):
     def __init__(self, job_config: JobConfig, argv: Sequence[str] | None = None) -> None:
         tokenizer = check_start_up(job_config)
         # torchtitan builds the model from the flavor's arguments: give them the tokenizer's vocabulary first
-        use_tokenizer(get_train_spec(job_config.model.name).model_args[job_config.model.flavor], tokenizer)
+        with as_config_error():
+            use_tokenizer(use_hf_shape(get_train_spec(job_config.model.name).model_args[job_config.model.flavor],
+                                       job_config), tokenizer)
         self.tokenizer_fingerprint = tokenizer_fingerprint(tokenizer)
         self.dump_lock = DumpFolderLock(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
         logger.info(f"Output folder: {os.path.abspath(job_config.job.dump_folder)}")
@@ -212,6 +219,11 @@ class LighthouseTrainer(Trainer):
         self.argv, self.trained = argv, False
         self.finite_guard = FiniteGuard()
         self.pin_after_step = job_config.host.colocate_autograd
+        training = job_config.training
+        self.fused_loss = uses_fused_loss(job_config, tokens_per_rank(job_config, training.local_batch_size,
+                                                                      training.seq_len), self.model_args.vocab_size)
+        logger.info(f"[loss] {'fused output loss' if self.fused_loss else 'full logits'} "
+                    f"(implementation={job_config.loss.implementation!r}, vocabulary {self.model_args.vocab_size:,})")
         self.host_pin = ExitStack()  # the pinned host threads' masks, given back by close()
 
     def save_checkpoint(self, save, curr_step: int, last_step: bool = False) -> None:
@@ -387,6 +399,12 @@ class LighthouseTrainer(Trainer):
         if self.pin_after_step:
             self.pin_after_step = False
             self.colocate_host_threads()
+
+    def post_dataloading_process(self, input_dict, labels):
+        """torchtitan's batch preparation (context-parallel sharding included), then the labels for the model where
+        its output layer computes the loss (`[loss]`)."""
+        inputs, labels, extra_inputs, extra_kwargs = super().post_dataloading_process(input_dict, labels)
+        return inputs, labels, extra_inputs, with_labels(extra_kwargs, labels, self.fused_loss)
 
     def forward_backward_step(self, *args, **kwargs):
         loss = super().forward_backward_step(*args, **kwargs)

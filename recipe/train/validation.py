@@ -27,6 +27,7 @@ from torchtitan.tools.logging import logger
 
 from recipe.data.loader import PackedDocuments, build_source
 from recipe.data.tokenizer import token_bytes
+from recipe.train.loss import tokens_per_rank, uses_fused_loss, with_labels
 
 VALIDATION_DATASETS = ("local", "synthetic")
 SYNTHETIC_SEED_OFFSET = 1_000_003  # synthetic held-out documents differ from the training ones
@@ -95,6 +96,9 @@ class DenseShadowValidator(Validator):
         nats over the UTF-8 bytes of their target tokens."""
         device_type = utils.device_type
         losses, nats, text_bytes = [], [], 0.0
+        validation = self.job_config.validation
+        fused = uses_fused_loss(self.job_config, tokens_per_rank(self.job_config, validation.local_batch_size,
+                                                                 validation.seq_len), model_parts[0].output.out_features)
         for batch, (input_dict, labels) in enumerate(self.heldout_batches()):
             if batch == self.job_config.validation.steps:
                 break
@@ -106,6 +110,7 @@ class DenseShadowValidator(Validator):
             targets = labels != IGNORE_INDEX
             tokens, batch_bytes = targets.sum(), self.token_bytes[labels[targets]].sum()
             inputs, labels, extra_inputs, extra_kwargs = self.post_dataloading_process(input_dict, labels, model_parts)
+            extra_kwargs = with_labels(extra_kwargs, labels, fused)
             if self.parallel_dims.dp_enabled:
                 tokens = dist_utils.dist_sum(tokens, self.parallel_dims.get_mesh("batch"), None)
                 batch_bytes = dist_utils.dist_sum(batch_bytes, self.parallel_dims.get_mesh("batch"), None)
