@@ -154,8 +154,10 @@ ROWS = [
         "a template: <name> stands for a config"),
     Row(r"python scripts/train_throughput\.py ", "skip", f"times the paper model: {GPU}"),
     Row(r"scripts/flash_attn_measure\.sh ", "skip", f"FlashAttention-4 beside cuDNN, training the paper model: {GPU}"),
-    Row(r"python train\.py --job\.config_file configs/debug\.toml --model\.flavor <", "skip",
-        "a template: DIR stands for a Hugging Face Llama folder (tests/test_bring_your_own.py imports one on CPU)"),
+    Row(r"python train\.py --job\.config_file configs/debug\.toml --model\.flavor hf ", "skip",
+        "a template: DIR stands for a Hugging Face Llama folder (tests/test_hf_flavor.py imports one on CPU)"),
+    Row(r"python train\.py --job\.config_file configs/paper/stage1_L3_p4_k1536_norm\.toml --model\.hf_assets_path ",
+        "skip", f"the paper model with Llama-3's tokenizer, which the reader brings: {GPU}"),
     Row(r"python train\.py --job\.config_file configs/extend/", "skip",
         "needs your tokenizer in assets/tokenizer and your text in data/, and trains for minutes even CPU-sized; "
         "tests/test_bring_your_own.py parses the three configs and checks their chain"),
