@@ -59,10 +59,12 @@ class _LinearCrossEntropy(torch.autograd.Function):
     recomputes each chunk's logits."""
 
     @staticmethod
-    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int) -> torch.Tensor:
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk: int,
+                grad_enabled: bool) -> torch.Tensor:
         valid = labels != IGNORE_INDEX
         targets, ones = torch.where(valid, labels, 0), valid.float()
-        want_hidden, want_weight = ctx.needs_input_grad[:2]
+        # needs_input_grad holds under no_grad too: evaluation must not pay for gradients
+        want_hidden, want_weight = (grad_enabled and wanted for wanted in ctx.needs_input_grad[:2])
         lse = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         target_logits = torch.empty_like(lse)
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
@@ -83,14 +85,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         if bool((grad_nats == grad_nats[0]).all()):  # one value for every token: scale the sum's gradients
             scale = grad_nats[0].float()
             return (None if grad_hidden is None else (grad_hidden * scale).to(hidden.dtype),
-                    None if grad_weight is None else (grad_weight * scale).to(weight.dtype), None, None)
+                    None if grad_weight is None else (grad_weight * scale).to(weight.dtype), None, None, None)
         scale = torch.where(valid, grad_nats.float(), 0.0)
         grad_hidden = None if grad_hidden is None else torch.empty_like(hidden)
         grad_weight = None if grad_weight is None else torch.zeros_like(grad_weight)
         for rows in _chunks(hidden.shape[0], ctx.chunk):
             grad_logits = _grad(hidden[rows] @ weight.T, targets[rows], lse[rows], scale[rows])
             _backward_chunk(grad_logits, hidden, weight, rows, grad_hidden, grad_weight)
-        return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None
+        return grad_hidden, None if grad_weight is None else grad_weight.to(weight.dtype), None, None, None
 
 
 def _backward_chunk(grad_logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, rows: slice,
@@ -119,5 +121,6 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: tor
         dtype = torch.get_autocast_dtype(device)
         hidden, weight = hidden.to(dtype), weight.to(dtype)
     with torch.autocast(device, enabled=False):
-        nats = _LinearCrossEntropy.apply(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), chunk)
+        nats = _LinearCrossEntropy.apply(hidden.reshape(-1, hidden.shape[-1]), weight, labels.reshape(-1), chunk,
+                                         torch.is_grad_enabled())
     return nats.view(labels.shape)

@@ -110,6 +110,32 @@ def test_no_tensor_larger_than_one_chunk_of_logits():
     assert full >= tokens * vocab
 
 
+class MatmulCount(TorchDispatchMode):
+    """Counts matrix multiplications."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += func.overloadpacket is torch.ops.aten.mm
+        return func(*args, **(kwargs or {}))
+
+
+def test_three_matmuls_a_chunk_in_training_and_one_in_evaluation():
+    """With gradients the forward runs each chunk's logits and both gradient matmuls, and the backward of a mean
+    loss runs none; under no_grad (evaluation, with parameters that require grad) only the logits."""
+    hidden, weight, labels = inputs(40, 4, 30, ignored=2, seed=4)
+    h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+    with MatmulCount() as forward:
+        loss = linear_cross_entropy(h, w, labels, chunk=10).mean()
+    with MatmulCount() as backward:
+        loss.backward()
+    with torch.no_grad(), MatmulCount() as evaluation:
+        linear_cross_entropy(h, w, labels, chunk=10)
+    assert (forward.count, backward.count, evaluation.count) == (12, 0, 4)
+
+
 def test_a_bad_chunk_or_label_shape_is_named():
     hidden, weight, labels = inputs(8, 4, 10, 0, seed=3)
     with pytest.raises(ValueError, match="chunk=0"):
