@@ -53,3 +53,20 @@ def progress_bar(total: int, desc: str, show: bool | None = None) -> Progress:
     if show is None and not sys.stderr.isatty():
         return ProgressLines(total, desc)
     return tqdm(total=total, desc=desc, file=sys.stderr, disable=not show and show is not None, dynamic_ncols=True)
+
+
+SLOW_STEP_S = 30.0  # a training step longer than this gets a line of its own between torchtitan's metrics lines
+
+
+def first_step_line(step: int, tokens: int, device: str) -> str:
+    """The line before the first step a job trains (`tokens` a microbatch per rank): on a CPU, or at long context,
+    it can take minutes."""
+    return (f"step {step} started: {tokens:,} tokens a microbatch on {device}; torchtitan logs when it ends, and a step "
+            f"over {SLOW_STEP_S:.0f} s between its metrics lines gets a line of its own")
+
+
+def slow_step_line(step: int, seconds: float, logged: bool) -> str | None:
+    """A line for a training step that took over `SLOW_STEP_S` seconds and that torchtitan's metrics did not log."""
+    if logged or seconds <= SLOW_STEP_S:
+        return None
+    return f"step {step} done in {seconds:.0f} s (metrics every metrics.log_freq steps)"

@@ -95,3 +95,11 @@ def test_progress_lines_wait_for_the_interval_and_say_the_end_only_after_a_line(
     for _ in range(3):
         quiet.update()
     quiet.close()
+
+
+def test_training_says_when_its_first_step_starts_and_names_a_slow_step_between_metrics_lines():
+    assert progress.first_step_line(1, 65_536, "cpu").startswith("step 1 started: 65,536 tokens a microbatch on cpu")
+    assert progress.slow_step_line(7, progress.SLOW_STEP_S + 1, logged=False) == (
+        f"step 7 done in {progress.SLOW_STEP_S + 1:.0f} s (metrics every metrics.log_freq steps)")
+    assert progress.slow_step_line(7, progress.SLOW_STEP_S + 1, logged=True) is None  # torchtitan's line says it
+    assert progress.slow_step_line(7, progress.SLOW_STEP_S, logged=False) is None  # a quick step says nothing

@@ -31,6 +31,7 @@ from recipe.hf.config import write_hf_files
 from recipe.hf.importer import check_hf_import
 from recipe.logs.lighthouse_stats import attach_observers
 from recipe.logs.run_record import run_start_record, write_run_record
+from recipe.progress import first_step_line, slow_step_line
 from recipe.resilience.checkpoint_guard import complete_steps, load_newest_intact, resume_step, save_or_stop
 from recipe.resilience.checkpoint_manifest import write_manifest
 from recipe.resilience.dump_lock import DumpFolderLock
@@ -371,6 +372,9 @@ class LighthouseTrainer(Trainer):
             record = write_run_record(self.job_config, self.argv, tokenizer=self.tokenizer_fingerprint)
             logger.info(f"Run record (config.toml, run.json): {record}")
             self.metrics_processor.jsonl.write(run_start_record(self.step, record))
+        if not self.trained:
+            training = self.job_config.training
+            logger.info(first_step_line(self.step, training.local_batch_size * training.seq_len, self.device.type))
         self.trained = True
         if self.lighthouse_on and 0 < self.switch_step < self.step:
             self.switch_to_dense()
@@ -384,9 +388,12 @@ class LighthouseTrainer(Trainer):
         if dense_step:
             self.set_lighthouse(False)
         self.step_losses = []
+        begin = time.monotonic()
         try:
             with recorded_grad_norms() as grad_norms:
                 super().train_step(data_iterator)
+            if line := slow_step_line(self.step, time.monotonic() - begin, self.metrics_processor.should_log(self.step)):
+                logger.info(line)
         finally:
             if observe:
                 attach_observers(self.model_parts, None)
