@@ -113,3 +113,18 @@ def test_a_tokenizer_with_more_ids_than_the_vocabulary_is_refused(assets, tmp_pa
     argv = job(assets, "other")
     argv[argv.index("--model.hf_assets_path") + 1] = str(small)
     assert "vocab_size=100" in refusal(argv)
+
+
+def test_weights_of_another_shape_than_config_json_are_refused_naming_the_tensor(assets, tmp_path):
+    """A config.json that does not describe its safetensors (here a wider FFN) is refused before any weight loads."""
+    folder = tmp_path / "wider"
+    folder.mkdir()
+    for item in assets["hf"].iterdir():
+        (folder / item.name).write_bytes(item.read_bytes())
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "intermediate_size": 256}))
+    argv = job(assets, "other", "--checkpoint.initial_load_path", str(folder), "--checkpoint.initial_load_in_hf",
+               "--checkpoint.initial_load_model_only")
+    argv[argv.index("--model.hf_assets_path") + 1] = str(folder)
+    line = refusal(argv)
+    assert "stores model.layers.0.mlp.down_proj.weight of shape [96, 200], where model.flavor='hf' has [96, 256]" in line

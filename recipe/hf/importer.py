@@ -96,50 +96,58 @@ HEADER_BYTES = 8  # a safetensors file starts with the length of its JSON header
 ROTARY_BUFFER = "rotary_emb.inv_freq"  # saved by older transformers; the adapter drops it (RoPE is recomputed)
 
 
-def safetensors_dtypes(path: str) -> dict[str, tuple[str, str]]:
-    """Each tensor of the folder's `*.safetensors` files: name -> (file name, safetensors dtype), read from the
-    files' headers alone (no weight is read)."""
+def safetensors_tensors(path: str) -> dict[str, tuple[str, str, tuple[int, ...]]]:
+    """Each tensor of the folder's `*.safetensors` files: name -> (file name, safetensors dtype, shape), read from
+    the files' headers alone (no weight is read)."""
     found = {}
     for file in sorted(glob.glob(os.path.join(glob.escape(path), "*.safetensors"))):
         with open(file, "rb") as f:
             header = json.loads(f.read(int.from_bytes(f.read(HEADER_BYTES), "little")))
-        found.update({name: (os.path.basename(file), entry["dtype"])
+        found.update({name: (os.path.basename(file), entry["dtype"], tuple(entry["shape"]))
                       for name, entry in header.items() if name != "__metadata__"})
     return found
 
 
-def expected_hf_names(args: LighthouseLlamaArgs) -> set[str]:
-    """The Hugging Face names of the job's parameters, as the TrainSpec's state dict adapter maps them (on a meta
-    model: no memory)."""
+def expected_hf_shapes(args: LighthouseLlamaArgs) -> dict[str, tuple[int, ...]]:
+    """The Hugging Face name and shape of each of the job's parameters, as the TrainSpec's state dict adapter maps
+    them (on a meta model: no memory)."""
     with torch.device("meta"):
         params = dict(LighthouseLlama(args).named_parameters())
-    return set(Llama3StateDictAdapter(args, None).to_hf(params))
+    return {name: tuple(t.shape) for name, t in Llama3StateDictAdapter(args, None).to_hf(params).items()}
 
 
 def check_hf_tensors(path: str, args: LighthouseLlamaArgs, flavor: str) -> None:
-    """The folder's tensors are floating-point weights, one for each parameter of the job's model (`args`, of
-    `model.flavor` `flavor`): DCP would load integer tensors as values (garbage weights), skip a tensor the model
-    has no place for without a word, and fail with a traceback on one the folder lacks."""
+    """The folder's tensors are floating-point weights, one of the parameter's shape for each parameter of the job's
+    model (`args`, of `model.flavor` `flavor`): DCP would load integer tensors as values (garbage weights), skip a
+    tensor the model has no place for without a word, and fail with a traceback on one the folder lacks or holds
+    in another shape."""
     where = f"checkpoint.initial_load_path={path!r} with checkpoint.initial_load_in_hf"
     try:
-        tensors = safetensors_dtypes(path)
+        tensors = safetensors_tensors(path)
     except (OSError, ValueError, KeyError, TypeError) as err:  # a header that is not safetensors' JSON
         raise ValueError(f"{where}: its .safetensors headers cannot be read ({type(err).__name__}: {err})") from err
-    integers = [(name, file, dtype) for name, (file, dtype) in sorted(tensors.items()) if dtype not in FLOAT_DTYPES]
+    integers = [(name, file, dtype) for name, (file, dtype, _) in sorted(tensors.items()) if dtype not in FLOAT_DTYPES]
     if integers:
         name, file, dtype = integers[0]
         raise ValueError(f"{where}: {file} stores {name} as {dtype} ({len(integers)} tensor(s) not in a floating-point "
                          f"dtype, {'/'.join(FLOAT_DTYPES)}): not weights the model can start from; save the folder in "
                          "float16, bfloat16 or float32")
-    expected = expected_hf_names(args)
-    extra = sorted(name for name in set(tensors) - expected if not name.endswith(ROTARY_BUFFER))
-    missing = sorted(expected - set(tensors))
+    expected = expected_hf_shapes(args)
+    extra = sorted(name for name in set(tensors) - set(expected) if not name.endswith(ROTARY_BUFFER))
+    missing = sorted(set(expected) - set(tensors))
     for names, what in ((extra, f"holds {{}}, which model.flavor={flavor!r} has no parameter for"),
                         (missing, f"lacks {{}}, a parameter of model.flavor={flavor!r}")):
         if names:
             listed = names[0] + (f" and {len(names) - 1} more" if len(names) > 1 else "")
             raise ValueError(f"{where}: the folder {what.format(listed)}: its weights are another model's; pick (or "
                              "add in models/llama3_lighthouse) a flavor of its shape")
+    reshaped = [(name, tensors[name], shape) for name, shape in sorted(expected.items())
+                if name in tensors and tensors[name][2] != shape]
+    if reshaped:
+        name, (file, _, saved), shape = reshaped[0]
+        raise ValueError(f"{where}: {file} stores {name} of shape {list(saved)}, where model.flavor={flavor!r} has "
+                         f"{list(shape)} ({len(reshaped)} tensor(s) of another shape): its config.json or flavor does "
+                         "not describe these weights")
 
 
 def check_hf_import(job_config, args: LighthouseLlamaArgs, ffn_hidden: int) -> None:
