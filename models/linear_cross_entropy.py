@@ -30,18 +30,18 @@ def chunk_grad(logits: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, s
     return ((torch.exp(x - lse[:, None]) - target.float()) * scale[:, None]).to(logits.dtype)
 
 
-_FUSED: dict[str, Callable] = {}
-
-
 def fused(fn: Callable) -> Callable:
     """`fn` compiled (one elementwise kernel per pass over a chunk's logits, no float32 copy of them) for CUDA
-    tensors; as it is elsewhere (the CPU path and the tests: no compiler needed)."""
+    tensors, at the first CUDA call (torch.compile's set-up costs seconds of import); as it is elsewhere (the CPU
+    path and the tests: no compiler needed)."""
+    compiled = None
+
     def call(logits: torch.Tensor, *args: torch.Tensor):
+        nonlocal compiled
         if logits.device.type != "cuda":
             return fn(logits, *args)
-        if fn.__name__ not in _FUSED:
-            _FUSED[fn.__name__] = torch.compile(fn, dynamic=False)
-        return _FUSED[fn.__name__](logits, *args)
+        compiled = compiled or torch.compile(fn, dynamic=False)
+        return compiled(logits, *args)
     return call
 
 

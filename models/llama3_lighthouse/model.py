@@ -83,9 +83,7 @@ class LighthouseLlama(Transformer):
                 labels: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [B, T, V]; with `labels` [B, T], per-token nats [B, T] (0 at ignored labels)."""
         h = self.hidden_states(tokens, attention_masks, positions)
-        if self.output is None:
-            return h
-        return self.output(h) if labels is None else self.output(h, labels)
+        return h if self.output is None else self.output(h, labels)
 
     def last_logits(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [B, V] of the last position only: what sampling and NIAH read, without [B, T, V] logits."""

@@ -116,13 +116,17 @@ def build_tokenizer(job_config) -> BaseTokenizer:
     return tokenizer
 
 
+def ids_needed(tokenizer: BaseTokenizer) -> int:
+    """How many ids the tokenizer's tokens take: its vocabulary, and BOS and EOS wherever they lie."""
+    return max(tokenizer.get_vocab_size(), tokenizer.bos_id + 1, tokenizer.eos_id + 1)
+
+
 def model_vocab_size(tokenizer: BaseTokenizer) -> int:
-    """The model's vocabulary for `tokenizer`: the byte vocabulary (258) as it is, a Hugging Face tokenizer's size
-    padded up to a multiple of VOCAB_MULTIPLE."""
+    """The model's vocabulary for `tokenizer`: the byte vocabulary (258) as it is, a Hugging Face tokenizer's ids
+    (`ids_needed`) padded up to a multiple of VOCAB_MULTIPLE."""
     if isinstance(tokenizer, ByteTokenizer):
         return VOCAB_SIZE
-    size = max(tokenizer.get_vocab_size(), tokenizer.bos_id + 1, tokenizer.eos_id + 1)
-    return -(-size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+    return -(-ids_needed(tokenizer) // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
 
 def tokenizer_fingerprint(tokenizer: BaseTokenizer) -> str:

@@ -15,7 +15,7 @@ from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 from models.llama3_lighthouse import FLAVORS, NAME, LighthouseLlama, LighthouseLlamaArgs, parallelize_lighthouse_llama
 
 from recipe.data.loader import build_lighthouse_dataloader
-from recipe.data.tokenizer import build_tokenizer, model_vocab_size
+from recipe.data.tokenizer import build_tokenizer, ids_needed, model_vocab_size
 from recipe.hf.shape import HF_FLAVOR, apply_hf_shape, read_shape_config
 from recipe.logs.metrics import build_lighthouse_metrics_processor
 from recipe.train.loss import build_lighthouse_loss
@@ -43,11 +43,11 @@ def get_train_spec() -> TrainSpec:
 def use_tokenizer(args: LighthouseLlamaArgs, tokenizer: BaseTokenizer) -> None:
     """Size the model's vocabulary for `tokenizer` (`model_vocab_size`; a shape from config.json keeps its own, which
     must hold the tokenizer's ids) and take its EOS."""
-    needed = model_vocab_size(tokenizer)
-    if args.hf_shape and max(tokenizer.get_vocab_size(), tokenizer.bos_id + 1, tokenizer.eos_id + 1) > args.vocab_size:
+    if args.hf_shape and ids_needed(tokenizer) > args.vocab_size:
         raise ValueError(f"config.json has vocab_size={args.vocab_size}, but the tokenizer of model.hf_assets_path "
-                         f"has ids up to {needed - 1}: it is another model's tokenizer")
-    args.vocab_size = args.vocab_size if args.hf_shape else needed
+                         f"has ids up to {ids_needed(tokenizer) - 1}: it is another model's tokenizer")
+    if not args.hf_shape:
+        args.vocab_size = model_vocab_size(tokenizer)
     args.eos_id = tokenizer.eos_id
 
 

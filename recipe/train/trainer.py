@@ -374,7 +374,8 @@ class LighthouseTrainer(Trainer):
             self.metrics_processor.jsonl.write(run_start_record(self.step, record))
         if not self.trained:
             training = self.job_config.training
-            logger.info(first_step_line(self.step, training.local_batch_size * training.seq_len, self.device.type))
+            tokens = tokens_per_rank(self.job_config, training.local_batch_size, training.seq_len)
+            logger.info(first_step_line(self.step, tokens, self.device.type))
         self.trained = True
         if self.lighthouse_on and 0 < self.switch_step < self.step:
             self.switch_to_dense()
