@@ -28,15 +28,6 @@ def parse_job_config(argv: list[str]) -> JobConfig:
     return job_config
 
 
-def lighthouse_setting(job_config: JobConfig) -> str:
-    """A short label of the attention setting, e.g. 'lighthouse L3 p4 k256 m64 norm causal' or 'dense'."""
-    section = job_config.lighthouse
-    if not section.enable:
-        return "dense"
-    return (f"lighthouse L{section.levels} p{section.pool} k{section.topk} m{section.tile_budget} {section.scorer}"
-            f" {section.selection} (dense layers {list(section.dense_layers)})")
-
-
 def check_lengths(job_config: JobConfig, lengths: list[int]) -> None:
     """Raise ValueError naming the lengths the model cannot run: past the RoPE table or invalid for Lighthouse."""
     max_len = job_config.training.seq_len

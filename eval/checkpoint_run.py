@@ -1,66 +1,22 @@
-"""The run that wrote a checkpoint: its own record of the job, and the attention the checkpoint was trained with.
+"""The run that wrote a checkpoint as a checked JobConfig: its own record of the job (found by
+`eval.checkpoint_record`), and the attention the checkpoint was trained with.
 
-A step folder `<dump_folder>/<checkpoint.folder>/step-N` sits beside `<dump_folder>/runs/<start time>/`, one
-folder per process start of the job (recipe/logs/run_record.py). The start that wrote step N is the last one in
-`metrics.jsonl` whose `run_start` step is at most N (a resumed start begins after the step it loaded); with a
-single record folder that one is taken. Its `config.toml` is the job as it ran, so tools that rebuild the model
+The record's `config.toml` is the job as it ran, so tools that rebuild the model
 read it rather than a config file named on their command line, which may differ (another `training.seq_len`,
 Lighthouse on or off).
 """
 from __future__ import annotations
 
 import copy
-import re
 from pathlib import Path
 
 from torchtitan.config import JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
-from eval.checkpoint import lighthouse_setting
-from recipe.logs.metrics import METRICS_FILE, read_metrics
-from recipe.logs.run_record import CONFIG_FILE, RUN_FILE, RUN_START, RUNS_FOLDER, recorded_tokenizer
+from eval.checkpoint_record import describe_training, run_record_of, step_of
+from recipe.logs.run_record import CONFIG_FILE, RUN_FILE, recorded_tokenizer
 from recipe.train.cli import CONFIG_FILE_FLAGS, ConfigError, as_config_error, config_file_arg, parse_job_config
 from recipe.train.trainer import check_job
-
-_STEP_FOLDER = re.compile(r"step-(\d+)")
-
-
-def step_of(step_folder: Path) -> int | None:
-    """N of a `step-N` folder; None for a folder named otherwise."""
-    match = _STEP_FOLDER.fullmatch(Path(step_folder).name)
-    return int(match.group(1)) if match else None
-
-
-def dump_folder_of(step_folder: Path) -> Path | None:
-    """The job's dump folder, two levels above `step_folder` (`<dump_folder>/<checkpoint.folder>/step-N`), if it
-    holds a `runs/` folder of run records; else None."""
-    dump = Path(step_folder).resolve().parent.parent
-    return dump if (dump / RUNS_FOLDER).is_dir() else None
-
-
-def run_record_of(step_folder: Path) -> Path | None:
-    """The record folder (`runs/<start time>`) of the process start that wrote `step_folder`; None when the
-    checkpoint has no run records beside it. Raises ValueError when there are several and none can be told
-    to be the writer."""
-    dump = dump_folder_of(step_folder)
-    if dump is None:
-        return None
-    records = sorted(folder for folder in (dump / RUNS_FOLDER).iterdir() if (folder / CONFIG_FILE).is_file())
-    if not records:
-        return None
-    step = step_of(step_folder)
-    metrics = dump / METRICS_FILE
-    starts = read_metrics(str(metrics), events=True) if metrics.is_file() else []
-    starts = [event for event in starts if event.get("event") == RUN_START]
-    if step is not None and starts:
-        earlier = [event for event in starts if event["step"] <= step]
-        if earlier and (dump / earlier[-1]["record"] / CONFIG_FILE).is_file():
-            return dump / earlier[-1]["record"]
-    if len(records) == 1:
-        return records[0]
-    raise ValueError(f"{step_folder}: cannot tell which of the {len(records)} run records in {dump / RUNS_FOLDER} "
-                     f"wrote it ({metrics} names no process start at or before this step); pass "
-                     f"--job.config_file <one of them>/{CONFIG_FILE}")
 
 
 def trained_with_lighthouse(job_config: JobConfig, step: int | None) -> bool:
@@ -75,18 +31,8 @@ def trained_with_lighthouse(job_config: JobConfig, step: int | None) -> bool:
 
 
 def training_description(job_config: JobConfig, step: int | None) -> str:
-    """How the weights at `step` were trained, in words: 'dense', 'dense from step S+1 after ...', or the
-    Lighthouse setting; a run started from another checkpoint names it."""
-    setting = lighthouse_setting(job_config)
-    switch = job_config.lighthouse.switch_to_dense_at_step
-    if trained_with_lighthouse(job_config, step):
-        text = setting
-    elif setting != "dense" and 0 < switch:
-        text = f"dense from step {switch + 1}, after {setting} up to step {switch}"
-    else:
-        text = "dense"
-    load_path = job_config.checkpoint.initial_load_path
-    return f"{text}; started from {load_path}" if job_config.checkpoint.enable and load_path else text
+    """How the weights at `step` were trained, in words (`eval.checkpoint_record.describe_training`)."""
+    return describe_training(job_config, trained_with_lighthouse(job_config, step))
 
 
 def describe_tokenizer(fingerprint: str) -> str:

@@ -15,7 +15,7 @@ import torch
 import torchtitan
 from torchtitan.config import JobConfig
 
-from eval.checkpoint import lighthouse_setting
+from eval.checkpoint_record import lighthouse_setting
 from recipe.logs.run_record import REPO, source_commit
 
 

@@ -50,12 +50,15 @@ def main(argv: list[str] | None = None) -> Path:
     if not (args.checkpoint / ".metadata").is_file():
         fail(f"{args.checkpoint} is not a DCP checkpoint folder (no .metadata); expected "
              "<dump_folder>/<checkpoint.folder>/step-<N>")
-    # after the checks above, which need none of them (torch and torchtitan take seconds to import)
+    from eval.checkpoint_record import recorded_lighthouse_training, stage1_refusal, step_of
+
+    if not args.allow_stage1 and (trained := recorded_lighthouse_training(args.checkpoint, job_argv)):
+        fail(stage1_refusal(args.checkpoint, trained))  # the run record tells: no need to wait for the imports
+    # after the checks above, which need neither (torch and torchtitan take seconds to import)
     import torch
 
     from eval.checkpoint import build_model, load_weights
-    from eval.checkpoint_run import (job_config_of, step_of, trained_seq_len, trained_with_lighthouse,
-                                     training_description)
+    from eval.checkpoint_run import job_config_of, trained_seq_len, trained_with_lighthouse, training_description
     from eval.records import provenance
     from recipe.hf.export import export
 
@@ -67,9 +70,7 @@ def main(argv: list[str] | None = None) -> Path:
     stage1 = trained_with_lighthouse(job_config, step)
     trained = training_description(job_config, step)
     if stage1 and not args.allow_stage1:
-        fail(f"{args.checkpoint} was trained with Lighthouse ({trained}): the exported model runs dense attention, "
-             "whose logits differ from the ones it trained with; export a stage-2 (dense) checkpoint, or pass "
-             "--allow-stage1 to export it anyway")
+        fail(stage1_refusal(args.checkpoint, trained))
 
     device = torch.device("cpu")
     model = build_model(job_config, device)

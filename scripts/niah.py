@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from eval.checkpoint import check_lengths, lighthouse_setting, parse_job_config
+from eval.checkpoint import check_lengths, parse_job_config
+from eval.checkpoint_record import lighthouse_setting
 from eval.metrics.cli import evaluation_parser, load_checkpoint
 from eval.metrics.niah import DEPTHS, check_grid, plot_heatmap, run_niah, text_encoder
 from eval.options import int_list

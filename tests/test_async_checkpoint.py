@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from recipe.launch import single_process_env
-from recipe.logs.metrics import read_metrics
+from recipe.logs.layout import read_metrics
 from recipe.resilience.checkpoint_manifest import MANIFEST, manifest_faults, read_manifest
 
 from .helpers import child_env, signal_when

@@ -26,7 +26,7 @@ from eval.metrics.heldout import document_loss, heldout_windows
 from recipe.data.bpe import train_bpe
 from recipe.data.loader import synthetic_document
 from recipe.data.tokenizer import BOS_ID, EOS_ID, VOCAB_MULTIPLE, build_tokenizer
-from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.train.cli import ConfigError, parse_job_config as parse_train_args
 from recipe.train.trainer import check_job, check_start_up
 
@@ -372,6 +372,8 @@ def test_the_context_extension_configs_chain_stage_0_to_1_to_2_with_one_long_rop
     assert not short.lighthouse.enable and long.lighthouse.enable and not dense.lighthouse.enable
     assert long.training.seq_len == dense.training.seq_len > short.training.seq_len
     assert long.rope.theta == dense.rope.theta != short.rope.theta
-    assert long.checkpoint.initial_load_path.startswith(short.job.dump_folder) and long.checkpoint.initial_load_model_only
-    assert dense.checkpoint.initial_load_path == f"{long.job.dump_folder}/checkpoint/step-{long.training.steps}"
-    assert short.checkpoint.interval and long.checkpoint.initial_load_path.endswith(f"step-{short.training.steps}")
+    # each stage names the previous stage's checkpoint folder, whose newest complete step it starts from
+    assert long.checkpoint.initial_load_path == f"{short.job.dump_folder}/{short.checkpoint.folder}"
+    assert dense.checkpoint.initial_load_path == f"{long.job.dump_folder}/{long.checkpoint.folder}"
+    assert long.checkpoint.initial_load_model_only and not dense.checkpoint.initial_load_model_only
+    assert not long.checkpoint.last_save_model_only  # stage 2 resumes stage 1's optimizer, schedule and data

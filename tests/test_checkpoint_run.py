@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from eval.checkpoint import parse_job_config
-from eval.checkpoint_run import run_record_of, trained_with_lighthouse, training_description
-from recipe.logs.metrics import METRICS_FILE
-from recipe.logs.run_record import CONFIG_FILE, RUN_START, RUNS_FOLDER
+from eval.checkpoint_record import run_record_of
+from eval.checkpoint_run import trained_with_lighthouse, training_description
+from recipe.logs.layout import CONFIG_FILE, METRICS_FILE, RUN_START, RUNS_FOLDER
 
 DEBUG = ["--job.config_file", "configs/debug.toml"]
 

@@ -114,7 +114,7 @@ def test_6_ring_attention_runs_on_cpu_and_cp2_training_matches_cp1(tmp_path):
     statistics of a 1-process run; a compiled FSDP 2 x CP 2 run with full activation checkpointing (four
     processes) gives the losses of an eager FSDP 2 run, which shards the data the same way."""
     from .helpers import torchrun, train_in_one_process
-    from recipe.logs.metrics import METRICS_FILE, read_metrics
+    from recipe.logs.layout import METRICS_FILE, read_metrics
 
     common = ["--job.config_file", "configs/debug.toml", "--lighthouse.topk", "64",
               "--training.steps", "2", "--checkpoint.enable", "--checkpoint.interval", "100"]

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import pytest
 
 from recipe.logs.debug_run import ARGS, INTERVAL, STEPS, debug_run_command, final_losses
-from recipe.logs.metrics import METRICS_FILE
+from recipe.logs.layout import METRICS_FILE
 from recipe.resilience.checkpoint_manifest import MANIFEST
 
 from .warm_python import warm_job

@@ -10,8 +10,9 @@ commands):
   `inputs`: text of the user's own where the command reads it), with the row's CPU-sized overrides appended;
 - `check`: a `train.py` command is parsed and put through the trainer's start-up checks (`check_job`), which
   is what catches a wrong key or value before any device work; `--help` is asked for its text;
-- `walk`: the evaluation walk-through of docs/recipe.md, run in document order in one working folder (each
-  command reads what the ones before it wrote), with the row's CPU-sized overrides appended;
+- `walk`: a walk-through of docs/recipe.md (the row's `walk`: the evaluation, or the CPU-sized context
+  extension), run in document order in one working folder (each command reads what the ones before it wrote),
+  with the row's CPU-sized overrides appended;
 - `help`: a script command is run (in this process) with `--help` appended, which fails on a value its
   options reject;
 - `skip`: not on this machine, for the reason given (GPUs, SLURM, the network, placeholders).
@@ -65,6 +66,7 @@ class Row:
     slow: bool = False
     says: str = ""  # a line a `run` command prints on stderr (its progress)
     inputs: tuple[str, ...] = ()  # files of the user's own text a `run` command reads, written first (`.txt`, `.jsonl`)
+    walk: str = "evaluation"  # the walk-through a `walk` command belongs to
 
 
 GPU = "needs NVIDIA GPUs"
@@ -129,6 +131,15 @@ ROWS = [
         "as written", slow=True),
     Row(r"lm_eval --model hf --model_args pretrained=outputs/debug_eval/hf ", "skip",
         "needs the hf extra (lm-eval); tests/test_lm_eval_export.py runs this command on an export"),
+    # ------------------------------------------------------------------ the context extension on a CPU, in order
+    Row(r"python train\.py --job\.config_file configs/extend/stage0_short\.toml --training\.seq_len 512 ", "walk",
+        "stage 0 as written, on your tokenizer and text", slow=True, walk="extension"),
+    Row(r"python train\.py --job\.config_file configs/extend/stage1_lighthouse_long\.toml --training\.seq_len 2048 ",
+        "walk", "stage 1 as written, from stage 0's newest step", slow=True, walk="extension"),
+    Row(r"python train\.py --job\.config_file configs/extend/stage2_dense_long\.toml --training\.seq_len 2048 ",
+        "walk", "stage 2 as written, resuming stage 1's newest step", slow=True, walk="extension"),
+    Row(r"python scripts/export_hf\.py outputs/extend/stage2_dense_long/checkpoint/step-4 outputs/extended$", "walk",
+        "exports stage 2's last step as written", slow=True, walk="extension"),
     # ------------------------------------------------------------------ your tokenizer, data and weights (docs/recipe.md)
     Row(r"python scripts/export_hf\.py outputs/(debug|extend/stage2_dense_long)/checkpoint/", "help",
         "exports a trained checkpoint: the walk-through runs export_hf.py as written, tests/test_bring_your_own.py "
@@ -250,6 +261,11 @@ def python_argv(words: list[str], python: str) -> list[str]:
     return words
 
 
+def walk_through(name: str) -> list[Command]:
+    """The commands of the walk-through `name`, in document order."""
+    return [c for c in COMMANDS if row_of(c) and row_of(c).how == "walk" and row_of(c).walk == name]
+
+
 def cases(how: str) -> list:
     return [pytest.param(c, marks=[pytest.mark.slow] if row_of(c).slow else [], id=c.where)
             for c in COMMANDS if row_of(c) is not None and row_of(c).how == how]
@@ -308,7 +324,7 @@ def test_a_runnable_command_runs_as_written_in_the_quickstart_install_on_cpu_siz
 def test_the_evaluation_walk_through_runs_in_order_in_the_quickstart_install(installed):
     """docs/recipe.md's walk-through in one folder, each command on what the ones before it wrote, and the
     files it promises: the held-out, NIAH and audit records, the plots, the export."""
-    walk = [c for c in COMMANDS if row_of(c) and row_of(c).how == "walk"]
+    walk = walk_through("evaluation")
     assert len(walk) == 6
     for command in walk:
         run_installed(command, installed)
@@ -317,6 +333,22 @@ def test_the_evaluation_walk_through_runs_in_order_in_the_quickstart_install(ins
         assert (evaluated / name).stat().st_size > 0, name
     assert {"config.json", "model.safetensors", "tokenizer.json", "lighthouse_export.json"} <= {
         p.name for p in Path("outputs/debug_eval/hf").iterdir()}
+
+
+@pytest.mark.slow
+@INSTALL_TIMEOUT
+def test_the_context_extension_runs_in_order_on_a_cpu_as_written_in_the_quickstart_install(installed):
+    """docs/recipe.md's CPU-sized extension: the README's tokenizer of your own text, then stages 0, 1 and 2, each
+    starting from the newest step of the one before (the configs name its checkpoint folder), then the export."""
+    write_own_text(Path("data/readme.txt"))
+    tokenizer = next(c for c in COMMANDS if c.text.startswith("python scripts/make_tokenizer.py --data data/ "))
+    run_installed(tokenizer, installed)
+    walk = walk_through("extension")
+    assert len(walk) == 4
+    stages = [run_installed(command, installed) for command in walk]
+    for run, taken in zip(stages[1:3], ("stage0_short/checkpoint/step-4", "stage1_lighthouse_long/checkpoint/step-2")):
+        assert f"{taken} (its newest complete step)" in run.stdout + run.stderr
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in Path("outputs/extended").iterdir()}
 
 
 def readme_snippets() -> list[str]:

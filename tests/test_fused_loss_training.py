@@ -9,7 +9,7 @@ import torch
 
 from eval.checkpoint import build_model, logits_function, parse_job_config
 from eval.metrics.heldout import token_losses
-from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.train.loss import full_logits_gib, uses_fused_loss
 
 from .helpers import torchrun, train_in_one_process

@@ -192,6 +192,22 @@ def test_a_stage1_checkpoint_is_refused_unless_allowed(checkpoints, tmp_path, ca
     assert record["stage1"] is True and record["trained"].startswith("lighthouse L3")
 
 
+def test_a_stage1_checkpoint_is_refused_from_its_run_record_before_torch_or_torchtitan_is_imported(checkpoints,
+                                                                                                   tmp_path):
+    blocked = ("import runpy, sys\n"
+               "class Blocked:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.partition('.')[0] in ('torch', 'torchtitan'):\n"
+               "            raise ImportError(f'{name} is not to be imported')\n"
+               "sys.meta_path.insert(0, Blocked())\n"
+               f"sys.argv = ['export_hf.py', {str(checkpoints / 'step-1')!r}, {str(tmp_path)!r}]\n"
+               "runpy.run_path('scripts/export_hf.py', run_name='__main__')\n")
+    run = subprocess.run([sys.executable, "-c", blocked], cwd=REPO, env=child_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr[-3000:]
+    assert "trained with Lighthouse (lighthouse L3" in run.stderr and "--allow-stage1" in run.stderr
+
+
 def test_a_checkpoint_without_its_run_record_needs_the_config_file(step_folder, tmp_path, capsys):
     copy = tmp_path / "copied" / f"step-{STEPS}"
     shutil.copytree(step_folder, copy)

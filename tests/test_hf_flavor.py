@@ -14,7 +14,7 @@ from eval.checkpoint import build_model
 from recipe.data.bpe import train_bpe
 from recipe.data.loader import synthetic_document
 from recipe.data.tokenizer import VOCAB_MULTIPLE, build_tokenizer
-from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.train.cli import ConfigError, parse_job_config
 from recipe.train.trainer import check_start_up
 

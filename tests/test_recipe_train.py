@@ -7,7 +7,7 @@ import pytest
 
 from lighthouse import LighthouseConfig
 from recipe.compat.torchtitan import WAIT_LINE
-from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.logs.layout import METRICS_FILE, read_metrics
 
 from .helpers import torchrun, train_in_one_process
 

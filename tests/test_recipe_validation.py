@@ -12,7 +12,7 @@ from eval.metrics.heldout import heldout_windows, mean_loss, token_losses
 from recipe.data.loader import PackedDocuments, build_source
 from recipe.data.tokenizer import ByteTokenizer, token_bytes
 from recipe.experiments.corpus import make_corpus
-from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.train.trainer import check_job
 from recipe.train.validation import SYNTHETIC_SEED_OFFSET, check_validation
 

@@ -27,7 +27,7 @@ import torch
 from lighthouse import LighthouseAttention, causal_attention
 from recipe.errors import ConfigError
 from recipe.launch import end_with_parent, single_process_env
-from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.logs.run_logs import LOSS_TAG, MEMORY_TAG, TPS_TAG
 from recipe.logs.run_record import REPO
 

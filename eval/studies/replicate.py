@@ -23,7 +23,7 @@ from pathlib import Path
 
 from torchtitan.config import ConfigManager
 
-from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.logs.run_logs import LOSS_TAG, TPS_TAG
 from recipe.logs.run_record import REPO
 

@@ -12,7 +12,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import IO, Any, Sequence
 
-from recipe.logs.metrics import METRICS_FILE, read_metrics
+from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.logs.run_logs import LOSS_TAG
 from recipe.logs.run_record import REPO
 

@@ -14,9 +14,8 @@ from torchtitan.tools.utils import NoColor
 
 from recipe.compat.torchtitan import metrics_rank
 from recipe.errors import ConfigError
+from recipe.logs.layout import METRICS_FILE
 from recipe.logs.lighthouse_stats import SelectionStats
-
-METRICS_FILE = "metrics.jsonl"
 
 
 class JsonlLogger(BaseLogger):
@@ -36,14 +35,6 @@ class JsonlLogger(BaseLogger):
 
     def close(self) -> None:
         self._file.close()
-
-
-def read_metrics(path: str, events: bool = False) -> list[dict[str, Any]]:
-    """The step records of a metrics.jsonl file, in the order they were logged; with `events`, the event
-    records too (a `run_start` marks where each process start's steps begin), else they are left out."""
-    with open(path, encoding="utf-8") as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    return [record for record in records if events or "event" not in record]
 
 
 class LighthouseMetricsProcessor(MetricsProcessor):

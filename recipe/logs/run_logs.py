@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recipe.logs.metrics import METRICS_FILE
+from recipe.logs.layout import METRICS_FILE
 
 LOSS_TAG = "loss_metrics/global_avg_loss"
 TPS_TAG = "throughput(tps)"

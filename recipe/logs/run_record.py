@@ -22,13 +22,10 @@ from typing import Any, Sequence
 
 import torch
 
+from recipe.logs.layout import CONFIG_FILE, RUN_FILE, RUN_START, RUNS_FOLDER
 from recipe.toml_config import toml_value
 
 REPO = Path(__file__).resolve().parents[2]
-RUNS_FOLDER = "runs"
-CONFIG_FILE = "config.toml"
-RUN_FILE = "run.json"
-RUN_START = "run_start"
 # Distributions whose versions decide what a run computes, in the order run.json lists them.
 LIBRARIES = ("torch", "torchtitan", "torchdata", "triton", "flash-attn", "datasets", "tyro")
 NOT_INSTALLED = "not installed"
@@ -104,12 +101,14 @@ def to_toml(sections: dict[str, dict[str, Any]]) -> str:
 
 
 def write_run_record(job_config: Any, argv: Sequence[str] | None = None, now: datetime.datetime | None = None,
-                     tokenizer: str | None = None) -> Path:
+                     tokenizer: str | None = None, lighthouse_layers: Sequence[int] | None = None) -> Path:
     """Write this start's `config.toml` and `run.json` under `<dump_folder>/runs/` and return their folder.
 
     `argv` is the job's arguments to train.py (default: this process's); the folder is named by the UTC
     start time, with a suffix when a start in the same second already took that name. `tokenizer`: what
     identifies the tokenizer's ids (`recipe.data.tokenizer.tokenizer_fingerprint`), so a resume can check it.
+    `lighthouse_layers`: the model's layers that run Lighthouse before any switch to dense, so that a tool can tell
+    how a checkpoint trained without building the model (`eval.checkpoint_record`).
     """
     now = now or datetime.datetime.now(datetime.timezone.utc)
     runs = Path(job_config.job.dump_folder) / RUNS_FOLDER
@@ -135,6 +134,7 @@ def write_run_record(job_config: Any, argv: Sequence[str] | None = None, now: da
         "host": platform.node(),
         "versions": library_versions(),
         **({"tokenizer": tokenizer} if tokenizer else {}),
+        **({"lighthouse_layers": list(lighthouse_layers)} if lighthouse_layers is not None else {}),
     }
     (folder / RUN_FILE).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return folder

@@ -20,6 +20,7 @@ from lighthouse import LighthouseConfig
 from lighthouse.context_parallel import check_context_parallel
 
 from models.llama3_lighthouse.dense import check_dense_backend
+from recipe.resilience.checkpoint_guard import complete_steps, resume_step, unfinished_steps
 from recipe.train.validation import check_validation
 
 
@@ -215,6 +216,32 @@ def _check_context_parallel_layout(job_config) -> None:
             f"parallelism.context_parallel_load_balancer={balancer!r} with context_parallel_degree={cp}: "
             "Lighthouse layers need 'headtail'"
         )
+
+
+def resolve_initial_load(job_config) -> str | None:
+    """`checkpoint.initial_load_path` may name another job's checkpoint folder (its `step-N` folders) rather than
+    one step: the job then starts from the folder's newest complete step whose manifest lists its files, the step
+    a restart of that job would resume (`recipe.resilience.checkpoint_guard.resume_step`, with this job's
+    `load_unverified`), and the setting is rewritten to that step folder, so the run record names it. Returns the
+    step folder taken, None when the setting is left as it is; ValueError when the folder holds step folders and
+    none of them will do. Called before `check_initial_load`, on every rank (a finished job's folder reads the same
+    on each)."""
+    checkpoint, path = job_config.checkpoint, job_config.checkpoint.initial_load_path
+    own = os.path.join(job_config.job.dump_folder, checkpoint.folder)
+    if (not checkpoint.enable or not path or checkpoint.initial_load_in_hf or os.path.exists(own)
+            or not os.path.isdir(path) or os.path.isfile(os.path.join(path, ".metadata"))):
+        return None
+    steps = sorted(complete_steps(path) + unfinished_steps(path))
+    if not steps:
+        return None
+    step = resume_step(path, checkpoint.load_unverified)
+    if step is None:
+        raise ValueError(f"checkpoint.initial_load_path={path!r} is a checkpoint folder, but none of its steps "
+                         f"({', '.join(f'step-{n}' for n in steps)}) is complete with a manifest that lists its files; "
+                         "name one step-N folder, or pass --checkpoint.load_unverified to take one without a manifest")
+    checkpoint.initial_load_path = os.path.join(path, f"step-{step}")
+    logger.info(f"checkpoint.initial_load_path: {path} -> {checkpoint.initial_load_path} (its newest complete step)")
+    return checkpoint.initial_load_path
 
 
 def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[int, ...]]] | None = None,

@@ -42,7 +42,7 @@ from recipe.resilience.teardown import end_process_groups
 from recipe.train.checks import (check_environment, check_resume_tokenizer, check_settings, check_size,
                                  data_parallel_degree, missing_config_hint)
 from recipe.train.cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
-from recipe.train.job_config import check_initial_load, check_job_config
+from recipe.train.job_config import check_initial_load, check_job_config, resolve_initial_load
 from recipe.train.loss import tokens_per_rank, uses_fused_loss, with_labels
 from recipe.train.train_spec import job_model_args, use_hf_shape, use_tokenizer  # importing it registers the llama3_lighthouse TrainSpec
 
@@ -82,6 +82,7 @@ def check_start_up(job_config: JobConfig) -> BaseTokenizer:
         tokenizer = build_tokenizer(job_config)
         args = job_model_args(job_config, tokenizer)
         shapes = model_shapes(args)
+        resolve_initial_load(job_config)
         check_initial_load(job_config, lambda: shapes, lambda: check_hf_import(
             job_config, args, shapes["layers.0.feed_forward.w1.weight"][0]))
         check_environment(job_config)
@@ -369,7 +370,8 @@ class LighthouseTrainer(Trainer):
 
     def train_step(self, data_iterator: Iterator) -> None:
         if not self.trained and self.metrics_processor.jsonl is not None:
-            record = write_run_record(self.job_config, self.argv, tokenizer=self.tokenizer_fingerprint)
+            record = write_run_record(self.job_config, self.argv, tokenizer=self.tokenizer_fingerprint,
+                                      lighthouse_layers=self.model_args.lighthouse_layers())
             logger.info(f"Run record (config.toml, run.json): {record}")
             self.metrics_processor.jsonl.write(run_start_record(self.step, record))
         if not self.trained:
