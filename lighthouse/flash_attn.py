@@ -18,11 +18,10 @@ from torch import Tensor
 from .compat import flash_attn as fa4
 
 # Where `backend = "auto"` takes FlashAttention-4 instead of cuDNN: per compute capability, the shortest causal
-# attention (tokens per sequence) from which it was measured faster, forward+backward, through these ops in training.
-# Empty until that is measured (`scripts/flash_attn_measure.sh`): the layer alone was 21% slower than cuDNN at
-# S = 6,144 on an H200 and 7-14% faster from 18,432 (docs/benchmarks.md), through FlashAttention-4's public call,
-# not these ops. A card not listed never takes it.
-AUTO_FROM: dict[tuple[int, int], int] = {}
+# attention (tokens per sequence) from which it was measured faster, forward+backward, through these ops.
+# H200 (sm90): slower up to 8,192 (1.39 against 1.04 ms at B1 H8 D128), faster from 12,288 to 131,072
+# (scripts/flash_attn_check.py, docs/records/flash_attn_check.json). A card not listed never takes it.
+AUTO_FROM: dict[tuple[int, int], int] = {(9, 0): 12_288}
 
 
 class FlashAttnKernels(NamedTuple):

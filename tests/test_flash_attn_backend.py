@@ -4,6 +4,7 @@ reference in values and gradients (eager, and compiled with fullgraph=True throu
 torch's operator checks, and run the model's dense layers; `auto` takes FlashAttention only where measured.
 (Under context parallelism: tests/test_context_parallel.py.)"""
 import dataclasses
+import json
 import sys
 import types
 
@@ -15,7 +16,7 @@ from lighthouse import flash_attn
 from lighthouse.attention import causal_attention, resolve_backend
 from lighthouse.testing import assert_close
 
-from .helpers import cpu_flash_attn, random_qkv
+from .helpers import REPO, cpu_flash_attn, random_qkv
 
 F32 = torch.float32
 GEOMETRY = dict(levels=3, pool=2, topk=16, tile_budget=4)  # N=128: 4 tiles of 8 coarsest entries
@@ -154,6 +155,14 @@ def test_auto_takes_flash_attn_only_where_measured_faster(nothing_registered, mo
     assert resolve_backend("auto", torch.device("cpu"), dtype, length=length) == "flash"
 
 
+def test_the_shipped_h200_crossover_is_where_the_record_measured_flash_attention_faster_at_every_length():
+    record = json.loads((REPO / "docs/records/flash_attn_check.json").read_text())
+    assert record["capability"] == "sm90" and flash_attn.AUTO_FROM[(9, 0)] == record["auto_from"]
+    for point in record["crossover"]:
+        faster = point["flash_attn_fwd_bwd_ms"] < point["cudnn_fwd_bwd_ms"]
+        assert faster == (point["S"] >= flash_attn.AUTO_FROM[(9, 0)]), point
+
+
 def test_dense_backend_flash_attn_runs_the_dense_layers_like_torchtitans_sdpa(stand_in):
     import models  # noqa: F401  (before torchtitan's model modules)
     from torchtitan.models.attention import ScaledDotProductAttentionWrapper
@@ -162,7 +171,8 @@ def test_dense_backend_flash_attn_runs_the_dense_layers_like_torchtitans_sdpa(st
     from models.llama3_lighthouse.dense import DenseAttention
 
     config = LighthouseConfig(**GEOMETRY, selection="causal")
-    args = dataclasses.replace(FLAVORS["debug"], lighthouse=config, dense_layers=(0,), max_seq_len=128)
+    args = dataclasses.replace(FLAVORS["debug"], lighthouse=config, dense_layers=(0,), max_seq_len=128,
+                               dense_backend="cudnn")
     torch.manual_seed(0)
     stock = LighthouseLlama(args)
     assert {type(b.attention.inner_attention) for b in stock.layers.values()} == {ScaledDotProductAttentionWrapper}

@@ -350,6 +350,7 @@ def test_an_out_of_memory_line_names_the_length_per_rank_and_the_knobs_that_can_
      True),
     ("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", True),
     ("cuDNN error: CUDNN_STATUS_ALLOC_FAILED", True),
+    ("[rank0]: Failed to CUDA calloc async 24 bytes", True),  # NCCL's, when a full card fails its buffers
     ("The size of tensor a (4) must match the size of tensor b (3) at non-singleton dimension 1", False),
 ])
 def test_a_failed_device_allocation_outside_torchs_allocator_also_counts_as_out_of_memory(message, expected):

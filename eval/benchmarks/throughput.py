@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from lighthouse import LighthouseAttention, causal_attention
-from recipe.errors import ConfigError
+from recipe.errors import ALLOCATION_FAILURES, ConfigError
 from recipe.launch import end_with_parent, single_process_env
 from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.logs.run_logs import LOSS_TAG, MEMORY_TAG, TPS_TAG
@@ -38,7 +38,7 @@ BACKENDS = ("cudnn", "flash_attn", "auto")
 # 14-18K tok/s against 42-95K for the steps after it, and timing it understated both variants, Lighthouse most.
 WARMUP_STEPS = 2
 OOM_LINE = "error: out of memory"  # how recipe.train.trainer reports one
-OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", OOM_LINE)
+OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", OOM_LINE, *ALLOCATION_FAILURES[1:])
 # The trainer refuses a setting with exit code 2; torchrun then exits 1 and names the rank's exit code.
 REFUSED = re.compile(r"exitcode\s*:\s*2\b")
 

@@ -44,7 +44,7 @@ class LighthouseLlamaArgs(TransformerModelArgs):
     dense_layers: tuple[int, ...] = ()
     """Layers that always run dense causal SDPA."""
 
-    dense_backend: str = "cudnn"
+    dense_backend: str = "auto"
     """Kernel of dense causal attention, in `dense_layers` and wherever Lighthouse is off (`dense.DENSE_BACKENDS`)."""
 
     hf_shape: bool = False

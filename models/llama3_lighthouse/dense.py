@@ -1,8 +1,9 @@
 """The dense layers' causal attention with a backend (`[lighthouse] dense_backend`): torchtitan's SDPA module, whose
 calls go to FlashAttention's op where the backend resolves to it (`lighthouse.attention.resolve_backend`).
 
-"cudnn", the default, keeps torchtitan's module itself (cuDNN first, its flash and math kernels where cuDNN does not
-take the call), so a default model is the stock one. Under context parallelism torchtitan's hooks hand the module
+"auto", the default, runs torchtitan's module itself (cuDNN first, its flash and math kernels where cuDNN does not
+take the call) except where FlashAttention-4 is installed and was measured faster for the card at that length;
+"cudnn" always keeps the stock module. Under context parallelism torchtitan's hooks hand the module
 DTensors sharded on the sequence, which FlashAttention's op rings as SDPA's do.
 """
 from __future__ import annotations

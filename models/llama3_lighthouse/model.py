@@ -23,7 +23,8 @@ class LighthouseLlamaAttention(Attention):
     """Llama-3 attention that runs `lighthouse_attention` on q [B,N,H,D], k/v [B,N,G,D] after RoPE.
 
     With `lighthouse` None, or after `use_lighthouse = False`, it is torchtitan's causal SDPA (exactly torchtitan's
-    module with the default `dense_backend`, else `DenseAttention`).
+    module with `dense_backend = "cudnn"`, else `DenseAttention`, which runs that module's call except where it
+    takes FlashAttention).
     The Lighthouse call is the parameter-free module `inner_lighthouse`, so a parallelize function can
     swap it (e.g. for a context-parallel version) as torchtitan does with `inner_attention`.
     `selection_observer`, when set, is called with (q, k, v) detached, for logging statistics; skipped under

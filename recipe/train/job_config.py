@@ -51,12 +51,12 @@ class Lighthouse(LighthouseLayer):
     dense_layers: list[int] = field(default_factory=list)
     """Layer indices that keep dense causal SDPA (the paper: 0, 1, 28, 29 of 30)."""
 
-    dense_backend: str = "cudnn"
+    dense_backend: str = "auto"
     """Kernel of dense causal attention: in `dense_layers`, after `switch_to_dense_at_step`, on `dense_every`
-    steps and in a dense run or resume (stage 2). "cudnn": torchtitan's SDPA (cuDNN, or its flash and math
-    kernels where cuDNN does not take the call); "flash_attn": FlashAttention-4 (the flash extra); "auto":
-    FlashAttention-4 where installed and measured faster for the card at this length, else cuDNN
-    (`lighthouse.flash_attn.AUTO_FROM`, docs/cluster.md)."""
+    steps and in a dense run or resume (stage 2). "auto": FlashAttention-4 where installed and measured faster
+    for the card at this length (`lighthouse.flash_attn.AUTO_FROM`, docs/cluster.md), else torchtitan's SDPA;
+    "cudnn": torchtitan's SDPA always (cuDNN, or its flash and math kernels where cuDNN does not take the call);
+    "flash_attn": FlashAttention-4 always (the flash extra)."""
 
     switch_to_dense_at_step: int = 0
     """Run Lighthouse for steps 1..N, then dense SDPA in every layer from step N+1 (0 = never). One run

@@ -26,6 +26,7 @@ from lighthouse.host_threads import autograd_threads, colocated_autograd
 from models.llama3_lighthouse import LighthouseLlama, LighthouseLlamaArgs
 
 from recipe.compat.torchtitan import no_wait_for_other_ranks_alone, without_stop_records
+from recipe.errors import ALLOCATION_FAILURES
 from recipe.data.tokenizer import build_tokenizer, tokenizer_fingerprint
 from recipe.hf.config import write_hf_files
 from recipe.hf.importer import check_hf_import
@@ -135,9 +136,6 @@ class Interrupted(RunStopped):
 
 class OutOfMemory(RunStopped):
     """The device ran out of memory during training (exit code 1)."""
-
-
-ALLOCATION_FAILURES = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED")
 
 
 def is_out_of_memory(err: BaseException) -> bool:
