@@ -24,7 +24,8 @@ PROJECT = {"kernels", "lighthouse", "models", "recipe", "eval", "scripts", "test
 SUBLAYERS = {
     "recipe": ["errors", "toml_config", "progress", "launch", "torchrun", "compat", "data", "resilience", "logs", "hf", "train",
                "experiments"],
-    "eval": ["options", "device", "checkpoint", "checkpoint_run", "records", "metrics", "benchmarks", "studies"],
+    "eval": ["options", "device", "checkpoint_record", "checkpoint", "checkpoint_run", "records", "metrics", "benchmarks",
+             "studies"],
 }
 # The one module of `lighthouse/` that imports `kernels/` (the rest, the reference included, runs without Triton;
 # the fused compositions reach the kernels through it).
