@@ -165,7 +165,10 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     incomplete: list[str] = []
     arms = load_arms(study.run, incomplete) if study.run.is_dir() else []  # nothing trained here: `includes` only
     seq_len = study.base["training"]["seq_len"]
-    records, earlier = report_records(arms, seq_len, device, commit, f"scripts/payoff_map.py run {study.path}"), []
+    start = {"stage0_seq_len": study.stage0_seq_len or None, "stage0_steps": study.stage0_steps or None}  # None: scratch
+    records = [{**record, **start} for record in report_records(arms, seq_len, device, commit,
+                                                                 f"scripts/payoff_map.py run {study.path}")]
+    earlier: list[dict] = []
     for path in includes:
         try:
             loaded = json.loads(path.read_text())

@@ -27,7 +27,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recipe.logs.layout import read_metrics
+from eval.checkpoint_record import recorded_job
+from recipe.logs.layout import CONFIG_FILE, RUNS_FOLDER, read_metrics
 
 STEP_TIME = "time_metrics/end_to_end(s)"
 DENSE_LOSS = "validation/dense_loss"
@@ -79,6 +80,8 @@ class Arm:
     """Stage 1's held-out loss under its own Lighthouse attention (the dense-shadow validator's second score)."""
     final_bits_per_byte: float | None = None
     """The last step's held-out dense loss in bits per UTF-8 byte (None in runs logged before that metric)."""
+    dense_layers: list[int] | None = None
+    """Stage 1's `[lighthouse] dense_layers`, from its run record (None: a dense arm, or a run without a record)."""
 
     @property
     def label(self) -> str:
@@ -144,9 +147,20 @@ def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
                 incomplete.append(folder.name)
                 continue
             raise ValueError(f"{folder}: steps 1..{total} are not all logged, or the last step was not validated")
+        stage1_folder = run / f"{match['selection']}_s{match['seed']}{match['variant'] or ''}" if switch else folder
         arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses, lighthouse,
-                        validation_losses(records, DENSE_BITS_PER_BYTE).get(total)))
+                        validation_losses(records, DENSE_BITS_PER_BYTE).get(total), recorded_dense_layers(stage1_folder)))
     return arms
+
+
+def recorded_dense_layers(folder: Path) -> list[int] | None:
+    """`[lighthouse] dense_layers` of the job in `folder` as its first run record has it; None for a dense job or
+    a folder without a record."""
+    records = sorted(p for p in (folder / RUNS_FOLDER).glob("*") if (p / CONFIG_FILE).is_file())
+    if not records:
+        return None
+    lighthouse = recorded_job(records[0]).lighthouse
+    return list(lighthouse.dense_layers) if lighthouse.enable else None
 
 
 def seconds_to_reach(curve: list[tuple[float, float]], loss: float) -> float | None:
@@ -183,7 +197,8 @@ def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
     """The docs/records/time_to_quality.json object of an arm, with its time-to-quality speedup and exchange rates
     against `dense`."""
     record = {"name": "dense" if arm.name == "dense_s0" else arm.name, "selection": arm.selection,
-              "switch_step": arm.switch_step, "total_steps": arm.total_steps, "seq_len": seq_len, "seed": arm.seed,
+              "switch_step": arm.switch_step, "dense_layers": arm.dense_layers, "total_steps": arm.total_steps,
+              "seq_len": seq_len, "seed": arm.seed,
               "device": device,
               "train_seconds": round(arm.train_seconds, 3), "final_heldout_loss": arm.final_loss,
               "curve": [[round(t, 3), v] for t, v in arm.curve],
