@@ -14,11 +14,13 @@ import sys
 from recipe.errors import exit_on_config_error, speaks_for_the_job
 from recipe.resilience.held_signals import hold_signals
 from recipe.train.cpu_size import check_cpu_size_at_once
+from recipe.train.hf_at_once import check_hf_shape_at_once
 
 if __name__ == "__main__":  # before the heavy imports: a signal during them is acted on once the settings are read
     hold_signals(sigterm=speaks_for_the_job())  # under torchrun, SIGTERM stops another rank at once, as before
-    with exit_on_config_error():  # a GPU-sized job on a CPU ends at once, not after 20 s of imports
-        check_cpu_size_at_once(sys.argv[1:])
+    with exit_on_config_error():  # a GPU-sized job on a CPU, or weights of another shape, end at once, not after
+        check_cpu_size_at_once(sys.argv[1:])  # 20 s of imports
+        check_hf_shape_at_once(sys.argv[1:])
 
 from recipe.launch import one_process_env  # noqa: E402
 from recipe.train.trainer import main  # noqa: E402

@@ -28,6 +28,7 @@ from recipe.data.loader import synthetic_document
 from recipe.data.tokenizer import BOS_ID, EOS_ID, VOCAB_MULTIPLE, build_tokenizer
 from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.train.cli import ConfigError, parse_job_config as parse_train_args
+from recipe.train.hf_at_once import check_hf_shape_at_once
 from recipe.train.trainer import check_job, check_start_up
 
 from .helpers import fresh_seed, train_in_one_process
@@ -283,6 +284,37 @@ def refusal(assets, *argv: str) -> str:
 def test_a_flavor_of_another_shape_is_refused_in_one_line(assets):
     line = refusal(assets, *job(assets, "other", *importing(assets), "--model.flavor", "tiny"))
     assert "hidden_size=128 (the job: 256)" in line and "num_hidden_layers=4 (the job: 8)" in line
+
+
+def test_a_flavor_of_another_shape_is_refused_before_torch_or_torchtitan_is_imported(assets):
+    argv = job(assets, "other", *importing(assets), "--model.flavor", "tiny")
+    with pytest.raises(ConfigError) as early:
+        check_hf_shape_at_once(argv)
+    full = refusal(assets, *argv)
+    differences = ("hidden_size=128 (the job: 256)", "num_hidden_layers=4 (the job: 8)")
+    assert all(d in str(early.value) for d in differences) and str(early.value).split(" has ")[0] == full.split(" has ")[0]
+    blocked = ("import runpy, sys\n"
+               "class Blocked:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name.partition('.')[0] in ('torch', 'torchtitan'):\n"
+               "            raise ImportError(f'{name} is not to be imported')\n"
+               "sys.meta_path.insert(0, Blocked())\n"
+               f"sys.argv = ['train.py', *{argv!r}]\n"
+               "runpy.run_path('train.py', run_name='__main__')\n")
+    run = subprocess.run([sys.executable, "-c", blocked], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2 and run.stderr.strip() == f"error: {early.value}", run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("case", ["the flavor's shape", "flavor hf", "checkpointing off", "its own checkpoint",
+                                  "no import"])
+def test_the_early_shape_check_passes_what_the_full_check_decides(assets, tmp_path, case):
+    flavor = {"the flavor's shape": "debug", "flavor hf": "hf"}.get(case, "tiny")
+    extra = {"checkpointing off": ["--checkpoint.no-enable"]}.get(case, [])
+    argv = job(assets, "other", *([] if case == "no import" else importing(assets)), "--model.flavor", flavor,
+               "--job.dump_folder", str(tmp_path), *extra)
+    if case == "its own checkpoint":
+        (tmp_path / "checkpoint").mkdir()
+    check_hf_shape_at_once(argv)
 
 
 def test_another_rope_is_refused_with_the_flags_that_carry_it(assets):

@@ -19,9 +19,8 @@ from torchtitan.models.llama3 import Llama3StateDictAdapter
 
 from models.llama3_lighthouse import LighthouseLlama, LighthouseLlamaArgs
 
+from recipe.hf.refusals import HF_CONFIG_FILE, differing, shape_refusal
 from recipe.hf.shape import rope_settings
-
-CONFIG_FILE = "config.json"
 
 
 def read_hf_config(path: str) -> dict[str, Any]:
@@ -31,12 +30,12 @@ def read_hf_config(path: str) -> dict[str, Any]:
         raise ValueError(f"{where}: the folder holds no .safetensors weights (a Hugging Face Llama folder has "
                          "model.safetensors or model-*.safetensors beside config.json)")
     try:
-        with open(os.path.join(path, CONFIG_FILE), encoding="utf-8") as f:
+        with open(os.path.join(path, HF_CONFIG_FILE), encoding="utf-8") as f:
             config = json.load(f)
     except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{where}: {CONFIG_FILE} cannot be read ({type(err).__name__}: {err})") from err
+        raise ValueError(f"{where}: {HF_CONFIG_FILE} cannot be read ({type(err).__name__}: {err})") from err
     if config.get("model_type") != "llama":
-        raise ValueError(f"{where}: {CONFIG_FILE} has model_type={config.get('model_type')!r}; only Hugging Face "
+        raise ValueError(f"{where}: {HF_CONFIG_FILE} has model_type={config.get('model_type')!r}; only Hugging Face "
                          "Llama models ('llama') import into the recipe's Llama-3")
     return config
 
@@ -59,8 +58,7 @@ def shape_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs, ffn_hidd
     }
     defaults = {"num_key_value_heads": config.get("num_attention_heads"), "tie_word_embeddings": False,
                 "attention_bias": False, "mlp_bias": False, "head_dim": expected["head_dim"]}
-    found = {key: config.get(key, defaults.get(key)) for key in expected}
-    return [f"{key}={found[key]} (the job: {value})" for key, value in expected.items() if found[key] != value]
+    return differing(config, expected, defaults)
 
 
 def rope_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs) -> tuple[list[str], str]:
@@ -155,16 +153,13 @@ def check_hf_import(job_config, args: LighthouseLlamaArgs, ffn_hidden: int) -> N
     shape (`args`, FFN width `ffn_hidden`) and RoPE; torchtitan loads HF weights as weights only."""
     path = job_config.checkpoint.initial_load_path
     config = read_hf_config(path)
-    where = f"checkpoint.initial_load_path={path!r}: {CONFIG_FILE} has"
+    where = f"checkpoint.initial_load_path={path!r}: {HF_CONFIG_FILE} has"
     if not job_config.checkpoint.initial_load_model_only:
         raise ValueError("checkpoint.initial_load_in_hf loads weights only: set checkpoint.initial_load_model_only "
                          "= true (the optimizer, LR schedule and data position start fresh)")
     shape = shape_mismatches(config, args, ffn_hidden)
     if shape:
-        raise ValueError(f"{where} {', '.join(shape)}: model.flavor={job_config.model.flavor!r} with the tokenizer of "
-                         f"model.hf_assets_path={job_config.model.hf_assets_path!r} is another shape; pick (or add in "
-                         "models/llama3_lighthouse) a flavor with its dimensions and point model.hf_assets_path at its "
-                         "tokenizer")
+        raise ValueError(shape_refusal(path, shape, job_config.model.flavor, job_config.model.hf_assets_path))
     check_hf_tensors(path, args, job_config.model.flavor)
     rope, flags = rope_mismatches(config, args)
     if rope and not job_config.rope.change_imported:

@@ -7,7 +7,6 @@ limits after the job is parsed, with torch's own view of the GPUs. Standard libr
 from __future__ import annotations
 
 import glob
-import os
 from typing import Any, Sequence
 
 from recipe.errors import ConfigError
@@ -20,7 +19,9 @@ CPU_MAX_TOKENS = 2**20  # tokens per microbatch beyond which a CPU step takes ho
 CPU_MAX_TOKENS_BY_FLAVOR = {"paper": 8192}
 # Where torchtitan's defaults apply (neither the TOML file nor the command line sets the key).
 DEFAULTS = {"model.flavor": "debugmodel", "training.seq_len": 2048, "training.local_batch_size": 8,
-            "comm.mode": "default"}
+            "comm.mode": "default", "job.dump_folder": "./outputs", "checkpoint.folder": "checkpoint",
+            "checkpoint.enable": False, "checkpoint.initial_load_in_hf": False, "checkpoint.initial_load_path": None,
+            "model.hf_assets_path": "./tests/assets/tokenizer"}
 GPU_DEVICE_FILES = ("/dev/nvidia[0-9]*", "/dev/kfd", "/dev/dxg")  # NVIDIA, ROCm, WSL
 
 
@@ -69,6 +70,29 @@ def job_value(args: Sequence[str], toml_values: dict[str, Any], dotted: str) -> 
     return DEFAULTS[dotted] if value is None else value
 
 
+def job_switch(args: Sequence[str], toml_values: dict[str, Any], dotted: str) -> bool:
+    """The boolean `dotted` as the job sets it: the command line's last `--section.key` / `--section.no-key` (tyro's
+    flags, either spelling of the key) over the TOML file over torchtitan's default."""
+    section, key = dotted.split(".")
+    spellings = {key, key.replace("_", "-")}
+    given = [arg.startswith(f"--{section}.no-") for arg in args
+             if arg in {f"--{section}.{k}" for k in spellings} | {f"--{section}.no-{k}" for k in spellings}]
+    if given:
+        return not given[-1]
+    value = get_key(toml_values, dotted)
+    return DEFAULTS[dotted] if value is None else bool(value)
+
+
+def read_job_file(args: Sequence[str]) -> dict[str, Any]:
+    """The TOML of the command line's `--job.config_file` ({} without one); OSError or ValueError where it cannot
+    be read (the full parse names why)."""
+    path = config_file_arg(args)
+    if path is None:
+        return {}
+    with open(path, "rb") as f:
+        return load_toml_file(f)
+
+
 def check_cpu_size_at_once(args: Sequence[str]) -> None:
     """On a machine without a GPU device, raise ConfigError (naming the config file) for a job sized for GPUs
     (`cpu_size_error`; a dry run, `comm.mode`, trains nothing), read from its TOML file and command line alone. What cannot be read here (a missing file,
@@ -77,8 +101,7 @@ def check_cpu_size_at_once(args: Sequence[str]) -> None:
         return
     path = config_file_arg(args)
     try:
-        with open(path or os.devnull, "rb") as f:
-            toml_values = load_toml_file(f)
+        toml_values = read_job_file(args)
         flavor = str(job_value(args, toml_values, "model.flavor"))
         batch, seq_len = (int(job_value(args, toml_values, key))
                           for key in ("training.local_batch_size", "training.seq_len"))
