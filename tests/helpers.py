@@ -34,6 +34,21 @@ def child_env() -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
 
 
+def run_without_torch(script: str, argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python SCRIPT ARGV` from the repository root in a process where importing torch or torchtitan fails: what it
+    does before its heavy imports, and only that, can succeed."""
+    code = ("import runpy, sys\n"
+            "class Blocked:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name.partition('.')[0] in ('torch', 'torchtitan'):\n"
+            "            raise ImportError(f'{name} is not to be imported')\n"
+            "sys.meta_path.insert(0, Blocked())\n"
+            f"sys.argv = [{script!r}, *{argv!r}]\n"
+            f"runpy.run_path({script!r}, run_name='__main__')\n")
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, env=child_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def train_in_one_process(argvs: list[list[str]], timeout: float = 300) -> subprocess.CompletedProcess:
     """train.py's jobs `argvs`, one after another in one fresh single-process interpreter from the checkout (one
     start-up and one import for all of them)."""

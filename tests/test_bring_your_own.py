@@ -31,7 +31,7 @@ from recipe.train.cli import ConfigError, parse_job_config as parse_train_args
 from recipe.train.hf_at_once import check_hf_shape_at_once
 from recipe.train.trainer import check_job, check_start_up
 
-from .helpers import fresh_seed, train_in_one_process
+from .helpers import fresh_seed, run_without_torch, train_in_one_process
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ_LEN, BPE_VOCAB = 128, 400
@@ -293,15 +293,7 @@ def test_a_flavor_of_another_shape_is_refused_before_torch_or_torchtitan_is_impo
     full = refusal(assets, *argv)
     differences = ("hidden_size=128 (the job: 256)", "num_hidden_layers=4 (the job: 8)")
     assert all(d in str(early.value) for d in differences) and str(early.value).split(" has ")[0] == full.split(" has ")[0]
-    blocked = ("import runpy, sys\n"
-               "class Blocked:\n"
-               "    def find_spec(self, name, path=None, target=None):\n"
-               "        if name.partition('.')[0] in ('torch', 'torchtitan'):\n"
-               "            raise ImportError(f'{name} is not to be imported')\n"
-               "sys.meta_path.insert(0, Blocked())\n"
-               f"sys.argv = ['train.py', *{argv!r}]\n"
-               "runpy.run_path('train.py', run_name='__main__')\n")
-    run = subprocess.run([sys.executable, "-c", blocked], cwd=REPO, capture_output=True, text=True, timeout=120)
+    run = run_without_torch("train.py", argv)
     assert run.returncode == 2 and run.stderr.strip() == f"error: {early.value}", run.stderr[-3000:]
 
 

@@ -33,7 +33,7 @@ from recipe.logs.run_record import source_commit
 
 from .helpers import sharp_random_model
 
-from .helpers import child_env
+from .helpers import child_env, run_without_torch
 from .warm_python import run_python
 
 pytestmark = pytest.mark.slow  # every test trains or loads a model trained in this module
@@ -194,16 +194,7 @@ def test_a_stage1_checkpoint_is_refused_unless_allowed(checkpoints, tmp_path, ca
 
 def test_a_stage1_checkpoint_is_refused_from_its_run_record_before_torch_or_torchtitan_is_imported(checkpoints,
                                                                                                    tmp_path):
-    blocked = ("import runpy, sys\n"
-               "class Blocked:\n"
-               "    def find_spec(self, name, path=None, target=None):\n"
-               "        if name.partition('.')[0] in ('torch', 'torchtitan'):\n"
-               "            raise ImportError(f'{name} is not to be imported')\n"
-               "sys.meta_path.insert(0, Blocked())\n"
-               f"sys.argv = ['export_hf.py', {str(checkpoints / 'step-1')!r}, {str(tmp_path)!r}]\n"
-               "runpy.run_path('scripts/export_hf.py', run_name='__main__')\n")
-    run = subprocess.run([sys.executable, "-c", blocked], cwd=REPO, env=child_env(), capture_output=True, text=True,
-                         timeout=120)
+    run = run_without_torch("scripts/export_hf.py", [str(checkpoints / "step-1"), str(tmp_path)])
     assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr[-3000:]
     assert "trained with Lighthouse (lighthouse L3" in run.stderr and "--allow-stage1" in run.stderr
 
