@@ -27,7 +27,8 @@ from pathlib import Path
 
 from recipe.errors import ConfigError, exit_on_config_error
 from recipe.experiments.corpus import make_corpus
-from recipe.experiments.payoff_grid import Study, final_models, load_study, long_first, plan_runs, train_command
+from recipe.experiments.payoff_grid import (Study, arm_first, final_models, load_study, long_first, plan_runs,
+                                           train_command)
 
 # `tasks`, `run` and `submit` need only the study: the report's modules (torch, torchtitan, matplotlib: seconds to
 # import) are imported by `report`, and NIAH's by a study that names NIAH lengths.
@@ -48,16 +49,17 @@ def anatomy_command(study: Study, seed: int, names: list[str], part: int, python
                               "--validation.dataset_path", str(study.corpus / "heldout")])
 
 
-ORDERS = ("seed", "long-first")
+ORDERS = ("seed", "long-first", "arm-first")
 
 
 def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tuple[str, tuple[str, ...], str]]:
     """(name, waits, command) of every task in queue order. "seed": the runs as `recipe.experiments.payoff_grid.plan_runs`
     orders them, and with `anatomy_windows` after each seed's runs of a grid block the per-token pass over its new
-    final models. "long-first": the runs as `recipe.experiments.payoff_grid.long_first` orders them (to fit a study into a
-    lease of fixed length), then each seed's per-token pass."""
-    if order == "long-first":
-        runs = long_first(plan_runs(study))
+    final models. "long-first" and "arm-first": the runs as `recipe.experiments.payoff_grid.long_first` (to fit a study
+    into a lease of fixed length on several GPUs) or `arm_first` (each arm whole before the next, on one GPU) orders
+    them, then each seed's per-token pass."""
+    if order in ("long-first", "arm-first"):
+        runs = (long_first if order == "long-first" else arm_first)(plan_runs(study))
         tasks = [(run.name, run.after, train_command(study, run, python)) for run in runs]
         if study.anatomy_windows:
             tasks += [(f"anatomy_s{seed}_0", tuple(names), anatomy_command(study, seed, names, 0, python))
@@ -247,8 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", default="0", help="run: comma-separated GPU indices, one run at a time on each")
     p.add_argument("--python", default="python3", help="the interpreter of every run")
     p.add_argument("--order", choices=ORDERS, default="seed",
-                   help="tasks, run, submit: seed by seed (default), or long-first: dense, then stage 1, then stage 2 "
-                        "by its dense steps, most first (packs a lease of fixed length)")
+                   help="tasks, run, submit: seed by seed (default); long-first: dense, then stage 1, then stage 2 "
+                        "by its dense steps, most first (packs a lease of fixed length); arm-first: seed by seed with "
+                        "each stage 2 right after its stage 1 (one GPU: whole arms first)")
     p.add_argument("--include", type=Path, action="append", default=[],
                    help="report: earlier records of the same study to join (a JSON list, or an earlier "
                         "report's payoff.json)")

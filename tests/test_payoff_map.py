@@ -15,7 +15,7 @@ import pytest
 
 from eval.studies import payoff
 from eval.studies.time_to_quality import against_earlier_dense
-from recipe.experiments.payoff_grid import final_models, load_study, long_first, plan_runs, train_command
+from recipe.experiments.payoff_grid import arm_first, final_models, load_study, long_first, plan_runs, train_command
 from recipe.toml_config import dump_toml, load_toml, set_key
 
 from .helpers import child_env, script_exit_code
@@ -370,6 +370,24 @@ def test_long_first_starts_dense_then_every_stage_1_then_stage_2_by_its_dense_st
     assert names == [r.name for r in runs] + ["anatomy_s3_0", "anatomy_s4_0"], "each seed's per-token pass comes last"
     waits = dict(line.split("\t")[:2] for line in out.stdout.splitlines())
     assert waits["anatomy_s3_0"] == "dense_s3,causal_s3_switch180,causal_s3_switch360,causal_s3_switch360_rewarm36"
+
+
+def test_arm_first_runs_each_stage_2_right_after_its_stage_1_and_the_rest_in_the_seed_order(tmp_path):
+    study = load_study(write_study(tmp_path, STUDY + "[[grid]]\nswitch = [360]\nrewarm_steps = [0, 36]\n"
+                                                     "[[grid]]\ndense_layers = [[0], []]\nswitch = [360]\n"))
+    seeded, runs = plan_runs(study), arm_first(plan_runs(study))
+    assert sorted(r.name for r in runs) == sorted(r.name for r in seeded), "the same runs"
+    for i, run in enumerate(runs):
+        if run.kind == "stage2":  # its stage 1, then only stage-2 runs of that stage 1 between them
+            start = [r.name for r in runs].index(run.stage1.name)
+            assert start < i and all(r.kind == "stage2" and r.stage1 == run.stage1 for r in runs[start + 1:i])
+    others = [r.name for r in seeded if r.kind != "stage2"]
+    assert [r.name for r in runs if r.kind != "stage2"] == others
+    assert [r.name for r in runs][:4] == ["causal_s3", "causal_s3_switch360", "causal_s3_switch360_rewarm36", "dense_s3"]
+    out = run_python(["scripts/payoff_map.py", "tasks", str(study.path), "--order", "arm-first"], env=child_env(),
+                     timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [line.split("\t")[0] for line in out.stdout.splitlines()] == [r.name for r in runs]
 
 
 def test_a_grid_block_on_some_seeds_only_adds_its_arms_there_and_every_seed_of_a_block_gets_dense(tmp_path):

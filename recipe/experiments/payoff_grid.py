@@ -324,6 +324,25 @@ def long_first(runs: list[Run]) -> list[Run]:
     return sorted(runs, key=key)
 
 
+def arm_first(runs: list[Run]) -> list[Run]:
+    """`runs` with each stage-2 run moved up to follow its stage 1 at once, the rest in their places: a queue that runs
+    one task at a time (one GPU) then finishes every arm before it starts the next, so a lease stopped by time
+    leaves whole arms rather than stage-1 runs waiting for their stage 2."""
+    followers: dict[str, list[Run]] = {}
+    for run in runs:
+        if run.kind == "stage2":
+            followers.setdefault(run.stage1.name, []).append(run)
+    ordered, moved = [], set()
+    for run in runs:
+        if run.kind == "stage2" and run.stage1.name in moved:
+            continue
+        ordered.append(run)
+        if run.kind == "stage1":
+            ordered += followers.get(run.name, [])
+            moved.add(run.name)
+    return ordered
+
+
 def train_command(study: Study, run: Run, python: str = "python3") -> str:
     """The shell command (from the repository root) that trains `run`; rerun, it resumes its latest checkpoint."""
     own = run.kind in ("frontier", "stage0")  # every other run shares the study's schedule
