@@ -56,9 +56,7 @@ def shape_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs, ffn_hidd
         "attention_bias": False,
         "mlp_bias": False,
     }
-    defaults = {"num_key_value_heads": config.get("num_attention_heads"), "tie_word_embeddings": False,
-                "attention_bias": False, "mlp_bias": False, "head_dim": expected["head_dim"]}
-    return differing(config, expected, defaults)
+    return differing(config, expected, {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False})
 
 
 def rope_mismatches(config: dict[str, Any], args: LighthouseLlamaArgs) -> tuple[list[str], str]:

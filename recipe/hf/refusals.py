@@ -8,9 +8,12 @@ from typing import Any
 HF_CONFIG_FILE = "config.json"
 
 
-def differing(config: dict[str, Any], expected: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
-    """The `expected` keys whose config.json value (or its default where absent) differs, as
-    "key=value (the job: value)"."""
+def differing(config: dict[str, Any], expected: dict[str, Any], defaults: dict[str, Any] | None = None) -> list[str]:
+    """The `expected` keys whose config.json value differs, as "key=value (the job: value)". An absent key takes
+    its value in `defaults`, and as transformers reads it: `num_key_value_heads` the attention heads, `head_dim`
+    the expected one (transformers derives it from the width and heads, which are compared themselves)."""
+    defaults = {"num_key_value_heads": config.get("num_attention_heads"), "head_dim": expected.get("head_dim"),
+                **(defaults or {})}
     found = {key: config.get(key, defaults.get(key)) for key in expected}
     return [f"{key}={found[key]} (the job: {value})" for key, value in expected.items() if found[key] != value]
 

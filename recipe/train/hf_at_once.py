@@ -36,8 +36,6 @@ def check_hf_shape_at_once(args: Sequence[str]) -> None:
         return
     if not isinstance(config, dict):
         return
-    expected = hf_dimensions(FLAVOR_SHAPES[flavor])
-    defaults = {"num_key_value_heads": config.get("num_attention_heads"), "head_dim": expected["head_dim"]}
-    if differences := differing(config, expected, defaults):
+    if differences := differing(config, hf_dimensions(FLAVOR_SHAPES[flavor])):
         raise ConfigError(shape_refusal(str(path), differences, flavor,
                                         str(job_value(args, toml_values, "model.hf_assets_path"))))

@@ -218,6 +218,14 @@ def _check_context_parallel_layout(job_config) -> None:
         )
 
 
+def starts_from_initial_load(job_config) -> bool:
+    """Whether the job loads `checkpoint.initial_load_path`: checkpointing is on, the path is set, and the job has
+    no checkpoint folder of its own (torchtitan then resumes that and ignores the path)."""
+    checkpoint = job_config.checkpoint
+    return bool(checkpoint.enable and checkpoint.initial_load_path
+                and not os.path.exists(os.path.join(job_config.job.dump_folder, checkpoint.folder)))
+
+
 def resolve_initial_load(job_config) -> str | None:
     """`checkpoint.initial_load_path` may name another job's checkpoint folder (its `step-N` folders) rather than
     one step: the job then starts from the folder's newest complete step whose manifest lists its files, the step
@@ -227,9 +235,8 @@ def resolve_initial_load(job_config) -> str | None:
     none of them will do. Called before `check_initial_load`, on every rank (a finished job's folder reads the same
     on each)."""
     checkpoint, path = job_config.checkpoint, job_config.checkpoint.initial_load_path
-    own = os.path.join(job_config.job.dump_folder, checkpoint.folder)
-    if (not checkpoint.enable or not path or checkpoint.initial_load_in_hf or os.path.exists(own)
-            or not os.path.isdir(path) or os.path.isfile(os.path.join(path, ".metadata"))):
+    if (not starts_from_initial_load(job_config) or checkpoint.initial_load_in_hf or not os.path.isdir(path)
+            or os.path.isfile(os.path.join(path, ".metadata"))):
         return None
     steps = sorted(complete_steps(path) + unfinished_steps(path))
     if not steps:
@@ -256,7 +263,7 @@ def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[in
     must have the shapes of this job's model (`model_shapes()`: parameter name -> shape), else it is another
     flavor's checkpoint."""
     checkpoint, path = job_config.checkpoint, job_config.checkpoint.initial_load_path
-    if not checkpoint.enable or not path or os.path.exists(os.path.join(job_config.job.dump_folder, checkpoint.folder)):
+    if not starts_from_initial_load(job_config):
         return  # nothing to load, or torchtitan resumes from the job's own checkpoints and ignores initial_load_path
     if not os.path.isdir(path):
         raise ValueError(f"checkpoint.initial_load_path={path!r} is not a folder")
