@@ -203,7 +203,8 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         plot_steps(arms, str(out.with_name(out.name + "_steps.png")), f"held-out loss vs steps, {title}")
     table = payoff.markdown(summary)
     if study.frontier:  # matched compute leads; the matched-steps view follows
-        placed = frontier.place(records, study.base["validation"]["freq"], len(study.frontier) + 1)
+        placed = frontier.place(records, study.base["validation"]["freq"], len(study.frontier) + 1,
+                                 study.baseline, study.seeds)
         summary["matched_compute"] = placed
         write_record(out, {"summary": summary, "records": records}, indent=1)
         frontier.plot(placed, str(out.with_name(out.name + "_matched_compute.png")),

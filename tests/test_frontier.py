@@ -102,6 +102,41 @@ def test_each_arm_is_paired_with_its_seeds_frontier_at_equal_compute_and_judged_
     assert frontier.markdown(placed).startswith("At equal GPU-seconds")
 
 
+def arm_records(name: str, seed_diffs: dict[int, float]) -> list[dict]:
+    """The Lighthouse records of `records_for`, renamed to the arm `name` (causal_s<seed>_<name suffix>)."""
+    lighthouse = [r for r in records_for(seed_diffs) if r["selection"] == "causal"]
+    return [{**r, "name": f"causal_s{r['seed']}_{name}"} for r in lighthouse]
+
+
+@pytest.mark.parametrize("shift, verdict", [
+    (-0.04, "better than causal_switch360 at equal compute"),
+    (+0.04, "worse than causal_switch360 at equal compute"),
+    (0.0, "not resolved"),
+], ids=["better", "worse", "same"])
+def test_an_arm_against_the_defaults_is_the_difference_of_their_paired_differences_judged_when_every_seed_is_placed(
+        shift, verdict):
+    rng = random.Random(3)
+    base = {seed: rng.uniform(-0.06, 0.0) for seed in range(4)}
+    noise = [0.01, -0.01, 0.02, -0.02] if shift == 0 else [rng.uniform(-0.005, 0.005) for _ in range(4)]
+    other = {seed: base[seed] + shift + noise[seed] for seed in range(4)}
+    records = records_for(base) + arm_records("dl0_switch360", other)
+    placed = frontier.place(records, 60, lengths=4, baseline="causal_switch360", seeds=[0, 1, 2, 3])
+    compared = placed["arms"]["causal_dl0_switch360"]["against_baseline"]
+    assert compared["seeds"] == [0, 1, 2, 3]
+    assert compared["differences"] == pytest.approx([other[s] - base[s] for s in range(4)], abs=2e-4)
+    assert compared["verdict"] == verdict
+    assert "against_baseline" not in placed["arms"]["causal_switch360"]
+    assert "Against causal_switch360 at equal GPU-seconds" in frontier.markdown(placed)
+
+
+def test_the_rule_against_the_defaults_is_not_read_while_a_seed_of_the_study_is_missing():
+    records = records_for({0: -0.03, 1: -0.02, 2: -0.04}) + arm_records("dl0_switch360", {0: -0.09, 1: -0.08})
+    placed = frontier.place(records, 60, lengths=4, baseline="causal_switch360", seeds=[0, 1, 2])
+    compared = placed["arms"]["causal_dl0_switch360"]["against_baseline"]
+    assert compared["seeds"] == [0, 1] and compared["interval95"] is not None
+    assert compared["verdict"] == "not read: seeds [2] not placed"
+
+
 @pytest.mark.parametrize("slower, warned", [(1.0, False), (1.019, False), (1.05, True), (3.0, True)],
                          ids=["steady", "1.9%", "5%", "3x"])
 def test_a_report_whose_frontier_step_times_spread_beyond_2_percent_says_so_first(slower, warned):

@@ -83,9 +83,11 @@ def steps_to_reach(frontier: list[dict], loss: float) -> tuple[float | None, str
     return float(frontier[-1]["steps"]), "above"
 
 
-def place(records: list[dict], validation_freq: int, lengths: int) -> dict:
+def place(records: list[dict], validation_freq: int, lengths: int, baseline: str | None = None,
+          seeds: list[int] | None = None) -> dict:
     """Every Lighthouse -> dense arm on its seed's frontier, for seeds whose frontier has `lengths` lengths:
-    per-seed rows and, per arm, the distribution over seeds."""
+    per-seed rows and, per arm, the distribution over seeds; with `baseline` (an arm label), every other arm
+    against it too (`against_baseline`), its rule read only when all of `seeds` are placed for both."""
     fronts = {seed: f for seed, f in frontiers(records).items() if len(f) >= lengths}
     arms: dict[str, dict] = {}
     for r in sorted(records, key=lambda r: (arm_label(r["name"]), r["seed"])):
@@ -101,20 +103,41 @@ def place(records: list[dict], validation_freq: int, lengths: int) -> dict:
             "difference": None if at is None else round(r["final_heldout_loss"] - at, 4),
             "speedup_at_equal_loss": round(reach / steps, 4), "speedup_bound": bound}
     summary = {}
-    for arm, seeds in arms.items():
-        diffs = [row["difference"] for row in seeds.values() if row["difference"] is not None]
+    for arm, rows in arms.items():
+        diffs = [row["difference"] for row in rows.values() if row["difference"] is not None]
         interval = bootstrap_interval(diffs)
         summary[arm] = {
-            "seeds": seeds, "n": len(diffs), "mean_difference": round(statistics.fmean(diffs), 4) if diffs else None,
+            "seeds": rows, "n": len(diffs), "mean_difference": round(statistics.fmean(diffs), 4) if diffs else None,
             "interval95": None if interval is None else [round(v, 4) for v in interval],
             "below_zero": sum(d < 0 for d in diffs),
-            "median_speedup": round(statistics.median(row["speedup_at_equal_loss"] for row in seeds.values()), 4),
+            "median_speedup": round(statistics.median(row["speedup_at_equal_loss"] for row in rows.values()), 4),
             "verdict": verdict(interval)}
+    if baseline in summary:
+        for arm, entry in summary.items():
+            if arm != baseline:
+                entry["against_baseline"] = against(entry["seeds"], summary[baseline]["seeds"], baseline, seeds)
     seconds_per_step = {seed: [round(p["seconds"] / p["steps"], 4) for p in f] for seed, f in fronts.items()}
     return {"frontiers": {seed: [{k: p[k] for k in ("steps", "loss", "seconds")} for p in f]
                           for seed, f in fronts.items()},
             "seconds_per_step": seconds_per_step, "step_time_spread": step_time_spread(seconds_per_step),
             "arms": summary}
+
+
+def against(arm: dict[int, dict], base: dict[int, dict], baseline: str, seeds: list[int] | None) -> dict:
+    """The arm against `baseline` at equal compute (docs/studies/time_to_quality_long.md, addendum 5): per seed
+    both place, (arm - its frontier) - (baseline - its frontier), their mean, interval and the rule, which is read
+    only when every seed of `seeds` is among them."""
+    shared = sorted(s for s in set(arm) & set(base)
+                    if arm[s]["difference"] is not None and base[s]["difference"] is not None)
+    deltas = [round(arm[s]["difference"] - base[s]["difference"], 4) for s in shared]
+    interval = bootstrap_interval(deltas)
+    missing = sorted(set(seeds or shared) - set(shared))
+    rule = verdict(interval) if not missing else f"not read: seeds {missing} not placed"
+    return {"baseline": baseline, "seeds": shared, "differences": deltas,
+            "mean": round(statistics.fmean(deltas), 4) if deltas else None,
+            "interval95": None if interval is None else [round(v, 4) for v in interval],
+            "below_zero": sum(d < 0 for d in deltas), "verdict": rule.replace("at equal compute",
+                                                                           f"than {baseline} at equal compute")}
 
 
 def step_time_spread(seconds_per_step: dict[int, list[float]]) -> float | None:
@@ -170,6 +193,18 @@ def markdown(placed: dict) -> str:
         lines.append(f"| {arm} | {','.join(map(str, seeds))} | {diffs} | {mean} | {interval} | "
                      f"{entry['below_zero']}/{entry['n']} | {' '.join(_speedup(r) for r in seeds.values())} | "
                      f"{entry['median_speedup']:.2f}x | {entry['verdict']} |")
+    compared = {arm: entry["against_baseline"] for arm, entry in placed["arms"].items() if "against_baseline" in entry}
+    if compared:
+        baseline = next(iter(compared.values()))["baseline"]
+        lines += ["", f"Against {baseline} at equal GPU-seconds: per seed, (arm - frontier) - ({baseline} - frontier):",
+                  "", "| arm | seeds | per seed | mean | 95% bootstrap interval | below 0 | verdict |",
+                  "|---|---|---|---|---|---|---|"]
+        for arm, row in compared.items():
+            interval = "-" if row["interval95"] is None else f"[{row['interval95'][0]:+.4f}, {row['interval95'][1]:+.4f}]"
+            mean = "-" if row["mean"] is None else f"{row['mean']:+.4f}"
+            lines.append(f"| {arm} | {','.join(map(str, row['seeds'])) or '-'} | "
+                         f"{' '.join(f'{d:+.3f}' for d in row['differences']) or '-'} | {mean} | {interval} | "
+                         f"{row['below_zero']}/{len(row['seeds'])} | {row['verdict']} |")
     lengths = sorted({p["steps"] for f in placed["frontiers"].values() for p in f})
     lines += ["", "| seed | " + " | ".join(f"{n} steps" for n in lengths) + " |", "|---|" + "---|" * len(lengths)]
     for seed, front in placed["frontiers"].items():
