@@ -10,10 +10,11 @@ dense over seeds from one study TOML, then report distributions over seeds (docs
 The study file's format is `recipe.experiments.payoff_grid`'s docstring. `run` queues every run on the GPUs of this
 machine (`scripts/gpu_queue.py`: one run per GPU, each after the runs it resumes; rerun to continue a stopped
 queue); `submit` makes each run one SLURM job (`sbatch --dependency=afterok` on the runs it resumes; sbatch
-options after `--`). With `[study] anatomy_windows`, each seed's final models also get their per-token losses
-(and NIAH with `niah_lengths`) scored after that seed's runs (`scripts/loss_anatomy.py dump`). `report` writes
-`<run>/report/payoff.{json,md}`, `payoff_finals.png` (every final loss by arm), the curves, and with per-token
-dumps the loss anatomy of the lower vs the upper dense group.
+options after `--`). With `[study] anatomy_windows`, each seed's final models (in an extension study its frontier
+runs too) also get their per-token losses (and NIAH with `niah_lengths`) scored after that seed's runs
+(`scripts/loss_anatomy.py dump`). `report` writes `<run>/report/payoff.{json,md}`, `payoff_finals.png` (every final
+loss by arm), the curves, with per-token dumps the loss anatomy of the lower vs the upper dense group, and in an
+extension study the loss by position class and past stage 0 at matched compute (`eval.studies.loss_by_position`).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from pathlib import Path
 
 from recipe.errors import ConfigError, exit_on_config_error
 from recipe.experiments.corpus import make_corpus
-from recipe.experiments.payoff_grid import (Study, arm_first, final_models, load_study, long_first, plan_runs,
+from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
                                            train_command)
 
 # `tasks`, `run` and `submit` need only the study: the report's modules (torch, torchtitan, matplotlib: seconds to
@@ -36,12 +37,13 @@ from recipe.experiments.payoff_grid import (Study, arm_first, final_models, load
 QUEUE = "tasks.tsv"
 
 
-def anatomy_command(study: Study, seed: int, names: list[str], part: int, python: str) -> str:
-    """The per-token pass over the final models `names` of one seed (one process, dense attention)."""
+def anatomy_command(study: Study, seed: int, models: dict[str, int], part: int, python: str) -> str:
+    """The per-token pass over the models of one seed, each name at the step of its checkpoint (one process, dense
+    attention)."""
     argv = [python, "scripts/loss_anatomy.py", "dump", "--data", str(study.corpus / "heldout" / "*.jsonl"),
             "--windows", str(study.anatomy_windows), "--out", str(study.run / "anatomy" / f"s{seed}_{part}")]
-    for name in names:
-        argv += ["--checkpoint", f"{name}={study.run / name / 'checkpoint' / f'step-{study.steps}'}"]
+    for name, step in models.items():
+        argv += ["--checkpoint", f"{name}={study.run / name / 'checkpoint' / f'step-{step}'}"]
     if study.niah_lengths:
         argv += ["--niah-lengths", ",".join(map(str, study.niah_lengths))]
     return shlex.join(argv + ["--job.config_file", study.config, "--lighthouse.no-enable",
@@ -55,15 +57,15 @@ ORDERS = ("seed", "long-first", "arm-first")
 def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tuple[str, tuple[str, ...], str]]:
     """(name, waits, command) of every task in queue order. "seed": the runs as `recipe.experiments.payoff_grid.plan_runs`
     orders them, and with `anatomy_windows` after each seed's runs of a grid block the per-token pass over its new
-    final models. "long-first" and "arm-first": the runs as `recipe.experiments.payoff_grid.long_first` (to fit a study
-    into a lease of fixed length on several GPUs) or `arm_first` (each arm whole before the next, on one GPU) orders
-    them, then each seed's per-token pass."""
+    scored models (`recipe.experiments.payoff_grid.scored_models`). "long-first" and "arm-first": the runs as
+    `recipe.experiments.payoff_grid.long_first` (to fit a study into a lease of fixed length on several GPUs) or
+    `arm_first` (each arm whole before the next, on one GPU) orders them, then each seed's per-token pass."""
     if order in ("long-first", "arm-first"):
         runs = (long_first if order == "long-first" else arm_first)(plan_runs(study))
         tasks = [(run.name, run.after, train_command(study, run, python)) for run in runs]
         if study.anatomy_windows:
-            tasks += [(f"anatomy_s{seed}_0", tuple(names), anatomy_command(study, seed, names, 0, python))
-                      for seed, names in final_models(runs).items()]
+            tasks += [(f"anatomy_s{seed}_0", tuple(models), anatomy_command(study, seed, models, 0, python))
+                      for seed, models in scored_models(study, runs).items()]
         return tasks
     runs = plan_runs(study)
     tasks, scored = [], set()
@@ -71,12 +73,13 @@ def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tu
         tasks.append((run.name, run.after, train_command(study, run, python)))
         block_ends = i + 1 == len(runs) or runs[i + 1].seed != run.seed
         if study.anatomy_windows and block_ends:
-            names = [n for n in final_models(runs[:i + 1]).get(run.seed, []) if n not in scored]
-            if names:
-                scored.update(names)
+            models = {n: step for n, step in scored_models(study, runs[:i + 1]).get(run.seed, {}).items()
+                      if n not in scored}
+            if models:
+                scored.update(models)
                 part = sum(1 for name, _, _ in tasks if name.startswith(f"anatomy_s{run.seed}_"))
-                tasks.append((f"anatomy_s{run.seed}_{part}", tuple(names),
-                              anatomy_command(study, run.seed, names, part, python)))
+                tasks.append((f"anatomy_s{run.seed}_{part}", tuple(models),
+                              anatomy_command(study, run.seed, models, part, python)))
     return tasks
 
 
@@ -158,7 +161,7 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     from eval.metrics import loss_anatomy
     from eval.metrics.niah import markdown as niah_markdown
     from eval.records import write_record
-    from eval.studies import frontier, payoff
+    from eval.studies import frontier, loss_by_position, payoff
     from eval.studies.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
     from recipe.logs.run_record import source_commit
 
@@ -202,23 +205,31 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         plot_curves(arms, str(out.with_name(out.name + "_curves.png")), f"held-out loss vs training seconds, {title}")
         plot_steps(arms, str(out.with_name(out.name + "_steps.png")), f"held-out loss vs steps, {title}")
     table = payoff.markdown(summary)
-    if study.frontier:  # matched compute leads; the matched-steps view follows
+    dumps = sorted((study.run / "anatomy").glob("*.npz"))
+    windows, losses, niah = loss_anatomy.read_dumps([d.with_suffix("") for d in dumps]) if dumps else (None, {}, {})
+    lead = []  # matched compute leads, then an extension study's loss by position; the matched-steps view follows
+    if study.frontier:
         placed = frontier.place(records, study.base["validation"]["freq"], len(study.frontier) + 1,
                                  study.baseline, study.seeds)
         summary["matched_compute"] = placed
-        write_record(out, {"summary": summary, "records": records}, indent=1)
         frontier.plot(placed, str(out.with_name(out.name + "_matched_compute.png")),
                       f"time-matched dense frontiers and Lighthouse arms, {title}")
-        table = frontier.markdown(placed) + "\n\nAt matched steps:\n\n" + table
-    dumps = sorted((study.run / "anatomy").glob("*.npz"))
+        lead.append(frontier.markdown(placed))
+    if study.stage0_seq_len and losses:
+        summary["loss_by_position"] = loss_by_position.read_out(
+            records, losses, study.stage0_seq_len, study.base["validation"]["freq"], len(study.frontier) + 1)
+        lead.append(loss_by_position.markdown(summary["loss_by_position"]))
+    if lead:
+        write_record(out, {"summary": summary, "records": records}, indent=1)
+        table = "\n\n".join(lead) + "\n\n" + ("At matched steps:\n\n" if study.frontier else "") + table
     if dumps:
-        windows, losses, niah = loss_anatomy.read_dumps([d.with_suffix("") for d in dumps])
+        edges = loss_anatomy.position_edges(study.stage0_seq_len)  # stage 0's length an edge; 0 (none) adds none
         pairs = anatomy_pairs(summary, set(losses))
         if pairs:
-            differences = [loss_anatomy.difference(losses, windows, high, low) for high, low in pairs]
+            differences = [loss_anatomy.difference(losses, windows, high, low, edges) for high, low in pairs]
+            described = loss_anatomy.describe(losses, windows, edges)
             write_record(out.with_name(out.name + "_anatomy"), {"pairs": pairs, "differences": differences,
-                                                                "describe": loss_anatomy.describe(losses, windows),
-                                                                "niah": niah}, indent=1)
+                                                                "describe": described, "niah": niah}, indent=1)
             loss_anatomy.plot(differences, str(out.with_name(out.name + "_anatomy.png")),
                               f"what the loss differences are made of, {title}")
             table += "\n\n" + loss_anatomy.markdown(differences)

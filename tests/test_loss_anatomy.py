@@ -51,3 +51,43 @@ def test_the_shares_a_partition_carries_add_up_to_the_whole_difference():
     described = loss_anatomy.describe({"a": high, "b": low}, windows)
     assert described["models"]["a"] > described["models"]["b"]
     assert "| class | tokens |" in loss_anatomy.markdown([diff])
+
+
+def test_stage_0s_length_becomes_a_position_edge_and_the_classes_still_partition_every_position():
+    rng = np.random.default_rng()
+    length = int(rng.integers(2, 40_000))
+    stage0 = int(rng.integers(1, length))
+    classes = loss_anatomy.position_classes(length, loss_anatomy.position_edges(stage0))
+    covered = sum(mask.astype(int) for mask in classes.values())
+    assert (covered == 1).all(), "every position in exactly one class"
+    starts = [int(np.flatnonzero(mask)[0]) for mask in classes.values()]
+    assert stage0 in starts, "a class starts at stage 0's length"
+    assert sorted(starts) == [e for e in sorted({*loss_anatomy.POSITION_EDGES, stage0}) if e < length]
+    past = sum(mask for mask, start in zip(classes.values(), starts) if start >= stage0)
+    assert np.array_equal(past, np.arange(length) >= stage0), "the classes from it on are the positions past it"
+
+
+def test_an_edge_already_among_the_position_edges_or_none_leaves_the_anatomy_as_it_was():
+    rng = np.random.default_rng()
+    for extra in (0, int(rng.choice(loss_anatomy.POSITION_EDGES))):
+        assert loss_anatomy.position_edges(extra) == loss_anatomy.POSITION_EDGES
+    windows = rng.integers(0, 16, size=(2, 2049)).astype(np.uint16)
+    low = rng.random((2, 2048)).astype(np.float32)
+    high = low + rng.random((2, 2048)).astype(np.float32) * 0.2
+    assert loss_anatomy.difference({"a": high, "b": low}, windows, "a", "b", loss_anatomy.position_edges(1024)) == \
+        loss_anatomy.difference({"a": high, "b": low}, windows, "a", "b")
+
+
+def test_the_anatomy_splits_positions_at_the_edges_it_is_given():
+    rng = np.random.default_rng()
+    stage0 = int(rng.integers(2, 255))
+    windows = rng.integers(0, 16, size=(2, 257)).astype(np.uint16)
+    low = rng.random((2, 256)).astype(np.float32)
+    high = low + rng.random((2, 256)).astype(np.float32)
+    edges = loss_anatomy.position_edges(stage0)
+    position = loss_anatomy.difference({"a": high, "b": low}, windows, "a", "b", edges)["position"]
+    delta = high.astype(np.float64) - low
+    assert list(position) == [f"0-{stage0}", f"{stage0}-256"]
+    assert position[f"{stage0}-256"]["mean"] == pytest.approx(delta[:, stage0:].mean())
+    described = loss_anatomy.describe({"a": high}, windows, edges)["position"]
+    assert described[f"0-{stage0}"]["a"] == pytest.approx(high[:, :stage0].astype(np.float64).mean())

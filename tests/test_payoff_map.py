@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import runpy
 import shlex
 import subprocess
 import sys
@@ -269,12 +270,13 @@ def tiny_config(tmp_path: Path) -> Path:
 
 
 EXAMPLE = REPO / "configs" / "payoff" / "example_cpu.toml"
+EXTENSION_EXAMPLE = REPO / "configs" / "payoff" / "example_cpu_extension.toml"
 
 
-def example_study(tmp_path: Path, **study: object) -> Path:
-    """The CPU-sized example study as checked in, with its run and corpus folders under `tmp_path` and `study`'s
-    keys added."""
-    raw = load_toml(EXAMPLE)
+def example_study(tmp_path: Path, example: Path = EXAMPLE, **study: object) -> Path:
+    """A CPU-sized example study as checked in (`example`), with its run and corpus folders under `tmp_path` and
+    `study`'s keys added."""
+    raw = load_toml(example)
     raw["study"].update(run=str(tmp_path / "run"), corpus=str(tmp_path / "run" / "corpus"), **study)
     path = tmp_path / "example.toml"
     path.write_text(dump_toml(raw))
@@ -325,6 +327,82 @@ def test_the_cpu_example_runs_as_written_and_reports_matched_compute_first_then_
         assert (tmp_path / "run" / "report" / name).is_file(), name
     stage2 = (tmp_path / "run" / "causal_s0_switch4" / "metrics.jsonl").read_text()
     assert '"step": 5' in stage2 and '"step": 8' in stage2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # ten training processes and two per-token passes, two at a time
+def test_the_cpu_extension_example_runs_as_written_and_reports_the_loss_by_position_past_stage_0_at_matched_compute(
+        tmp_path):
+    """Stage 0 at 64 tokens, then every fresh run at 256 from its weights; the per-token pass scores the frontier
+    runs too, and the report gives every model's loss per position class and past stage 0, and each arm minus its
+    seed's per-class frontier at its dense-equivalent steps, after the matched-compute table."""
+    study = example_study(tmp_path, EXTENSION_EXAMPLE)
+    env = child_env()
+    run = lambda *argv: run_python(["scripts/payoff_map.py", *argv, str(study)], env=env, timeout=900)  # noqa: E731
+    trained = run("run", "--gpus", "0,1")
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    reported = run("report", "--device", "cpu")
+    assert reported.returncode == 0, reported.stderr[-3000:]
+    folder = tmp_path / "run"
+    payoff_json = json.loads((folder / "report" / "payoff.json").read_text())
+    summary, records = payoff_json["summary"], payoff_json["records"]
+    assert summary["incomplete"] == []
+    assert all((r["stage0_seq_len"], r["stage0_steps"]) == (64, 4) for r in records)
+    for seed in (0, 1):
+        for name in (f"causal_s{seed}", f"dense_s{seed}", f"dense_s{seed}_steps4"):  # the runs that start fresh
+            log = (folder / "queue" / f"{name}.log").read_text()
+            assert f"Loading the checkpoint from {folder}/stage0_s{seed}/checkpoint/step-4." in log, name
+            assert "Finished loading the checkpoint" in log, name
+        scored = json.loads((folder / "anatomy" / f"s{seed}_0.json").read_text())["models"]
+        assert {name: model["checkpoint"] for name, model in scored.items()} == {  # the frontier at its last step
+            f"dense_s{seed}": f"{folder}/dense_s{seed}/checkpoint/step-8",
+            f"dense_s{seed}_steps4": f"{folder}/dense_s{seed}_steps4/checkpoint/step-4",
+            f"causal_s{seed}_switch4": f"{folder}/causal_s{seed}_switch4/checkpoint/step-8"}
+    by_position = summary["loss_by_position"]
+    assert by_position["classes"] == ["0-64", "64-256", "past stage 0"]
+    dump = np.load(folder / "anatomy" / "s1_0.npz")
+    assert by_position["models"]["1"]["dense_s1"]["past stage 0"] == pytest.approx(
+        dump["loss/dense_s1"].astype(np.float64)[:, 64:].mean())
+    placed = summary["matched_compute"]["arms"]["causal_switch4"]["seeds"]
+    arm = by_position["arms"]["causal_switch4"]
+    assert set(arm["seeds"]) == {"0", "1"}
+    for seed, row in arm["seeds"].items():
+        models, front = by_position["models"][seed], by_position["frontiers"][seed]
+        steps = [p["steps"] for p in front]
+        assert steps == [4, 8] and row["dense_equivalent_steps"] == pytest.approx(
+            placed[seed]["dense_equivalent_steps"], abs=0.051)
+        inside = steps[0] <= row["dense_equivalent_steps"] <= steps[-1]  # a loaded CPU's seconds may fall outside
+        for cls in by_position["classes"]:
+            expected = np.interp(row["dense_equivalent_steps"], steps, [models[p["name"]][cls] for p in front])
+            loss = models[row["name"]][cls]
+            got = row["classes"][cls]
+            assert got["difference"] == (pytest.approx(loss - expected, abs=1e-9) if inside else None), (seed, cls)
+            assert got["minus_dense"] == pytest.approx(loss - models[f"dense_s{seed}"][cls], abs=1e-9)
+    for cls in by_position["classes"]:
+        diffs = [row["classes"][cls]["difference"] for row in arm["seeds"].values()]
+        assert arm["matched_compute"][cls]["n"] == sum(d is not None for d in diffs)
+    table = (folder / "report" / "payoff.md").read_text()
+    assert table.index("At equal GPU-seconds") < table.index("Loss by position") < table.index("At matched steps")
+    assert "| causal_switch4 | past stage 0 | 0,1 |" in table
+
+
+def test_an_extension_studys_per_token_pass_scores_each_frontier_run_at_its_own_last_step_and_others_do_not(
+        tmp_path):
+    """Loss by position at matched compute needs the frontier per position class: each seed's per-token pass reads
+    `dense_s<seed>_steps<n>/checkpoint/step-<n>` in an extension study, and only the final models elsewhere."""
+    queue = runpy.run_path(str(REPO / "scripts" / "payoff_map.py"))["queue"]
+    for extension in (True, False):
+        extra = "stage0_seq_len = 8192\nstage0_steps = 300\n" if extension else ""
+        study = write_study(tmp_path, STUDY + f"anatomy_windows = 2\nfrontier = [400, 600]\n{extra}[[grid]]\n")
+        for order in ("seed", "long-first"):
+            tasks = {name: (waits, command) for name, waits, command in queue(load_study(study), order=order)}
+            waits, command = tasks["anatomy_s3_0"]
+            read = dict(argv.split("=", 1) for argv in shlex.split(command) if argv.startswith(("dense_", "causal_")))
+            frontier = {"dense_s3_steps600": "out/dense_s3_steps600/checkpoint/step-600",
+                        "dense_s3_steps400": "out/dense_s3_steps400/checkpoint/step-400"} if extension else {}
+            assert read == {"dense_s3": "out/dense_s3/checkpoint/step-720", **frontier,
+                            "causal_s3_switch360": "out/causal_s3_switch360/checkpoint/step-720"}, order
+            assert set(waits) == set(read)
 
 
 def test_submit_passes_the_options_after_the_double_dash_to_every_sbatch_call(tmp_path, monkeypatch):

@@ -54,6 +54,12 @@ def token_classes(window: np.ndarray, n: int) -> dict[str, np.ndarray]:
     return classes
 
 
+def position_edges(*extra: int) -> tuple[int, ...]:
+    """POSITION_EDGES with the positions `extra` as edges too (a context-extension study's stage-0 length, so that
+    the positions past it form classes of their own); 0 adds nothing, being the first edge."""
+    return tuple(sorted(set(POSITION_EDGES).union(extra)))
+
+
 def position_classes(length: int, edges: tuple[int, ...] = POSITION_EDGES) -> dict[str, np.ndarray]:
     """Masks [length] of the positions in [edges[i], edges[i + 1]), named by their bounds."""
     index = np.arange(length)
@@ -65,12 +71,13 @@ def _k(tokens: int) -> str:
     return f"{tokens // 1024}K" if tokens >= 1024 else str(tokens)
 
 
-def class_masks(windows: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
-    """For windows [W, T + 1]: {partition: {class: mask [W, T]}} for `position` and `ngram<n>` (fresh and the
-    distance bins, a partition) with `ngram<n> copyable` (copyable or not, among the repeated tokens)."""
+def class_masks(windows: np.ndarray, edges: tuple[int, ...] = POSITION_EDGES) -> dict[str, dict[str, np.ndarray]]:
+    """For windows [W, T + 1]: {partition: {class: mask [W, T]}} for `position` (between `edges`) and `ngram<n>`
+    (fresh and the distance bins, a partition) with `ngram<n> copyable` (copyable or not, among the repeated
+    tokens)."""
     length = windows.shape[1] - 1
     partitions = {"position": {name: np.broadcast_to(mask, (len(windows), length))
-                               for name, mask in position_classes(length).items()}}
+                               for name, mask in position_classes(length, edges).items()}}
     for n in NGRAMS:
         per_window = [token_classes(w, n) for w in windows]
         stacked = {name: np.stack([c[name] for c in per_window]) for name in per_window[0]}
@@ -81,10 +88,10 @@ def class_masks(windows: np.ndarray) -> dict[str, dict[str, np.ndarray]]:
     return partitions
 
 
-def describe(losses: dict[str, np.ndarray], windows: np.ndarray) -> dict:
-    """Each model's mean loss per class of every partition, with each class's share of the tokens:
-    {"tokens": W*T, "models": {name: mean}, partition: {class: {"share": ..., name: mean}}}."""
-    masks = class_masks(windows)
+def describe(losses: dict[str, np.ndarray], windows: np.ndarray, edges: tuple[int, ...] = POSITION_EDGES) -> dict:
+    """Each model's mean loss per class of every partition (positions between `edges`), with each class's share of
+    the tokens: {"tokens": W*T, "models": {name: mean}, partition: {class: {"share": ..., name: mean}}}."""
+    masks = class_masks(windows, edges)
     report: dict = {"tokens": int(windows.shape[0] * (windows.shape[1] - 1)),
                     "models": {name: float(loss.mean(dtype=np.float64)) for name, loss in losses.items()}}
     for partition, classes in masks.items():
@@ -98,13 +105,15 @@ def describe(losses: dict[str, np.ndarray], windows: np.ndarray) -> dict:
     return report
 
 
-def difference(losses: dict[str, np.ndarray], windows: np.ndarray, higher: str, lower: str) -> dict:
-    """Where `higher`'s loss exceeds `lower`'s: per class of every partition, the mean difference and the share
-    of the total difference it carries: {"total": mean difference, partition: {class: {"mean", "carried"}}}."""
+def difference(losses: dict[str, np.ndarray], windows: np.ndarray, higher: str, lower: str,
+               edges: tuple[int, ...] = POSITION_EDGES) -> dict:
+    """Where `higher`'s loss exceeds `lower`'s: per class of every partition (positions between `edges`), the mean
+    difference and the share of the total difference it carries: {"total": mean difference, partition: {class:
+    {"mean", "carried"}}}."""
     delta = losses[higher].astype(np.float64) - losses[lower].astype(np.float64)
     total = delta.sum()
     report: dict = {"higher": higher, "lower": lower, "total": float(delta.mean())}
-    for partition, classes in class_masks(windows).items():
+    for partition, classes in class_masks(windows, edges).items():
         report[partition] = {
             cls: {"tokens": float(mask.mean()), "mean": float(delta[mask].mean()) if mask.any() else None,
                   "carried": float(delta[mask].sum() / total) if total else None}

@@ -213,6 +213,12 @@ def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
     return record
 
 
+def run_folder(name: str, seed: int) -> str:
+    """The folder (and per-token dump) name of the record `name` of `seed`: `arm_record` names seed 0's dense run
+    plain `dense`."""
+    return f"dense_s{seed}" if name == "dense" else name
+
+
 def time_to_quality(dense_curve: list[tuple[float, float]], loss: float, seconds: float) -> dict:
     """The seconds the dense curve needs to first reach `loss`, and that over the arm's `seconds` (None: never)."""
     reach = seconds_to_reach(dense_curve, loss)

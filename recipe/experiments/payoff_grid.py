@@ -30,9 +30,9 @@ them needs (checkpoints at the config's interval must fall on every switch). Fol
 `_dl<layers joined by ->` (`_dlnone`: no dense layer) where they differ from the config; stage 2 that plus
 `_switch<step>` and `_rewarm<steps>`. The report's optional keys: `group_threshold` (the final loss below
 which a run is in the lower group), `baseline` (the arm that the other Lighthouse arms are paired with),
-`anatomy_windows` and `niah_lengths` (the per-token analysis of every seed's final models); `reported` (names of
-dense or stage-2 runs whose results come from earlier records joined with `report --include`: not queued again,
-while the stage-1 runs that other arms resume still are).
+`anatomy_windows` and `niah_lengths` (the per-token analysis of every seed's final models, in an extension study
+its frontier runs too); `reported` (names of dense or stage-2 runs whose results come from earlier records joined
+with `report --include`: not queued again, while the stage-1 runs that other arms resume still are).
 
 `frontier` is the time-matched dense reference: for every seed, one dense run per length, named
 `dense_s<seed>_steps<n>`, whose LR schedule is the study's scaled to n steps (warm-up `warmup_steps * n / steps`,
@@ -43,6 +43,8 @@ first. With `steps` itself, they give each seed's final loss against training se
 `stage0_seq_len` and `stage0_steps` make the study one of context extension: for every seed, a dense run at the
 short length (`stage0_s<seed>`, its own schedule scaled as a frontier run's) trains first, and every stage-1,
 dense and frontier run of that seed starts from its final weights (model only: a fresh optimizer and schedule).
+Its report gives the loss by position, past `stage0_seq_len` too, at matched compute
+(`eval.studies.loss_by_position`).
 """
 from __future__ import annotations
 
@@ -377,10 +379,25 @@ def train_command(study: Study, run: Run, python: str = "python3") -> str:
     return shlex.join(argv)
 
 
+FINAL_KINDS = ("dense", "stage2")  # the runs that end at the study's last step on its schedule
+
+
 def final_models(runs: list[Run]) -> dict[int, list[str]]:
     """Each seed's runs that end at the study's last step (dense and stage 2), in queue order."""
     finals: dict[int, list[str]] = {}
     for run in runs:
-        if run.kind in ("dense", "stage2"):
+        if run.kind in FINAL_KINDS:
             finals.setdefault(run.seed, []).append(run.name)
     return finals
+
+
+def scored_models(study: Study, runs: list[Run]) -> dict[int, dict[str, int]]:
+    """Each seed's models that the per-token pass scores, in queue order, with the step of the checkpoint it
+    reads: the final models at the study's last step and, in an extension study, the frontier runs at their own
+    last step (their only save), so that the report places each arm on a frontier per position class."""
+    kinds = FINAL_KINDS + ("frontier",) if study.stage0_seq_len else FINAL_KINDS
+    scored: dict[int, dict[str, int]] = {}
+    for run in runs:
+        if run.kind in kinds:
+            scored.setdefault(run.seed, {})[run.name] = run.steps
+    return scored

@@ -1,0 +1,122 @@
+"""Loss by position in a context-extension study, at matched compute: what training at the long length bought where
+stage 0 (dense at a shorter length) never looked, at positions past `stage0_seq_len`.
+
+Input: each scored model's per-token held-out losses (`scripts/loss_anatomy.py dump`, the same windows for every
+model) and the study's run records. Per seed and model: the mean loss in each position class
+(`eval.metrics.loss_anatomy.position_classes`, stage 0's length among the edges) and past stage 0 (every position
+>= `stage0_seq_len`). Per Lighthouse -> dense arm and class: the arm's mean loss minus its seed's dense frontier
+*of that class* at the arm's dense-equivalent steps (the class's mean loss of the seed's dense runs of each
+length, linear between neighbouring lengths, `eval.studies.frontier`; None outside its lengths), and minus the
+seed's dense run of the study's length (matched steps); then their means over seeds. Descriptive: no verdict.
+"""
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from eval.metrics.loss_anatomy import position_classes, position_edges
+from eval.studies.frontier import dense_equivalent_steps, frontiers, loss_at
+from eval.studies.payoff import bootstrap_interval
+from eval.studies.time_to_quality import arm_label, run_folder
+
+PAST = "past stage 0"
+
+
+def position_masks(length: int, stage0_seq_len: int) -> dict[str, np.ndarray]:
+    """Masks [length] of every position class, stage 0's length an edge, and of the positions past stage 0."""
+    masks = position_classes(length, position_edges(stage0_seq_len))
+    masks[PAST] = np.arange(length) >= stage0_seq_len
+    return masks
+
+
+def class_losses(losses: dict[str, np.ndarray], masks: dict[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Each model's mean per-token loss (losses [W, T]) in every class of `masks` [T]."""
+    return {name: {cls: float(loss[:, mask].mean(dtype=np.float64)) for cls, mask in masks.items()}
+            for name, loss in losses.items()}
+
+
+def class_frontier(front: list[dict], classes: dict[str, dict[str, float]], cls: str) -> list[dict]:
+    """One class's frontier of a seed, for `eval.studies.frontier.loss_at`: {steps, loss} of each of its dense runs
+    (`front`: {steps, name}, shortest first) with the class's mean loss of that run (`classes`: name -> class ->
+    loss)."""
+    return [{"steps": p["steps"], "loss": classes[p["name"]][cls]} for p in front]
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(statistics.fmean(values), 4) if values else None
+
+
+def read_out(records: list[dict], losses: dict[str, np.ndarray], stage0_seq_len: int, validation_freq: int,
+             lengths: int) -> dict:
+    """The loss by position of every scored model (`losses`: run folder -> [W, T], not empty) with a record, and
+    every scored Lighthouse arm against its seed's per-class frontier (seeds whose scored dense runs span `lengths`
+    lengths, as `eval.studies.frontier.place` asks) and against its seed's dense run."""
+    masks = position_masks(next(iter(losses.values())).shape[1], stage0_seq_len)
+    named = {run_folder(r["name"], r["seed"]): r for r in records}
+    classes = class_losses({n: loss for n, loss in losses.items() if n in named}, masks)
+    fronts = {}
+    for seed, front in frontiers(records).items():
+        scored = [{"steps": p["steps"], "name": name} for p in front
+                  if (name := run_folder(p["name"], seed)) in classes]
+        if len(scored) >= lengths:
+            fronts[seed] = scored
+    arms: dict[str, dict] = {}
+    for name in sorted(classes, key=lambda n: (arm_label(n), named[n]["seed"])):
+        r = named[name]
+        if r["selection"] == "dense":
+            continue
+        steps, dense = dense_equivalent_steps(r, validation_freq), classes.get(f"dense_s{r['seed']}")
+        row = {"name": name, "dense_equivalent_steps": steps, "classes": {}}
+        for cls, loss in classes[name].items():
+            at = loss_at(class_frontier(fronts[r["seed"]], classes, cls), steps) if r["seed"] in fronts else None
+            row["classes"][cls] = {"loss": loss, "frontier": at, "difference": None if at is None else loss - at,
+                                   "minus_dense": None if dense is None else loss - dense[cls]}
+        arms.setdefault(arm_label(name), {"seeds": {}})["seeds"][r["seed"]] = row
+    for entry in arms.values():
+        entry["matched_compute"], entry["matched_steps"] = {}, {}
+        for cls in masks:
+            diffs = [d for row in entry["seeds"].values() if (d := row["classes"][cls]["difference"]) is not None]
+            interval = bootstrap_interval(diffs)
+            entry["matched_compute"][cls] = {
+                "n": len(diffs), "mean_difference": _mean(diffs), "below_zero": sum(d < 0 for d in diffs),
+                "interval95": None if interval is None else [round(v, 4) for v in interval]}
+            minus = [d for row in entry["seeds"].values() if (d := row["classes"][cls]["minus_dense"]) is not None]
+            entry["matched_steps"][cls] = {"n": len(minus), "mean_difference": _mean(minus)}
+    models: dict[int, dict[str, dict[str, float]]] = {}
+    for name in sorted(classes, key=lambda n: (named[n]["seed"], named[n]["selection"] != "dense", n)):
+        models.setdefault(named[name]["seed"], {})[name] = classes[name]
+    return {"stage0_seq_len": stage0_seq_len, "classes": list(masks), "models": models, "frontiers": fronts,
+            "arms": arms}
+
+
+def _signed(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:+.{digits}f}"
+
+
+def markdown(read: dict) -> str:
+    """Every model's loss per position class by seed, then each arm's differences per class at matched compute
+    (against the per-class frontier) and at matched steps (against dense), per seed and as means over seeds."""
+    classes = read["classes"]
+    lines = [f"Loss by position (mean per-token loss; \"{PAST}\": positions >= {read['stage0_seq_len']:,}, the "
+             "length of stage 0):", "", "| seed | model | " + " | ".join(classes) + " |",
+             "|---|---|" + "---|" * len(classes)]
+    for seed, models in read["models"].items():
+        lines += [f"| {seed} | {name} | " + " | ".join(f"{row[c]:.4f}" for c in classes) + " |"
+                  for name, row in models.items()]
+    lines += ["", "Per position class, each arm minus its seed's dense frontier of that class at the arm's "
+              "dense-equivalent steps (matched compute), and minus its seed's dense run (matched steps):", "",
+              "| arm | class | seeds | arm - frontier, per seed | mean | 95% bootstrap interval | below 0 | "
+              "arm - dense, per seed | mean |", "|---|---|---|---|---|---|---|---|---|"]
+    for arm, entry in read["arms"].items():
+        seeds = ",".join(map(str, entry["seeds"]))
+        for cls in classes:
+            rows = [row["classes"][cls] for row in entry["seeds"].values()]
+            compute, steps = entry["matched_compute"][cls], entry["matched_steps"][cls]
+            interval = "-" if compute["interval95"] is None else (f"[{compute['interval95'][0]:+.4f}, "
+                                                                  f"{compute['interval95'][1]:+.4f}]")
+            lines.append(f"| {arm} | {cls} | {seeds} | {' '.join(_signed(r['difference']) for r in rows)} | "
+                         f"{_signed(compute['mean_difference'], 4)} | {interval} | "
+                         f"{compute['below_zero']}/{compute['n']} | {' '.join(_signed(r['minus_dense']) for r in rows)}"
+                         f" | {_signed(steps['mean_difference'], 4)} |")
+    return "\n".join(lines)
