@@ -29,7 +29,7 @@ from pathlib import Path
 from recipe.errors import ConfigError, exit_on_config_error
 from recipe.experiments.corpus import make_corpus
 from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
-                                           train_command)
+                                           stage0_name, train_command)
 
 # `tasks`, `run` and `submit` need only the study: the report's modules (torch, torchtitan, matplotlib: seconds to
 # import) are imported by `report`, and NIAH's by a study that names NIAH lengths.
@@ -162,7 +162,8 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     from eval.metrics.niah import markdown as niah_markdown
     from eval.records import write_record
     from eval.studies import frontier, loss_by_position, payoff
-    from eval.studies.time_to_quality import against_earlier_dense, load_arms, plot_curves, plot_steps, report_records
+    from eval.studies.time_to_quality import (against_earlier_dense, final_validation_loss, load_arms, plot_curves,
+                                             plot_steps, report_records)
     from recipe.logs.run_record import source_commit
 
     recorded = study.run / "study.json"
@@ -173,6 +174,9 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     start = {"stage0_seq_len": study.stage0_seq_len or None, "stage0_steps": study.stage0_steps or None}  # None: scratch
     records = [{**record, **start} for record in report_records(arms, seq_len, device, commit,
                                                                  f"scripts/payoff_map.py run {study.path}")]
+    if study.stage0_seq_len:  # the weights each run started from, comparable across machines that trained them again
+        for record in records:
+            record["stage0_final_heldout_loss"] = final_validation_loss(study.run / stage0_name(record["seed"]))
     earlier: list[dict] = []
     for path in includes:
         try:

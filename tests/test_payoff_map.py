@@ -348,6 +348,10 @@ def test_the_cpu_extension_example_runs_as_written_and_reports_the_loss_by_posit
     summary, records = payoff_json["summary"], payoff_json["records"]
     assert summary["incomplete"] == []
     assert all((r["stage0_seq_len"], r["stage0_steps"]) == (64, 4) for r in records)
+    for r in records:  # the weights it started from: its seed's stage 0, by its last held-out loss
+        logged = (folder / f"stage0_s{r['seed']}" / "metrics.jsonl").read_text().splitlines()
+        validated = [m["validation/dense_loss"] for m in map(json.loads, logged) if "validation/dense_loss" in m]
+        assert r["stage0_final_heldout_loss"] == validated[-1]
     for seed in (0, 1):
         for name in (f"causal_s{seed}", f"dense_s{seed}", f"dense_s{seed}_steps4"):  # the runs that start fresh
             log = (folder / "queue" / f"{name}.log").read_text()

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.checkpoint_record import recorded_job
-from recipe.logs.layout import CONFIG_FILE, RUNS_FOLDER, read_metrics
+from recipe.logs.layout import CONFIG_FILE, METRICS_FILE, RUNS_FOLDER, read_metrics
 
 STEP_TIME = "time_metrics/end_to_end(s)"
 DENSE_LOSS = "validation/dense_loss"
@@ -63,6 +63,12 @@ def step_seconds(records: list[dict]) -> dict[int, float]:
 def validation_losses(records: list[dict], key: str = DENSE_LOSS) -> dict[int, float]:
     """The held-out loss `key` of every validated step."""
     return {r["step"]: r[key] for r in records if key in r}
+
+
+def final_validation_loss(folder: Path) -> float | None:
+    """The held-out loss of the last validated step of the run in `folder`; None when it validated none."""
+    losses = validation_losses(read_metrics(str(folder / METRICS_FILE), events=True))
+    return losses[max(losses)] if losses else None
 
 
 @dataclass
