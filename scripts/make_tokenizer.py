@@ -4,16 +4,32 @@
     python scripts/make_tokenizer.py --data 'my_text/**/*.jsonl' --vocab-size 32000 --out assets/tokenizer
 
 `--data` is a folder or glob of .txt/.jsonl/.json/.parquet files, read as `training.dataset = "local"` reads them.
+The trainer holds every distinct pre-tokenized word of what it reads in memory, so a corpus of hundreds of MB can
+exhaust a machine's RAM at a large vocabulary: `--max-bytes` trains on the documents in file order up to that much
+text, as sentencepiece's `input_sentence_size` samples, and the script says where it stopped.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from recipe.data.bpe import train_bpe
 from recipe.data.loader import BadDocument, match_local_files, read_documents
 from recipe.train.cli import ConfigError, exit_on_config_error
+
+
+def up_to(texts: Iterable[str], max_bytes: int | None, read: dict[str, int]) -> Iterator[str]:
+    """`texts` in order until `max_bytes` UTF-8 bytes are read (the document that reaches it included; all with
+    None), counting documents and bytes in `read`, and `read["cut"]` 1 when a document was left unread."""
+    for text in texts:
+        if max_bytes is not None and read["bytes"] >= max_bytes:
+            read["cut"] = 1
+            return
+        read["documents"] += 1
+        read["bytes"] += len(text.encode())
+        yield text
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -22,14 +38,21 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--data", required=True, help="folder or glob of text files")
     p.add_argument("--vocab-size", type=int, required=True, help="entries, BOS and EOS included")
     p.add_argument("--out", type=Path, required=True, help="the folder to write")
+    p.add_argument("--max-bytes", type=int, help="train on the documents in file order up to this many UTF-8 bytes "
+                                                 "of text (default: all of --data)")
     args = p.parse_args(argv)
+    if args.max_bytes is not None and args.max_bytes < 1:
+        raise ConfigError(f"--max-bytes {args.max_bytes} must be at least 1 (leave it out to read all of --data)")
+    read = {"documents": 0, "bytes": 0, "cut": 0}
     try:
         files = match_local_files(args.data, "--data")
         texts = (doc for path in files for doc in read_documents(path) if not isinstance(doc, BadDocument))
-        out = train_bpe(texts, args.vocab_size, args.out)
+        out = train_bpe(up_to(texts, args.max_bytes, read), args.vocab_size, args.out)
     except ValueError as err:
         raise ConfigError(str(err)) from err
-    print(f"tokenizer of {args.vocab_size:,} entries at most -> {out}")
+    stop = f"; --max-bytes {args.max_bytes:,} reached, the rest of --data not read" if read["cut"] else ""
+    print(f"tokenizer of {args.vocab_size:,} entries at most -> {out}, trained on {read['documents']:,} documents "
+          f"({read['bytes']:,} bytes){stop}")
     return out
 
 

@@ -31,7 +31,7 @@ from recipe.train.cli import ConfigError, parse_job_config as parse_train_args
 from recipe.train.hf_at_once import check_hf_shape_at_once
 from recipe.train.trainer import check_job, check_start_up
 
-from .helpers import fresh_seed, run_without_torch, train_in_one_process
+from .helpers import fresh_seed, run_without_torch, script_exit_code, train_in_one_process
 
 REPO = Path(__file__).resolve().parents[1]
 SEQ_LEN, BPE_VOCAB = 128, 400
@@ -385,6 +385,33 @@ def test_make_tokenizer_trains_a_bpe_on_your_text_that_the_job_then_uses(assets,
     assert tokenizer.get_vocab_size() <= 300 and tokenizer.bos_id is not None and tokenizer.eos_id is not None
     text = (assets["train"] / "doc0.txt").read_text()
     assert tokenizer.decode(tokenizer.encode(text, add_bos=False, add_eos=False)) == text
+
+
+def test_make_tokenizer_with_max_bytes_learns_only_from_the_documents_up_to_that_many_bytes_and_says_so(
+        tmp_path, capsys):
+    rng = random.Random(fresh_seed())
+    data = tmp_path / "data"
+    data.mkdir()
+    for name, letters in (("a.txt", "abcd"), ("b.txt", "wxyz")):  # disjoint letters: b's merges betray its reading
+        words = ("".join(rng.choices(letters, k=rng.randint(2, 6))) for _ in range(800))
+        (data / name).write_text(" ".join(words))
+    first = len((data / "a.txt").read_bytes())
+    out = script("make_tokenizer")(["--data", str(data), "--vocab-size", "400", "--out", str(tmp_path / "tok"),
+                                    "--max-bytes", str(first)])
+    said = capsys.readouterr().out
+    assert f"trained on 1 documents ({first:,} bytes); --max-bytes {first:,} reached" in said
+    saved = json.loads((out / "tokenizer.json").read_text())
+    special = {added["content"] for added in saved["added_tokens"]}  # BOS and EOS, not learned
+    merged = [token for token in saved["model"]["vocab"] if len(token) > 1 and token not in special]
+    assert any(set(token) <= set("abcd") for token in merged)
+    assert not any(set(token) & set("wxyz") for token in merged)
+
+
+def test_make_tokenizer_refuses_a_max_bytes_below_1_in_one_line(tmp_path, monkeypatch, capsys):
+    code = script_exit_code("make_tokenizer.py", ["--data", str(tmp_path), "--vocab-size", "400", "--out",
+                                                  str(tmp_path / "tok"), "--max-bytes", "0"], monkeypatch)
+    assert code == 2
+    assert "--max-bytes 0 must be at least 1" in capsys.readouterr().err
 
 
 def test_the_context_extension_configs_chain_stage_0_to_1_to_2_with_one_long_rope():
