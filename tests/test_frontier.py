@@ -238,6 +238,17 @@ def test_an_extension_study_trains_stage_0_short_first_and_starts_every_fresh_ru
     assert final_models(list(runs.values()))[3] == ["dense_s3", "causal_s3_switch360"]
 
 
+def test_an_extension_study_continued_elsewhere_trains_stage_0_again_only_for_the_seeds_with_runs_left(tmp_path):
+    """Addendum 6: a seed whose arm and 720-step dense run are recorded trains its stage 0 again, then only its
+    frontier; a seed whose every run is recorded trains nothing."""
+    done = ["causal_s3_switch360", "dense_s3", "causal_s4_switch360", "dense_s4", "dense_s4_steps400"]
+    study = load_study(study_with(tmp_path, f"frontier = [400]\nstage0_seq_len = 8192\nstage0_steps = 300\n"
+                                            f"reported = {done!r}".replace("'", '"')))
+    runs = plan_runs(study)
+    assert [r.name for r in runs] == ["stage0_s3", "dense_s3_steps400"]
+    assert runs[1].after == ("stage0_s3",)
+
+
 @pytest.mark.parametrize("extra, message", [
     ("stage0_seq_len = 8192", "needs study.stage0_steps"),
     ("stage0_seq_len = 131072\nstage0_steps = 10", "below training.seq_len = 131072"),
