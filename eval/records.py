@@ -58,9 +58,13 @@ def environment(device: torch.device) -> dict[str, str]:
     }
 
 
-def write_record(out: Path, record: Any, indent: int = 2) -> Path:
-    """Write `record` as JSON to `out` with the suffix .json (its folder created); returns that path."""
-    path = out.with_suffix(".json")
+def write_json(path: Path, record: Any, indent: int = 2) -> Path:
+    """Write `record` as JSON to `path` as named (its folder created); returns it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=indent) + "\n")
     return path
+
+
+def write_record(out: Path, record: Any, indent: int = 2) -> Path:
+    """Write `record` as JSON to `out` with the suffix .json (its folder created); returns that path."""
+    return write_json(out.with_suffix(".json"), record, indent)

@@ -6,7 +6,6 @@ error against the full loss in float32 (what decides `[loss] implementation`; ev
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import torch
 from eval.benchmarks.output_loss import implementations, inputs, measure, reference
 from eval.device import require_cuda
 from eval.options import int_list
-from eval.records import environment
+from eval.records import environment, write_json
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -55,8 +54,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"| {r['implementation']} | {r['ms']:.1f} | {r['peak_gib']:.2f} | {r['loss_rel_error']:.2e} | "
                   f"{r['grad_hidden_error_ratio']:.2e} | {r['grad_weight_error_ratio']:.2e} |")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(records, indent=2) + "\n")
+        write_json(args.json, records)
     return records
 
 

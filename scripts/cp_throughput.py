@@ -44,6 +44,7 @@ from eval.benchmarks.cp_throughput import (ATTENTIONS, CpThroughputJob, measure,
 from eval.benchmarks.throughput import DEFAULT_CONFIG, WARMUP_STEPS, non_negative_int, positive_int, switch_values, too_few_steps
 from eval.device import require_cuda
 from eval.metrics.cli import OneLineParser
+from eval.records import write_json
 from recipe.train.cli import exit_on_config_error
 
 
@@ -61,11 +62,6 @@ def dense_layer_set(text: str) -> tuple[int, ...] | None:
     if any(layer < 0 for layer in layers):
         raise argparse.ArgumentTypeError(f"{text!r}: layer numbers are >= 0")
     return layers
-
-
-def write_json(path: Path, records) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(records, indent=2) + "\n")
 
 
 def main(argv: list[str] | None = None) -> list[dict] | dict:

@@ -27,7 +27,7 @@ from eval.benchmarks.max_context import ATTENTIONS, ProbeJob, check_lengths, fin
 from eval.benchmarks.throughput import positive_int, switch_values
 from eval.device import pick_device, require_cuda
 from eval.metrics.cli import OneLineParser
-from eval.records import command_line, environment, shown_path
+from eval.records import command_line, environment, shown_path, write_json
 from recipe.logs.run_record import REPO
 from recipe.train.cli import ConfigError, exit_on_config_error, parse_job_config
 
@@ -104,8 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
         shown = sorted(set(gpus) | {r["gpus"] for r in record["results"]})
         record["table"] = table(record["results"], shown, args.max_len)
         if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(record, indent=2) + "\n")
+            write_json(args.json, record)
 
     with tempfile.TemporaryDirectory() as tmp:
         for w, attention in plan:

@@ -51,7 +51,7 @@ from torchtitan.config import ConfigManager
 from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.device import require_cuda
-from eval.records import environment, shown_path
+from eval.records import environment, shown_path, write_json
 from eval.benchmarks.throughput import (BACKENDS, DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args,
                                         positive_int, run_variant, switch_values, too_few_steps)
 from recipe.data.bpe import train_bpe
@@ -198,8 +198,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
               f"{r['lighthouse_layer_speedup']:.2f} | {fmt(r.get('amdahl_ceiling'), '.2f')} | "
               f"{fmt(r.get('predicted_speedup'), '.2f')} |")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(records, indent=2) + "\n")
+        write_json(args.json, records)
     return records
 
 
