@@ -132,12 +132,11 @@ def against(arm: dict[int, dict], base: dict[int, dict], baseline: str, seeds: l
     deltas = [round(arm[s]["difference"] - base[s]["difference"], 4) for s in shared]
     interval = bootstrap_interval(deltas)
     missing = sorted(set(seeds or shared) - set(shared))
-    rule = verdict(interval) if not missing else f"not read: seeds {missing} not placed"
+    rule = verdict(interval, f" than {baseline}") if not missing else f"not read: seeds {missing} not placed"
     return {"baseline": baseline, "seeds": shared, "differences": deltas,
             "mean": round(statistics.fmean(deltas), 4) if deltas else None,
             "interval95": None if interval is None else [round(v, 4) for v in interval],
-            "below_zero": sum(d < 0 for d in deltas), "verdict": rule.replace("at equal compute",
-                                                                           f"than {baseline} at equal compute")}
+            "below_zero": sum(d < 0 for d in deltas), "verdict": rule}
 
 
 def step_time_spread(seconds_per_step: dict[int, list[float]]) -> float | None:
@@ -158,14 +157,15 @@ def time_check_line(placed: dict) -> str | None:
             "(shared or loaded), so the comparisons at equal GPU-seconds below measure that as much as the runs.")
 
 
-def verdict(interval: tuple[float, float] | None) -> str:
-    """The pre-registered rule on the 95% interval of the mean paired difference (arm - frontier)."""
+def verdict(interval: tuple[float, float] | None, than: str = "") -> str:
+    """The pre-registered rule on the 95% interval of the mean paired difference (arm - frontier; with `than`,
+    " than <the arm it is against>")."""
     if interval is None:
         return "too few seeds"
     if interval[1] < 0:
-        return "better at equal compute"
+        return f"better{than} at equal compute"
     if interval[0] > 0:
-        return "worse at equal compute"
+        return f"worse{than} at equal compute"
     return "not resolved"
 
 
