@@ -175,8 +175,9 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     records = [{**record, **start} for record in report_records(arms, seq_len, device, commit,
                                                                  f"scripts/payoff_map.py run {study.path}")]
     if study.stage0_seq_len:  # the weights each run started from, comparable across machines that trained them again
+        stage0 = {seed: final_validation_loss(study.run / stage0_name(seed)) for seed in {r["seed"] for r in records}}
         for record in records:
-            record["stage0_final_heldout_loss"] = final_validation_loss(study.run / stage0_name(record["seed"]))
+            record["stage0_final_heldout_loss"] = stage0[record["seed"]]
     earlier: list[dict] = []
     for path in includes:
         try:

@@ -133,16 +133,17 @@ def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
     are not all logged, whose last step was not validated or (stage 2) that trained no step raises ValueError, or with `incomplete` given is
     named there and left out (a study stopped midway reports what finished)."""
     arms = []
-    for folder in sorted(p for p in run.iterdir() if (p / "metrics.jsonl").is_file()):
+    for folder in sorted(p for p in run.iterdir() if (p / METRICS_FILE).is_file()):
         match = _FOLDER.fullmatch(folder.name)
         if match is None or (match["selection"] != "dense" and match["switch"] is None):
             continue
-        records = read_metrics(str(folder / "metrics.jsonl"), events=True)
+        records = read_metrics(str(folder / METRICS_FILE), events=True)
         seconds, losses, lighthouse, switch = step_seconds(records), validation_losses(records), {}, None
+        stage1_folder = folder  # a dense arm is its own stage 1
         if match["switch"] is not None:
             switch = int(match["switch"])
-            stage1 = read_metrics(str(run / f"{match['selection']}_s{match['seed']}{match['variant'] or ''}" / "metrics.jsonl"),
-                                  events=True)
+            stage1_folder = run / f"{match['selection']}_s{match['seed']}{match['variant'] or ''}"
+            stage1 = read_metrics(str(stage1_folder / METRICS_FILE), events=True)
             seconds = {**{s: t for s, t in step_seconds(stage1).items() if s <= switch}, **seconds}
             losses = {**{s: v for s, v in validation_losses(stage1).items() if s <= switch}, **losses}
             lighthouse = {s: v for s, v in validation_losses(stage1, LIGHTHOUSE_LOSS).items() if s <= switch}
@@ -153,7 +154,6 @@ def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
                 incomplete.append(folder.name)
                 continue
             raise ValueError(f"{folder}: steps 1..{total} are not all logged, or the last step was not validated")
-        stage1_folder = run / f"{match['selection']}_s{match['seed']}{match['variant'] or ''}" if switch else folder
         arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses, lighthouse,
                         validation_losses(records, DENSE_BITS_PER_BYTE).get(total), recorded_dense_layers(stage1_folder)))
     return arms
