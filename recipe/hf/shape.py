@@ -9,16 +9,17 @@ from typing import Any
 from torchtitan.models.llama3.model.args import RoPEScalingArgs
 
 from models.llama3_lighthouse import LighthouseLlamaArgs
+from recipe.hf.refusals import HF_CONFIG_FILE
 
 HF_FLAVOR = "hf"
-CONFIG_FILE = "config.json"
 
 
 def read_shape_config(job_config) -> dict[str, Any]:
     """`config.json` of `model.hf_assets_path`; ValueError (one line) if it is missing or not a Llama's."""
     folder = job_config.model.hf_assets_path
-    where = f"model.flavor='{HF_FLAVOR}' takes the model's shape from {CONFIG_FILE} in model.hf_assets_path={folder!r}"
-    path = os.path.join(folder or "", CONFIG_FILE)
+    where = (f"model.flavor='{HF_FLAVOR}' takes the model's shape from {HF_CONFIG_FILE} in "
+             f"model.hf_assets_path={folder!r}")
+    path = os.path.join(folder or "", HF_CONFIG_FILE)
     if not folder or not os.path.isfile(path):
         raise ValueError(f"{where}, which has none: point model.hf_assets_path at a Hugging Face Llama folder")
     try:
@@ -49,7 +50,8 @@ def rope_scaling_args(config: dict[str, Any]) -> RoPEScalingArgs:
         return RoPEScalingArgs(scaling_factor=1.0)
     kind = scaling.get("rope_type", scaling.get("type"))
     if kind != "llama3":
-        raise ValueError(f"{CONFIG_FILE} has rope_scaling type {kind!r}: torchtitan's Llama-3 has llama3 scaling only")
+        raise ValueError(f"{HF_CONFIG_FILE} has rope_scaling type {kind!r}: torchtitan's Llama-3 has llama3 scaling "
+                         "only")
     return RoPEScalingArgs(float(scaling["factor"]), float(scaling["low_freq_factor"]),
                            float(scaling["high_freq_factor"]), int(scaling["original_max_position_embeddings"]))
 
@@ -67,16 +69,18 @@ def apply_hf_shape(args: LighthouseLlamaArgs, config: dict[str, Any], rope: bool
         args.n_kv_heads = int(config.get("num_key_value_heads") or heads)
         args.vocab_size = int(config["vocab_size"])
     except (KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{CONFIG_FILE} of model.hf_assets_path lacks a usable {err} for model.flavor='{HF_FLAVOR}'")
+        raise ValueError(f"{HF_CONFIG_FILE} of model.hf_assets_path lacks a usable {err} for "
+                         f"model.flavor='{HF_FLAVOR}'")
     if min(dim, heads, ffn, args.n_layers, args.n_kv_heads, args.vocab_size) < 1 or dim % heads or heads % args.n_kv_heads:
-        raise ValueError(f"{CONFIG_FILE} has hidden_size={dim}, num_attention_heads={heads}, num_key_value_heads="
+        raise ValueError(f"{HF_CONFIG_FILE} has hidden_size={dim}, num_attention_heads={heads}, num_key_value_heads="
                          f"{args.n_kv_heads}, intermediate_size={ffn}, num_hidden_layers={args.n_layers}: heads must "
                          "divide hidden_size and kv heads the heads, all positive")
     if config.get("head_dim", dim // heads) != dim // heads:
-        raise ValueError(f"{CONFIG_FILE} has head_dim={config['head_dim']}, but torchtitan's Llama-3 takes "
+        raise ValueError(f"{HF_CONFIG_FILE} has head_dim={config['head_dim']}, but torchtitan's Llama-3 takes "
                          f"hidden_size / num_attention_heads = {dim // heads}")
     if config.get("tie_word_embeddings", False):
-        raise ValueError(f"{CONFIG_FILE} has tie_word_embeddings=true: torchtitan's Llama-3 has an output layer of its own")
+        raise ValueError(f"{HF_CONFIG_FILE} has tie_word_embeddings=true: torchtitan's Llama-3 has an output layer "
+                         "of its own")
     args.multiple_of, args.ffn_dim_multiplier = ffn, ffn / int(8 * dim / 3)
     args.norm_eps = float(config.get("rms_norm_eps", 1e-6))
     if rope:

@@ -43,11 +43,11 @@ def get_train_spec() -> TrainSpec:
 def use_tokenizer(args: LighthouseLlamaArgs, tokenizer: BaseTokenizer) -> None:
     """Size the model's vocabulary for `tokenizer` (`model_vocab_size`; a shape from config.json keeps its own, which
     must hold the tokenizer's ids) and take its EOS."""
-    if args.hf_shape and ids_needed(tokenizer) > args.vocab_size:
-        raise ValueError(f"config.json has vocab_size={args.vocab_size}, but the tokenizer of model.hf_assets_path "
-                         f"has ids up to {ids_needed(tokenizer) - 1}: it is another model's tokenizer")
     if not args.hf_shape:
         args.vocab_size = model_vocab_size(tokenizer)
+    elif (needed := ids_needed(tokenizer)) > args.vocab_size:
+        raise ValueError(f"config.json has vocab_size={args.vocab_size}, but the tokenizer of model.hf_assets_path "
+                         f"has ids up to {needed - 1}: it is another model's tokenizer")
     args.eos_id = tokenizer.eos_id
 
 
