@@ -171,8 +171,8 @@ class Loss:
 
     implementation: Literal["auto", "fused", "full"] = "auto"
     """"full": the output layer's logits [tokens, vocab], then cross-entropy on them in float32. "fused": the output
-    layer and the loss together, chunk_tokens tokens at a time (bf16 matmuls, float32 log-sum-exp, the backward
-    recomputing each chunk), so the logits never exist whole. "auto": fused where one rank's float32 logits would
+    layer and the loss together, chunk_tokens tokens at a time (bf16 matmuls, float32 log-sum-exp, the gradients
+    computed in the forward while each chunk's logits exist), so the logits never exist whole. "auto": fused where one rank's float32 logits would
     exceed fused_above_gib (a 128,256-entry vocabulary at 98,304 tokens: 47 GiB), else full (the byte model's 258
     entries at 1M tokens: 1.0 GiB)."""
 
