@@ -57,11 +57,23 @@ ORDERS = ("seed", "long-first", "arm-first")
 def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tuple[str, tuple[str, ...], str]]:
     """(name, waits, command) of every task in queue order. "seed": the runs as `recipe.experiments.payoff_grid.plan_runs`
     orders them, and with `anatomy_windows` after each seed's runs of a grid block the per-token pass over its new
-    scored models (`recipe.experiments.payoff_grid.scored_models`). "long-first" and "arm-first": the runs as
-    `recipe.experiments.payoff_grid.long_first` (to fit a study into a lease of fixed length on several GPUs) or
-    `arm_first` (each arm whole before the next, on one GPU) orders them, then each seed's per-token pass."""
-    if order in ("long-first", "arm-first"):
-        runs = (long_first if order == "long-first" else arm_first)(plan_runs(study))
+    scored models (`recipe.experiments.payoff_grid.scored_models`). "long-first": the runs as
+    `recipe.experiments.payoff_grid.long_first` orders them (to fit a study into a lease of fixed length on several
+    GPUs), then each seed's per-token pass. "arm-first": the runs as `arm_first` orders them (each arm whole before
+    the next, on one GPU), each scored model's per-token pass right after it, so that a lease that ends, or a
+    machine that is lost, leaves no finished model unscored and no checkpoint that a later pass must read."""
+    if order == "arm-first":
+        tasks, parts = [], {}
+        for run in arm_first(plan_runs(study)):
+            tasks.append((run.name, run.after, train_command(study, run, python)))
+            models = scored_models(study, [run]).get(run.seed) if study.anatomy_windows else None
+            if models:
+                part = parts[run.seed] = parts.get(run.seed, -1) + 1
+                tasks.append((f"anatomy_s{run.seed}_{part}", (run.name,),
+                              anatomy_command(study, run.seed, models, part, python)))
+        return tasks
+    if order == "long-first":
+        runs = long_first(plan_runs(study))
         tasks = [(run.name, run.after, train_command(study, run, python)) for run in runs]
         if study.anatomy_windows:
             tasks += [(f"anatomy_s{seed}_0", tuple(models), anatomy_command(study, seed, models, 0, python))

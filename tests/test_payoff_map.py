@@ -13,10 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from torch.distributed.checkpoint import FileSystemReader
 
 from eval.studies import payoff
 from eval.studies.time_to_quality import against_earlier_dense
-from recipe.experiments.payoff_grid import arm_first, final_models, load_study, long_first, plan_runs, train_command
+from recipe.experiments.payoff_grid import (arm_first, final_models, load_study, long_first, plan_runs, scored_models,
+                                           train_command)
 from recipe.toml_config import dump_toml, load_toml, set_key
 
 from .helpers import child_env, script_exit_code
@@ -115,6 +117,19 @@ def test_a_stage_2_run_resumes_stage_1_at_its_switch_with_the_rewarm_it_names(tm
     assert (value("--lr_scheduler.rewarm_at_step"), value("--lr_scheduler.rewarm_steps")) == ("360", "36")
     assert (value("--debug.seed"), value("--training.steps"), value("--lr_scheduler.total_steps")) == ("4", "720", "720")
     assert "--lighthouse.no-enable" in argv and "--checkpoint.no-initial-load-model-only" in argv
+
+
+def test_only_stage_1_saves_its_last_step_whole_and_every_other_run_its_weights_alone(tmp_path):
+    """Stage 2 resumes stage 1's last step (optimizer, schedule, data position); what reads any other run's last step
+    (a fresh run from stage 0, the per-token pass) reads its weights alone, a third of the size to move."""
+    study = load_study(write_study(tmp_path, STUDY + "anatomy_windows = 2\nfrontier = [400]\nstage0_seq_len = 8192\n"
+                                                     "stage0_steps = 300\n[[grid]]\nswitch = [360]\n"))
+    kinds = set()
+    for run in plan_runs(study):
+        kinds.add(run.kind)
+        argv = shlex.split(train_command(study, run))
+        assert ("--checkpoint.last_save_model_only" in argv) == (run.kind != "stage1"), run.name
+    assert kinds == {"stage0", "stage1", "stage2", "dense", "frontier"}
 
 
 def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
@@ -357,6 +372,8 @@ def test_the_cpu_extension_example_runs_as_written_and_reports_the_loss_by_posit
             log = (folder / "queue" / f"{name}.log").read_text()
             assert f"Loading the checkpoint from {folder}/stage0_s{seed}/checkpoint/step-4." in log, name
             assert "Finished loading the checkpoint" in log, name
+        saved = FileSystemReader(str(folder / f"stage0_s{seed}" / "checkpoint" / "step-4")).read_metadata()
+        assert not any(key.startswith(("optimizer", "train_state")) for key in saved.state_dict_metadata), "weights alone"
         scored = json.loads((folder / "anatomy" / f"s{seed}_0.json").read_text())["models"]
         assert {name: model["checkpoint"] for name, model in scored.items()} == {  # the frontier at its last step
             f"dense_s{seed}": f"{folder}/dense_s{seed}/checkpoint/step-8",
@@ -470,6 +487,29 @@ def test_arm_first_runs_each_stage_2_right_after_its_stage_1_and_the_rest_in_the
                      timeout=120)
     assert out.returncode == 0, out.stderr
     assert [line.split("\t")[0] for line in out.stdout.splitlines()] == [r.name for r in runs]
+
+
+def test_arm_first_scores_each_model_right_after_it_so_no_later_pass_needs_an_earlier_checkpoint(tmp_path):
+    """On one GPU a lease ends, or its machine is lost, between any two tasks: with each scored model's per-token
+    pass right after it, what finished is scored and no checkpoint must outlive its own pass."""
+    queue = runpy.run_path(str(REPO / "scripts" / "payoff_map.py"))["queue"]
+    study = load_study(write_study(tmp_path, STUDY + "anatomy_windows = 2\nfrontier = [400, 600]\nstage0_seq_len = 8192\n"
+                                                     "stage0_steps = 300\n[[grid]]\nswitch = [360]\n"))
+    tasks = queue(study, order="arm-first")
+    names = [name for name, _, _ in tasks]
+    read = {}
+    for i, (name, waits, command) in enumerate(tasks):
+        if name.startswith("anatomy_"):
+            models = dict(a.split("=", 1) for a in shlex.split(command) if a.startswith(("dense_", "causal_")))
+            assert list(models) == list(waits) == [names[i - 1]], "the model trained just before, alone"
+            seed = name.split("_")[1]
+            read.update({(seed, model): path for model, path in models.items()})
+            assert f"--out out/anatomy/{seed}_{sum(n.startswith(f'anatomy_{seed}_') for n in names[:i])}" in command
+    runs = arm_first(plan_runs(study))
+    expected = scored_models(study, runs)
+    assert read == {(f"s{seed}", name): f"out/{name}/checkpoint/step-{step}"
+                    for seed, models in expected.items() for name, step in models.items()}
+    assert [n for n in names if not n.startswith("anatomy_")] == [r.name for r in runs]
 
 
 def test_a_grid_block_on_some_seeds_only_adds_its_arms_there_and_every_seed_of_a_block_gets_dense(tmp_path):

@@ -368,8 +368,8 @@ def train_command(study: Study, run: Run, python: str = "python3") -> str:
         stage1 = run.stage1
         argv += ["--lighthouse.selection", stage1.selection, "--lighthouse.topk", str(stage1.topk),
                  "--lighthouse.dense_layers", *map(str, stage1.dense_layers)]
-    else:
-        argv += ["--lighthouse.no-enable"]
+    else:  # no run resumes its last step: weights alone are all that reads it, a third the size, to move
+        argv += ["--lighthouse.no-enable", "--checkpoint.last_save_model_only"]
     if run.kind == "stage2":
         argv += ["--checkpoint.initial_load_path", str(study.run / run.stage1.name / "checkpoint" / f"step-{run.switch}"),
                  "--checkpoint.no-initial-load-model-only"]
