@@ -6,15 +6,18 @@ dense over seeds from one study TOML, then report distributions over seeds (docs
     python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3 --order long-first
     python scripts/payoff_map.py submit configs/payoff/tiny_128k_basin.toml -- --partition=gpu --gres=gpu:1
     python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml [--include docs/records/time_to_quality.json]
+    python scripts/payoff_map.py pack   configs/payoff/tiny_128k_basin.toml --out basin.tar.gz   # continue elsewhere
 
 The study file's format is `recipe.experiments.payoff_grid`'s docstring. `run` queues every run on the GPUs of this
 machine (`scripts/gpu_queue.py`: one run per GPU, each after the runs it resumes; rerun to continue a stopped
 queue); `submit` makes each run one SLURM job (`sbatch --dependency=afterok` on the runs it resumes; sbatch
 options after `--`). With `[study] anatomy_windows`, each seed's final models (in an extension study its frontier
-runs too) also get their per-token losses (and NIAH with `niah_lengths`) scored after that seed's runs
-(`scripts/loss_anatomy.py dump`). `report` writes `<run>/report/payoff.{json,md}`, `payoff_finals.png` (every final
-loss by arm), the curves, with per-token dumps the loss anatomy of the lower vs the upper dense group, and in an
-extension study the loss by position class and past stage 0 at matched compute (`eval.studies.loss_by_position`).
+runs too) also get their per-token losses (and NIAH with `niah_lengths`) scored after that seed's runs (with
+`--order arm-first`, each model right after it; `scripts/loss_anatomy.py dump`). `report` writes
+`<run>/report/payoff.{json,md}`, `payoff_finals.png` (every final loss by arm), the curves, with per-token dumps the
+loss anatomy of the lower vs the upper dense group, and in an extension study the loss by position class and past
+stage 0 at matched compute (`eval.studies.loss_by_position`). `pack` writes what another machine needs to continue
+the queue (`recipe.experiments.study_pack`): unpacked into its run folder, `run` there trains only what is left.
 """
 from __future__ import annotations
 
@@ -30,11 +33,11 @@ from recipe.errors import ConfigError, exit_on_config_error
 from recipe.experiments.corpus import make_corpus
 from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
                                            stage0_name, train_command)
+from recipe.experiments.study_pack import QUEUE_FOLDER, TASKS_FILE, write_pack
 
 # `tasks`, `run` and `submit` need only the study: the report's modules (torch, torchtitan, matplotlib: seconds to
 # import) are imported by `report`, and NIAH's by a study that names NIAH lengths.
 
-QUEUE = "tasks.tsv"
 
 
 def anatomy_command(study: Study, seed: int, models: dict[str, int], part: int, python: str) -> str:
@@ -104,7 +107,7 @@ def write_queue(study: Study, python: str, order: str = "seed") -> Path:
     from recipe.logs.run_record import source_commit
 
     study.run.mkdir(parents=True, exist_ok=True)
-    path = study.run / QUEUE
+    path = study.run / TASKS_FILE
     path.write_text("".join(line + "\n" for line in queue_lines(study, python, order)))
     (study.run / "study.json").write_text(json.dumps(
         {"study": str(study.path), "toml": study.path.read_text(), "order": order, "commit": source_commit()},
@@ -259,6 +262,22 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     return summary
 
 
+def pack(study: Study, out: Path, max_mb: float | None) -> int:
+    """Write what the run folder takes to another machine to continue its queue there (recipe.experiments.study_pack)
+    and say what it holds and what it leaves to train again."""
+    if not (study.run / TASKS_FILE).is_file():
+        raise ConfigError(f"{study.run}: no {TASKS_FILE}, so no queue ran there to pack (`run` writes it)")
+    if max_mb is not None and max_mb <= 0:
+        raise ConfigError(f"--max-mb {max_mb:g} must be above 0")
+    plan = write_pack(study.run, out, max_mb)
+    print(f"{out}: {len(plan['finished'])} finished tasks, {len(plan['checkpoints'])} checkpoints "
+          f"({', '.join(str(p.relative_to(study.run)) for p in plan['checkpoints']) or 'none'}); "
+          f"unpack with: tar xzf {out.name} -C {study.run}")
+    for name, why in plan["left_out"].items():
+        print(f"left out, trains again: {name} ({why})")
+    return 0
+
+
 def check_niah_lengths(study: Study) -> None:
     """NIAH's lengths must fit its grid of the byte encoding (checked before any run is queued)."""
     if not study.niah_lengths:
@@ -273,7 +292,7 @@ def check_niah_lengths(study: Study) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    p.add_argument("command", choices=["tasks", "run", "submit", "report"])
+    p.add_argument("command", choices=["tasks", "run", "submit", "report", "pack"])
     p.add_argument("study", type=Path, help="the study TOML (configs/payoff/)")
     p.add_argument("--gpus", default="0", help="run: comma-separated GPU indices, one run at a time on each")
     p.add_argument("--python", default="python3", help="the interpreter of every run")
@@ -286,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
                         "report's payoff.json)")
     p.add_argument("--device", default="unknown", help="report: the card the runs ran on")
     p.add_argument("--commit", help="report: the commit of the tree that ran them (default: the study's record)")
-    p.add_argument("--out", type=Path, help="report: output prefix (default <run>/report/payoff)")
+    p.add_argument("--out", type=Path, help="report: output prefix (default <run>/report/payoff); pack: the tar.gz "
+                                           "(default <run>/pack.tar.gz)")
+    p.add_argument("--max-mb", type=float, help="pack: leave out checkpoints over this size, and the tasks that wrote "
+                                                "them (they train again where the pack is unpacked)")
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)  # split here: argparse's handling of -- varies by version
     args, sbatch_options = p.parse_args(argv[:split]), argv[split + 1:]
@@ -308,8 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         check_corpus(study)
         path = write_queue(study, args.python, args.order)
         return subprocess.run([sys.executable, "scripts/gpu_queue.py", "--tasks", str(path), "--gpus", args.gpus,
-                               "--logs", str(study.run / "queue")], cwd=Path(__file__).resolve().parent.parent
+                               "--logs", str(study.run / QUEUE_FOLDER)], cwd=Path(__file__).resolve().parent.parent
                               ).returncode
+    if args.command == "pack":
+        return pack(study, args.out or study.run / "pack.tar.gz", args.max_mb)
     report(study, args.out or study.run / "report" / "payoff", args.include, args.device, args.commit)
     return 0
 

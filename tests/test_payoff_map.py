@@ -493,8 +493,8 @@ def test_arm_first_scores_each_model_right_after_it_so_no_later_pass_needs_an_ea
     """On one GPU a lease ends, or its machine is lost, between any two tasks: with each scored model's per-token
     pass right after it, what finished is scored and no checkpoint must outlive its own pass."""
     queue = runpy.run_path(str(REPO / "scripts" / "payoff_map.py"))["queue"]
-    study = load_study(write_study(tmp_path, STUDY + "anatomy_windows = 2\nfrontier = [400, 600]\nstage0_seq_len = 8192\n"
-                                                     "stage0_steps = 300\n[[grid]]\nswitch = [360]\n"))
+    extension = "anatomy_windows = 2\nfrontier = [400, 600]\nstage0_seq_len = 8192\nstage0_steps = 300\n"
+    study = load_study(write_study(tmp_path, STUDY + extension + "[[grid]]\nswitch = [360]\n"))
     tasks = queue(study, order="arm-first")
     names = [name for name, _, _ in tasks]
     read = {}

@@ -1,0 +1,88 @@
+"""What a study's run folder takes to another machine so that its queue continues there: every finished task's
+record, log and run folder without checkpoints, and only the checkpoint steps that an unfinished task reads (stage
+0's weights for a fresh run, stage 1's switch step for its stage 2, a model its per-token pass has yet to score).
+
+Unpacked into the run folder of the other machine (`tar xzf <pack> -C <run>`), the same `payoff_map.py run`
+trains what is left and nothing again. A checkpoint over `max_mb` is left out, and so is the task that wrote it:
+that task trains again there, so nothing waits for weights that did not come. Standard library only.
+"""
+from __future__ import annotations
+
+import shlex
+import tarfile
+from pathlib import Path
+
+from recipe.experiments.task_queue import Task, read_tasks, succeeded
+
+QUEUE_FOLDER = "queue"  # the queue's logs and exit records, under the run folder
+TASKS_FILE = "tasks.tsv"
+CHECKPOINT_FOLDER = "checkpoint"
+
+
+def read_paths(run: Path, command: str) -> list[Path]:
+    """The checkpoint step folders under `run` that `command` reads (`--flag PATH`, `--flag=PATH` or `NAME=PATH`)."""
+    paths = []
+    for arg in shlex.split(command):
+        path = Path(arg.rsplit("=", 1)[-1])
+        if path.is_relative_to(run) and CHECKPOINT_FOLDER in path.relative_to(run).parts[1:2]:
+            paths.append(path)
+    return paths
+
+
+def outputs(run: Path, task: Task) -> list[Path]:
+    """What a finished task left under `run` besides its checkpoints: its queue record and log, and its run folder
+    (a training task) or the files of its `--out` prefix (the per-token pass)."""
+    found = [run / QUEUE_FOLDER / f"{task.name}{suffix}" for suffix in (".json", ".log")]
+    folder = run / task.name
+    if folder.is_dir():
+        found += [p for p in folder.iterdir() if p.name != CHECKPOINT_FOLDER]
+    args = shlex.split(task.command)
+    if "--out" in args:
+        prefix = Path(args[args.index("--out") + 1])
+        found += sorted(prefix.parent.glob(f"{prefix.name}.*"))
+    return [p for p in found if p.exists()]
+
+
+def size_mb(folder: Path) -> float:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+
+
+def plan_pack(run: Path, max_mb: float | None = None) -> dict:
+    """{"finished": task names to pack, "checkpoints": step folders to pack, "left_out": {task: why}} for the queue of
+    `run` (its tasks.tsv and records). A task left out takes every finished task that started from it along: they
+    would otherwise sit beside a new training of their parent, which on a GPU is not the same weights."""
+    tasks = read_tasks(run / TASKS_FILE)
+    finished = {t.name for t in tasks if succeeded(run / QUEUE_FOLDER, t.name)}
+    left_out: dict[str, str] = {}
+    while True:  # leaving tasks out can make another checkpoint needed: until nothing changes
+        needed = {path for t in tasks if t.name not in finished for path in read_paths(run, t.command)
+                  if path.relative_to(run).parts[0] in finished}
+        refused = {}
+        for path in sorted(needed):
+            shown = path.relative_to(run)
+            if not (path / ".metadata").is_file():
+                refused[shown.parts[0]] = f"{shown} is not a complete checkpoint"
+            elif max_mb is not None and (mb := size_mb(path)) > max_mb:
+                refused[shown.parts[0]] = f"{shown} holds {mb:.1f} MB, over {max_mb:g}"
+        if not refused:
+            break
+        for task in tasks:  # file order: a task's parents come first
+            parent = next((p for p in task.after if p in refused), None)
+            if task.name in finished and (task.name in refused or parent):
+                finished.discard(task.name)
+                left_out[task.name] = refused.get(task.name) or f"it started from {parent}, left out"
+                refused.setdefault(task.name, left_out[task.name])
+    return {"finished": [t.name for t in tasks if t.name in finished], "checkpoints": sorted(needed),
+            "left_out": left_out}
+
+
+def write_pack(run: Path, out: Path, max_mb: float | None = None) -> dict:
+    """Write the tar.gz of `plan_pack` to `out` (paths relative to `run`); returns the plan."""
+    plan = plan_pack(run, max_mb)
+    tasks = {t.name: t for t in read_tasks(run / TASKS_FILE)}
+    members = [p for name in plan["finished"] for p in outputs(run, tasks[name])] + plan["checkpoints"]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w:gz") as tar:
+        for path in members:
+            tar.add(path, arcname=str(path.relative_to(run)))
+    return plan

@@ -1,0 +1,155 @@
+"""What a study's run folder takes to another machine (`recipe.experiments.study_pack`, `payoff_map.py pack`): every
+finished task's record, log and folder without checkpoints, and only the checkpoint steps an unfinished task reads;
+a checkpoint over the size limit stays behind with the task that wrote it and every finished task that started
+from that one."""
+import json
+import random
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recipe.experiments.study_pack import plan_pack, write_pack
+from tests.helpers import child_env, script_exit_code
+from tests.test_payoff_map import EXTENSION_EXAMPLE, example_study
+from tests.warm_python import run_python
+
+
+def fake_study(tmp_path: Path, finished: set[str]) -> Path:
+    """A run folder whose queue trained `finished`: stage 0, a stage 1 and its stage 2 from it, a dense run from
+    stage 0 and the per-token pass of the stage 2; each training folder holds its metrics and full step folders."""
+    run = tmp_path / "run"
+    tasks = {"stage0_s0": ("-", "train.py --job.dump_folder {run}/stage0_s0"),
+             "causal_s0": ("stage0_s0", "train.py --checkpoint.initial_load_path {run}/stage0_s0/checkpoint/step-4"),
+             "causal_s0_switch4": ("causal_s0",
+                                   "train.py --checkpoint.initial_load_path={run}/causal_s0/checkpoint/step-4"),
+             "anatomy_s0_0": ("causal_s0_switch4",
+                              "loss_anatomy.py dump --out {run}/anatomy/s0_0 "
+                              "--checkpoint causal_s0_switch4={run}/causal_s0_switch4/checkpoint/step-8"),
+             "dense_s0": ("stage0_s0", "train.py --checkpoint.initial_load_path {run}/stage0_s0/checkpoint/step-4")}
+    (run / "queue").mkdir(parents=True)
+    (run / "tasks.tsv").write_text("".join(f"{n}\t{a}\t{c.format(run=run)}\n" for n, (a, c) in tasks.items()))
+    for name in tasks:
+        if name in finished:
+            (run / "queue" / f"{name}.json").write_text(json.dumps({"name": name, "returncode": 0}))
+            (run / "queue" / f"{name}.log").write_text(f"{name} trained\n")
+        if name.startswith("anatomy"):
+            if name in finished:
+                (run / "anatomy").mkdir(exist_ok=True)
+                for suffix in (".npz", ".json"):
+                    (run / "anatomy" / f"s0_0{suffix}").write_bytes(random.randbytes(64))
+            continue
+        folder = run / name
+        (folder / "runs" / "20261202").mkdir(parents=True)
+        (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, "loss": random.random()}) + "\n")
+        for step, megabytes in ((4, 1.5), (8, 0.25)):
+            step_folder = folder / "checkpoint" / f"step-{step}"
+            step_folder.mkdir(parents=True)
+            (step_folder / ".metadata").write_bytes(random.randbytes(16))
+            (step_folder / "__0_0.distcp").write_bytes(random.randbytes(int(megabytes * 2**20)))
+    return run
+
+
+def members(pack: Path) -> set[str]:
+    with tarfile.open(pack) as tar:
+        return {m.name for m in tar.getmembers() if m.isfile()}
+
+
+def test_a_pack_holds_what_finished_and_only_the_checkpoints_that_what_is_left_reads(tmp_path):
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0", "causal_s0_switch4", "anatomy_s0_0"})
+    plan = write_pack(run, tmp_path / "pack.tar.gz")
+    assert plan["finished"] == ["stage0_s0", "causal_s0", "causal_s0_switch4", "anatomy_s0_0"]
+    assert plan["checkpoints"] == [run / "stage0_s0" / "checkpoint" / "step-4"] and plan["left_out"] == {}
+    packed = members(tmp_path / "pack.tar.gz")
+    for name in plan["finished"]:
+        assert {f"queue/{name}.json", f"queue/{name}.log"} <= packed
+    for name in ("stage0_s0", "causal_s0", "causal_s0_switch4"):
+        assert f"{name}/metrics.jsonl" in packed
+    assert {"anatomy/s0_0.npz", "anatomy/s0_0.json", "stage0_s0/checkpoint/step-4/.metadata",
+            "stage0_s0/checkpoint/step-4/__0_0.distcp"} <= packed
+    assert not [m for m in packed if "checkpoint" in m and not m.startswith("stage0_s0/checkpoint/step-4/")]
+    assert not [m for m in packed if m.startswith(("dense_s0", "queue/dense_s0"))], "what did not finish stays"
+
+
+def test_a_stage_2_left_to_train_takes_its_stage_1_step_and_a_pass_left_to_run_its_model(tmp_path):
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0", "causal_s0_switch4", "dense_s0"})
+    assert plan_pack(run)["checkpoints"] == [run / "causal_s0_switch4" / "checkpoint" / "step-8"]
+    run = fake_study(tmp_path / "b", {"stage0_s0", "causal_s0"})
+    assert plan_pack(run)["checkpoints"] == [run / "causal_s0" / "checkpoint" / "step-4",
+                                             run / "stage0_s0" / "checkpoint" / "step-4"]
+
+
+def test_a_checkpoint_over_the_limit_stays_behind_with_its_task_and_what_started_from_it(tmp_path):
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0", "causal_s0_switch4", "anatomy_s0_0"})
+    plan = write_pack(run, tmp_path / "pack.tar.gz", max_mb=1.0)  # stage 0's step-4 holds 1.5 MB
+    assert plan["finished"] == [] and plan["checkpoints"] == []
+    assert plan["left_out"] == {"stage0_s0": "stage0_s0/checkpoint/step-4 holds 1.5 MB, over 1",
+                                "causal_s0": "it started from stage0_s0, left out",
+                                "causal_s0_switch4": "it started from causal_s0, left out",
+                                "anatomy_s0_0": "it started from causal_s0_switch4, left out"}
+    assert members(tmp_path / "pack.tar.gz") == set()
+    assert write_pack(run, tmp_path / "big.tar.gz", max_mb=2.0)["left_out"] == {}
+
+
+def test_a_checkpoint_that_is_not_complete_is_not_taken_and_its_task_trains_again(tmp_path):
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0"})
+    (run / "causal_s0" / "checkpoint" / "step-4" / ".metadata").unlink()
+    plan = plan_pack(run)
+    assert plan["finished"] == ["stage0_s0"] and plan["checkpoints"] == [run / "stage0_s0" / "checkpoint" / "step-4"]
+    assert plan["left_out"] == {"causal_s0": "causal_s0/checkpoint/step-4 is not a complete checkpoint"}
+
+
+def test_pack_where_no_queue_ran_or_with_a_limit_below_zero_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    study = example_study(tmp_path, EXTENSION_EXAMPLE)
+    assert script_exit_code("payoff_map.py", ["pack", str(study)], monkeypatch) == 2
+    assert f"{tmp_path / 'run'}: no tasks.tsv, so no queue ran there to pack" in capsys.readouterr().err
+    fake_study(tmp_path, set())  # the study's run folder, now with a queue
+    assert script_exit_code("payoff_map.py", ["pack", str(study), "--max-mb", "-1"], monkeypatch) == 2
+    assert "--max-mb -1 must be above 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)  # one seed of the CPU extension example, trained once and its last tasks again
+def test_a_queue_packed_part_way_continues_elsewhere_training_only_what_was_left_and_the_same_runs(tmp_path):
+    """The CPU extension example (one seed, arm-first) trains whole; its last tasks are then taken as unfinished (a
+    lease that ended there), the run folder is packed, removed and unpacked, and `run` trains those tasks alone,
+    from the packed stage 0, to the same losses (a CPU trains bit for bit)."""
+    study = example_study(tmp_path, EXTENSION_EXAMPLE, seeds=[0])
+    env = child_env()
+    run = lambda *argv: run_python(["scripts/payoff_map.py", *argv, str(study)], env=env, timeout=900)  # noqa: E731
+    trained = run("run", "--order", "arm-first")
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    folder = tmp_path / "run"
+    names = [line.split("\t")[0] for line in (folder / "tasks.tsv").read_text().splitlines()]
+    left = names[names.index("anatomy_s0_0") + 1:]
+    assert left[0] == "dense_s0" and "dense_s0_steps4" in left
+    for name in left:
+        (folder / "queue" / f"{name}.json").unlink()
+    packed = run("pack", "--out", str(tmp_path / "pack.tar.gz"))
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    assert "4 finished tasks, 1 checkpoints (stage0_s0/checkpoint/step-4)" in packed.stdout
+    first = tmp_path / "first"
+    folder.rename(first)
+    folder.mkdir()
+    with tarfile.open(tmp_path / "pack.tar.gz") as tar:
+        tar.extractall(folder, filter="data")
+    again = run("run", "--order", "arm-first")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    ran = [line.split()[1] for line in again.stdout.splitlines() if line.startswith("[queue]") and "exit" in line]
+    assert ran == left, "only what was left trains, in its order"
+    assert len(list((folder / "stage0_s0" / "runs").iterdir())) == 1, "stage 0 is not trained again"
+    for name in left:
+        if name.startswith("anatomy"):
+            for key, losses in np.load(first / "anatomy" / f"s0_{name.rsplit('_', 1)[1]}.npz").items():
+                assert np.array_equal(np.load(folder / "anatomy" / f"s0_{name.rsplit('_', 1)[1]}.npz")[key], losses)
+        else:
+            assert validated(folder / name) == validated(first / name), name
+    reported = run("report", "--device", "cpu")
+    assert reported.returncode == 0, reported.stderr[-3000:]
+    assert json.loads((folder / "report" / "payoff.json").read_text())["summary"]["incomplete"] == []
+
+
+def validated(folder: Path) -> dict[int, float]:
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r["validation/dense_loss"] for r in rows if "validation/dense_loss" in r}
