@@ -186,6 +186,10 @@ ROWS = [
     Row(r"python scripts/payoff_map\.py (run|report) configs/payoff/", "help",
         f"trains or reports the 131,072-token study: {GPU} (tests/test_payoff_map.py runs a CPU-sized study)"),
     Row(r"python scripts/payoff_map\.py submit ", "skip", "submits SLURM jobs (tests/test_payoff_map.py)"),
+    Row(r"python scripts/payoff_map\.py pack configs/payoff/", "help",
+        "packs a run folder where a queue ran: tests/test_study_pack.py packs one part way and continues it (slow)"),
+    Row(r"tar xzf ext\.tar\.gz -C ", "skip",
+        "unpacks a pack on the other machine: tests/test_study_pack.py unpacks one and continues its queue (slow)"),
 ]
 
 

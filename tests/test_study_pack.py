@@ -47,7 +47,7 @@ def fake_study(tmp_path: Path, finished: set[str]) -> Path:
             step_folder = folder / "checkpoint" / f"step-{step}"
             step_folder.mkdir(parents=True)
             (step_folder / ".metadata").write_bytes(random.randbytes(16))
-            (step_folder / "__0_0.distcp").write_bytes(random.randbytes(int(megabytes * 2**20)))
+            (step_folder / "__0_0.distcp").write_bytes(random.randbytes(int(megabytes * 1e6)))
     return run
 
 

@@ -44,7 +44,8 @@ def outputs(run: Path, task: Task) -> list[Path]:
 
 
 def size_mb(folder: Path) -> float:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+    """The bytes of the files under `folder`, in MB."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
 
 
 def plan_pack(run: Path, max_mb: float | None = None) -> dict:
