@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import statistics
 
-from eval.studies.payoff import bootstrap_interval, save_figure
+from eval.studies.payoff import bootstrap_interval, interval_text, rounded_interval, save_figure
 from eval.studies.time_to_quality import arm_label
 
 _DENSE = re.compile(r"dense(?:_s(?P<seed>\d+))?(?:_steps(?P<steps>\d+))?")
@@ -108,8 +108,7 @@ def place(records: list[dict], validation_freq: int, lengths: int, baseline: str
         interval = bootstrap_interval(diffs)
         summary[arm] = {
             "seeds": rows, "n": len(diffs), "mean_difference": round(statistics.fmean(diffs), 4) if diffs else None,
-            "interval95": None if interval is None else [round(v, 4) for v in interval],
-            "below_zero": sum(d < 0 for d in diffs),
+            "interval95": rounded_interval(interval), "below_zero": sum(d < 0 for d in diffs),
             "median_speedup": round(statistics.median(row["speedup_at_equal_loss"] for row in rows.values()), 4),
             "verdict": verdict(interval)}
     if baseline in summary:
@@ -135,8 +134,7 @@ def against(arm: dict[int, dict], base: dict[int, dict], baseline: str, seeds: l
     rule = verdict(interval, f" than {baseline}") if not missing else f"not read: seeds {missing} not placed"
     return {"baseline": baseline, "seeds": shared, "differences": deltas,
             "mean": round(statistics.fmean(deltas), 4) if deltas else None,
-            "interval95": None if interval is None else [round(v, 4) for v in interval],
-            "below_zero": sum(d < 0 for d in deltas), "verdict": rule}
+            "interval95": rounded_interval(interval), "below_zero": sum(d < 0 for d in deltas), "verdict": rule}
 
 
 def step_time_spread(seconds_per_step: dict[int, list[float]]) -> float | None:
@@ -187,8 +185,7 @@ def markdown(placed: dict) -> str:
     for arm, entry in placed["arms"].items():
         seeds = entry["seeds"]
         diffs = " ".join("-" if row["difference"] is None else f"{row['difference']:+.3f}" for row in seeds.values())
-        interval = "-" if entry["interval95"] is None else (f"[{entry['interval95'][0]:+.4f}, "
-                                                            f"{entry['interval95'][1]:+.4f}]")
+        interval = interval_text(entry["interval95"])
         mean = "-" if entry["mean_difference"] is None else f"{entry['mean_difference']:+.4f}"
         lines.append(f"| {arm} | {','.join(map(str, seeds))} | {diffs} | {mean} | {interval} | "
                      f"{entry['below_zero']}/{entry['n']} | {' '.join(_speedup(r) for r in seeds.values())} | "
@@ -200,7 +197,7 @@ def markdown(placed: dict) -> str:
                   "", "| arm | seeds | per seed | mean | 95% bootstrap interval | below 0 | verdict |",
                   "|---|---|---|---|---|---|---|"]
         for arm, row in compared.items():
-            interval = "-" if row["interval95"] is None else f"[{row['interval95'][0]:+.4f}, {row['interval95'][1]:+.4f}]"
+            interval = interval_text(row["interval95"])
             mean = "-" if row["mean"] is None else f"{row['mean']:+.4f}"
             lines.append(f"| {arm} | {','.join(map(str, row['seeds'])) or '-'} | "
                          f"{' '.join(f'{d:+.3f}' for d in row['differences']) or '-'} | {mean} | {interval} | "

@@ -17,7 +17,7 @@ import numpy as np
 
 from eval.metrics.loss_anatomy import position_classes, position_edges
 from eval.studies.frontier import dense_equivalent_steps, frontiers, loss_at
-from eval.studies.payoff import bootstrap_interval
+from eval.studies.payoff import bootstrap_interval, interval_text, rounded_interval
 from eval.studies.time_to_quality import arm_label, run_folder
 
 PAST = "past stage 0"
@@ -80,7 +80,7 @@ def read_out(records: list[dict], losses: dict[str, np.ndarray], stage0_seq_len:
             interval = bootstrap_interval(diffs)
             entry["matched_compute"][cls] = {
                 "n": len(diffs), "mean_difference": _mean(diffs), "below_zero": sum(d < 0 for d in diffs),
-                "interval95": None if interval is None else [round(v, 4) for v in interval]}
+                "interval95": rounded_interval(interval)}
             minus = [d for row in entry["seeds"].values() if (d := row["classes"][cls]["minus_dense"]) is not None]
             entry["matched_steps"][cls] = {"n": len(minus), "mean_difference": _mean(minus)}
     models: dict[int, dict[str, dict[str, float]]] = {}
@@ -113,8 +113,7 @@ def markdown(read: dict) -> str:
         for cls in classes:
             rows = [row["classes"][cls] for row in entry["seeds"].values()]
             compute, steps = entry["matched_compute"][cls], entry["matched_steps"][cls]
-            interval = "-" if compute["interval95"] is None else (f"[{compute['interval95'][0]:+.4f}, "
-                                                                  f"{compute['interval95'][1]:+.4f}]")
+            interval = interval_text(compute["interval95"])
             lines.append(f"| {arm} | {cls} | {seeds} | {' '.join(_signed(r['difference']) for r in rows)} | "
                          f"{_signed(compute['mean_difference'], 4)} | {interval} | "
                          f"{compute['below_zero']}/{compute['n']} | {' '.join(_signed(r['minus_dense']) for r in rows)}"

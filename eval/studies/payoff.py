@@ -28,6 +28,16 @@ def bootstrap_interval(values: list[float], resamples: int = BOOTSTRAP_RESAMPLES
     return float(low), float(high)
 
 
+def rounded_interval(interval: tuple[float, float] | None) -> list[float] | None:
+    """A `bootstrap_interval` as a record keeps it (4 decimals; None stays None)."""
+    return None if interval is None else [round(v, 4) for v in interval]
+
+
+def interval_text(interval: list[float] | None) -> str:
+    """A record's 95% interval as a table cell: "[-0.0560, -0.0160]", or "-" without one."""
+    return "-" if interval is None else f"[{interval[0]:+.4f}, {interval[1]:+.4f}]"
+
+
 def largest_gap_split(losses: list[float]) -> float | None:
     """The midpoint of the largest gap between consecutive sorted losses (a description, decides nothing)."""
     ordered = sorted(losses)
@@ -60,8 +70,7 @@ def paired(arms: dict[str, dict[int, dict]], arm: str, reference: str) -> dict:
     interval = bootstrap_interval(diffs)
     return {"arm": arm, "reference": reference, "seeds": seeds, "differences": [round(d, 4) for d in diffs],
             "mean": round(statistics.mean(diffs), 4) if diffs else None,
-            "interval95": None if interval is None else [round(v, 4) for v in interval],
-            "below_zero": sum(d < 0 for d in diffs)}
+            "interval95": rounded_interval(interval), "below_zero": sum(d < 0 for d in diffs)}
 
 
 def time_to_quality_bound(record: dict, dense: dict | None) -> dict:
@@ -170,7 +179,7 @@ def markdown(summary: dict) -> str:
     lines += ["", "| arm - reference | seeds | differences | mean | 95% bootstrap interval | below 0 |",
               "|---|---|---|---|---|---|"]
     for p in summary["paired"]:
-        interval = "-" if p["interval95"] is None else f"[{p['interval95'][0]:+.4f}, {p['interval95'][1]:+.4f}]"
+        interval = interval_text(p["interval95"])
         mean = "-" if p["mean"] is None else f"{p['mean']:+.4f}"
         lines.append(f"| {p['arm']} - {p['reference']} | {','.join(map(str, p['seeds']))} | "
                      f"{' '.join(f'{d:+.3f}' for d in p['differences'])} | {mean} | {interval} | "
