@@ -39,7 +39,6 @@ from recipe.experiments.study_pack import QUEUE_FOLDER, TASKS_FILE, write_pack
 # import) are imported by `report`, and NIAH's by a study that names NIAH lengths.
 
 
-
 def anatomy_command(study: Study, seed: int, models: dict[str, int], part: int, python: str) -> str:
     """The per-token pass over the models of one seed, each name at the step of its checkpoint (one process, dense
     attention)."""

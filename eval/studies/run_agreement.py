@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eval.studies.time_to_quality import DENSE_LOSS
+from eval.studies.time_to_quality import DENSE_LOSS, validation_losses
 from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.logs.run_logs import LOSS_TAG
 
@@ -15,7 +15,7 @@ TAGS = (LOSS_TAG, "grad_norm", DENSE_LOSS)  # the training loss, the gradient no
 
 def logged(folder: Path, tag: str) -> dict[int, float]:
     """step -> `tag` as the run in `folder` logged it; a step logged again after a resume keeps its last value."""
-    return {r["step"]: r[tag] for r in read_metrics(str(folder / METRICS_FILE)) if tag in r}
+    return validation_losses(read_metrics(str(folder / METRICS_FILE)), tag)
 
 
 def agreement(first: dict[int, float], second: dict[int, float]) -> dict:

@@ -38,4 +38,3 @@ def succeeded(logs: Path, name: str) -> bool:
     """Whether task `name` ran to exit code 0, by its record in the queue's `logs` folder."""
     record = logs / f"{name}.json"
     return record.is_file() and json.loads(record.read_text())["returncode"] == 0
-
