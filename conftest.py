@@ -10,6 +10,9 @@
   never meet what an earlier run left there (the quickstart's `./outputs/debug/checkpoint`, a `sweeps/`).
 - The recipe's compatibility layer is installed before any test module imports torchtitan: importing `recipe`
   installs it, as in every entry point (`recipe.compat.install`, a no-op with an accelerator).
+- Every test starts its random generators (torch, `random`, numpy) from a seed of its own, the CRC-32 of its node
+  id: inputs stay random and differ from test to test, but a failure repeats on every run and every machine
+  instead of showing up on a rare draw.
 - `ranks`: one pool of 2 CPU ranks in a gloo group for the whole session (tests/ranks.py).
 - Marker `slow` (pyproject.toml): training processes, multi-rank groups, long end-to-end runs, and every case
   listed in tests/long_cases.txt (measured over 3 s on 2 cores; tests/long_cases.py); the fast loop is
@@ -19,11 +22,14 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 import subprocess
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy
 import pytest
 import torch
 
@@ -65,6 +71,21 @@ def fresh_working_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: 
         (folder / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
     monkeypatch.chdir(folder)
     return folder
+
+
+def seed_of(nodeid: str) -> int:
+    """The seed of a test's random generators: the CRC-32 of its node id."""
+    return zlib.crc32(nodeid.encode())
+
+
+@pytest.fixture(autouse=True)
+def seeded_random(request: pytest.FixtureRequest) -> int:
+    """Seed torch, `random` and numpy for this test (the module doc says why); returns the seed."""
+    seed = seed_of(request.node.nodeid)
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy.random.seed(seed)
+    return seed
 
 
 @pytest.fixture(scope="session")

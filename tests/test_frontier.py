@@ -10,7 +10,7 @@ import pytest
 
 from eval.studies import frontier
 from eval.studies.time_to_quality import Arm, report_records, time_to_quality
-from recipe.experiments.payoff_grid import final_models, load_study, plan_runs, train_command
+from recipe.experiments.payoff_grid import load_study, plan_runs, scored_models, train_command
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -193,7 +193,8 @@ def test_frontier_runs_follow_each_seeds_dense_run_longest_first_with_the_schedu
     assert [(r.name, r.kind) for r in runs if r.kind != "stage1" and r.kind != "stage2"] == [
         ("dense_s3", "dense"), ("dense_s3_steps600", "frontier"), ("dense_s3_steps400", "frontier"),
         ("dense_s4", "dense"), ("dense_s4_steps400", "frontier")]
-    assert final_models(runs) == {3: ["dense_s3", "causal_s3_switch360"], 4: ["dense_s4", "causal_s4_switch360"]}
+    assert scored_models(study, runs) == {3: {"dense_s3": 720, "causal_s3_switch360": 720},
+                                          4: {"dense_s4": 720, "causal_s4_switch360": 720}}
     argv = shlex.split(train_command(study, next(r for r in runs if r.name == "dense_s3_steps400")))
     option = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
     assert (option["--training.steps"], option["--lr_scheduler.total_steps"], option["--lr_scheduler.warmup_steps"],
@@ -235,7 +236,8 @@ def test_an_extension_study_trains_stage_0_short_first_and_starts_every_fresh_ru
         assert "--checkpoint.initial_load_model_only" in command and "--training.seq_len" not in command
     stage2 = train_command(study, runs["causal_s3_switch360"])
     assert runs["causal_s3_switch360"].after == ("causal_s3",) and "out/causal_s3/checkpoint/step-360" in stage2
-    assert final_models(list(runs.values()))[3] == ["dense_s3", "causal_s3_switch360"]
+    assert scored_models(study, list(runs.values()))[3] == {"dense_s3": 720, "dense_s3_steps400": 400,
+                                                            "causal_s3_switch360": 720}
 
 
 def test_an_extension_study_continued_elsewhere_trains_stage_0_again_only_for_the_seeds_with_runs_left(tmp_path):

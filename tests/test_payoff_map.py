@@ -17,7 +17,7 @@ from torch.distributed.checkpoint import FileSystemReader
 
 from eval.studies import payoff
 from eval.studies.time_to_quality import against_earlier_dense
-from recipe.experiments.payoff_grid import (arm_first, final_models, load_study, long_first, plan_runs, scored_models,
+from recipe.experiments.payoff_grid import (arm_first, load_study, long_first, plan_runs, scored_models,
                                            train_command)
 from recipe.toml_config import dump_toml, load_toml, set_key
 
@@ -65,8 +65,8 @@ def test_every_checked_in_study_loads_and_the_niah_study_scores_the_analysis_pai
     assert all(plan_runs(study) for study in studies.values()), sorted(studies)
     niah = studies["tiny_128k_basin_niah.toml"]
     assert niah.niah_lengths == [8192, 131072] and niah.anatomy_windows > 0
-    assert final_models(plan_runs(niah)) == {2: ["dense_s2", "causal_s2_switch360"],
-                                             3: ["dense_s3", "causal_s3_switch360"]}
+    assert scored_models(niah, plan_runs(niah)) == {2: {"dense_s2": 720, "causal_s2_switch360": 720},
+                                                    3: {"dense_s3": 720, "causal_s3_switch360": 720}}
 
 
 def test_the_basin_study_queues_each_seeds_runs_together_and_shares_stage_1_between_switches_and_rewarms(tmp_path):

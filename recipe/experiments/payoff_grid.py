@@ -382,15 +382,6 @@ def train_command(study: Study, run: Run, python: str = "python3") -> str:
 FINAL_KINDS = ("dense", "stage2")  # the runs that end at the study's last step on its schedule
 
 
-def final_models(runs: list[Run]) -> dict[int, list[str]]:
-    """Each seed's runs that end at the study's last step (dense and stage 2), in queue order."""
-    finals: dict[int, list[str]] = {}
-    for run in runs:
-        if run.kind in FINAL_KINDS:
-            finals.setdefault(run.seed, []).append(run.name)
-    return finals
-
-
 def scored_models(study: Study, runs: list[Run]) -> dict[int, dict[str, int]]:
     """Each seed's models that the per-token pass scores, in queue order, with the step of the checkpoint it
     reads: the final models at the study's last step and, in an extension study, the frontier runs at their own
