@@ -49,8 +49,9 @@ def size_mb(folder: Path) -> float:
 
 
 def plan_pack(run: Path, max_mb: float | None = None) -> dict:
-    """{"finished": task names to pack, "checkpoints": step folders to pack, "left_out": {task: why}} for the queue of
-    `run` (its tasks.tsv and records). A task left out takes every finished task that started from it along: they
+    """{"finished": task names to pack, "checkpoints": step folders to pack, "files": every path the pack holds (the
+    finished tasks' `outputs` and the checkpoints), "left_out": {task: why}} for the queue of `run` (its tasks.tsv
+    and records). A task left out takes every finished task that started from it along: they
     would otherwise sit beside a new training of their parent, which on a GPU is not the same weights."""
     tasks = read_tasks(run / TASKS_FILE)
     finished = {t.name for t in tasks if succeeded(run / QUEUE_FOLDER, t.name)}
@@ -73,17 +74,16 @@ def plan_pack(run: Path, max_mb: float | None = None) -> dict:
                 finished.discard(task.name)
                 left_out[task.name] = refused.get(task.name) or f"it started from {parent}, left out"
                 refused.setdefault(task.name, left_out[task.name])
-    return {"finished": [t.name for t in tasks if t.name in finished], "checkpoints": sorted(needed),
-            "left_out": left_out}
+    packed = [t for t in tasks if t.name in finished]
+    return {"finished": [t.name for t in packed], "checkpoints": sorted(needed),
+            "files": [p for t in packed for p in outputs(run, t)] + sorted(needed), "left_out": left_out}
 
 
 def write_pack(run: Path, out: Path, max_mb: float | None = None) -> dict:
     """Write the tar.gz of `plan_pack` to `out` (paths relative to `run`); returns the plan."""
     plan = plan_pack(run, max_mb)
-    tasks = {t.name: t for t in read_tasks(run / TASKS_FILE)}
-    members = [p for name in plan["finished"] for p in outputs(run, tasks[name])] + plan["checkpoints"]
     out.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(out, "w:gz") as tar:
-        for path in members:
+        for path in plan["files"]:
             tar.add(path, arcname=str(path.relative_to(run)))
     return plan
