@@ -172,9 +172,9 @@ class Loss:
     implementation: Literal["auto", "fused", "full"] = "auto"
     """"full": the output layer's logits [tokens, vocab], then cross-entropy on them in float32. "fused": the output
     layer and the loss together, chunk_tokens tokens at a time (bf16 matmuls, float32 log-sum-exp, the gradients
-    computed in the forward while each chunk's logits exist), so the logits never exist whole. "auto": fused where one rank's float32 logits would
-    exceed fused_above_gib (a 128,256-entry vocabulary at 98,304 tokens: 47 GiB), else full (the byte model's 258
-    entries at 1M tokens: 1.0 GiB)."""
+    computed in the forward while each chunk's logits exist), so the logits never exist whole. "auto": fused where
+    one rank's float32 logits would exceed fused_above_gib (a 128,256-entry vocabulary at 98,304 tokens: 47 GiB),
+    else full (the byte model's 258 entries at 1M tokens: 1.0 GiB)."""
 
     chunk_tokens: int = 2048
     """Tokens per chunk of the fused loss; its largest tensor is one chunk's float32 logits (2,048 x 128,256: 1 GiB)."""
