@@ -302,3 +302,22 @@ def test_paper_trainer_builds_with_fsdp_over_8_fake_ranks(tmp_path):
     with torch.device("meta"):
         count = sum(p.numel() for p in LighthouseLlama(FLAVORS["paper"]).parameters())
     assert f"size: {count:,} total parameters" in log
+
+
+STAGE1_OPTIONS = {"tiny_128k_dl0_switch360.toml": [0], "tiny_128k_dlnone_switch360.toml": []}
+
+
+@pytest.mark.parametrize("name", sorted(STAGE1_OPTIONS))
+def test_each_stage1_option_is_its_measured_arm_and_otherwise_the_defaults(name):
+    """The options of docs/recipe.md ("Stage-1 options") are the price study's arms in one run: the defaults'
+    tiny_128k.toml with fewer dense layers in stage 1 and dense attention from step 361."""
+    folder = REPO / "configs" / "time_to_quality"
+    option, defaults = parse(config_file=str(folder / name)), parse(config_file=str(folder / "tiny_128k.toml"))
+    check_job(option)
+    assert option.lighthouse.dense_layers == STAGE1_OPTIONS[name] and option.lighthouse.switch_to_dense_at_step == 360
+    changed = {"dense_layers", "switch_to_dense_at_step"}
+    for section in ("model", "training", "optimizer", "lr_scheduler", "validation", "checkpoint", "lighthouse"):
+        ours, theirs = dataclasses.asdict(getattr(option, section)), dataclasses.asdict(getattr(defaults, section))
+        assert {k: v for k, v in ours.items() if k not in changed} == {
+            k: v for k, v in theirs.items() if k not in changed}, section
+    assert defaults.lighthouse.dense_layers == [0, 7] and defaults.lighthouse.switch_to_dense_at_step == 0
