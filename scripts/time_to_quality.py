@@ -3,10 +3,11 @@
     python scripts/time_to_quality.py --run outputs/time_to_quality --out outputs/time_to_quality/report
 
 Reads every arm under --run (eval.studies.time_to_quality) and writes `<out>.json` (one object per arm: name,
-selection, switch_step, total_steps, seq_len, seed, device, train_seconds, final_heldout_loss, curve, and for
-Lighthouse arms the seconds dense needs to reach that loss, the time-to-quality speedup, the stage-1
-per-step speedups and the exchange rates, against the dense arm of the same seed), `<out>.png` (against
-seconds) and `<out>_steps.png` (against steps, stage 1's own Lighthouse loss dashed); prints a markdown table.
+selection, switch_step, stage 1's dense_layers and topk, total_steps, seq_len, seed, device, train_seconds,
+final_heldout_loss, curve, and for Lighthouse arms the seconds dense needs to reach that loss, the time-to-quality
+speedup, the stage-1 per-step speedups and the exchange rates, against the dense arm of the same seed), `<out>.png`
+(against seconds) and `<out>_steps.png` (against steps, stage 1's own Lighthouse loss dashed); prints a markdown
+table.
 """
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.studies.time_to_quality import exchange_rates, load_arms, markdown_table, seconds_to_reach, step_seconds
+from eval.studies.time_to_quality import (arm_record, exchange_rates, load_arms, markdown_table, seconds_to_reach,
+                                         step_seconds)
 
 from .helpers import child_env
 from .warm_python import run_python
@@ -48,6 +49,30 @@ def test_a_switch_arm_is_its_stage_1_up_to_the_switch_then_its_stage_2(tmp_path)
     assert arm.curve == [(0.5, 5.0), (2.0, 3.5), (6.0, 2.5)]  # stage 1's step-6 point is not on this arm
     assert arm.median_step(lighthouse=True) == 0.5 and arm.median_step(lighthouse=False) == 1.0
     assert arms["dense_s0"].final_loss == 2.0
+
+
+def run_record(folder: Path, lighthouse: str) -> None:
+    """A run record in `folder` whose job has this `[lighthouse]` section."""
+    record = folder / "runs" / "20260101-000000"
+    record.mkdir(parents=True)
+    (record / "config.toml").write_text(f"[training]\nseq_len = 64\n\n[lighthouse]\n{lighthouse}\n")
+
+
+def test_each_record_names_its_stage_1_dense_layers_and_topk_from_the_run_record_and_a_dense_arm_neither(tmp_path):
+    write(tmp_path / "dense_s0", steps(1, 8, 1.0) + shadow((1, 5.0), (4, 3.0), (8, 2.0)))
+    run_record(tmp_path / "dense_s0", "enable = false\ntopk = 2048\ndense_layers = [0, 7]")
+    write(tmp_path / "causal_s0_k4096", steps(1, 4, 0.5) + shadow((1, 5.0), (4, 3.5)))
+    run_record(tmp_path / "causal_s0_k4096", "enable = true\ntopk = 4096\ndense_layers = [0, 7]")
+    write(tmp_path / "causal_s0_k4096_switch4", steps(5, 8, 1.0) + shadow((8, 2.5)))  # stage 2: its stage 1 decides
+    run_record(tmp_path / "causal_s0_k4096_switch4", "enable = true\ntopk = 16\ndense_layers = [1]")
+    write(tmp_path / "causal_s1", steps(1, 4, 0.5) + shadow((1, 5.0), (4, 3.5)))  # logged before records were kept
+    write(tmp_path / "causal_s1_switch4", steps(5, 8, 1.0) + shadow((8, 2.5)))
+    arms = {a.name: a for a in load_arms(tmp_path)}
+    dense = arms["dense_s0"]
+    records = [arm_record(arm, dense, 64, "cpu") for arm in arms.values()]
+    settings = {r["name"]: (r["dense_layers"], r["topk"], r["switch_step"]) for r in records}
+    assert settings == {"dense": (None, None, None), "causal_s0_k4096_switch4": ([0, 7], 4096, 4),
+                        "causal_s1_switch4": (None, None, 4)}
 
 
 def test_exchange_rates_read_the_stage_1_and_final_losses_off_the_dense_curve_in_steps(tmp_path):

@@ -88,6 +88,8 @@ class Arm:
     """The last step's held-out dense loss in bits per UTF-8 byte (None in runs logged before that metric)."""
     dense_layers: list[int] | None = None
     """Stage 1's `[lighthouse] dense_layers`, from its run record (None: a dense arm, or a run without a record)."""
+    topk: int | None = None
+    """Stage 1's `[lighthouse] topk`, from the same record and None where that is."""
 
     @property
     def label(self) -> str:
@@ -155,18 +157,18 @@ def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
                 continue
             raise ValueError(f"{folder}: steps 1..{total} are not all logged, or the last step was not validated")
         arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses, lighthouse,
-                        validation_losses(records, DENSE_BITS_PER_BYTE).get(total), recorded_dense_layers(stage1_folder)))
+                        validation_losses(records, DENSE_BITS_PER_BYTE).get(total), *recorded_stage1(stage1_folder)))
     return arms
 
 
-def recorded_dense_layers(folder: Path) -> list[int] | None:
-    """`[lighthouse] dense_layers` of the job in `folder` as its first run record has it; None for a dense job or
-    a folder without a record."""
+def recorded_stage1(folder: Path) -> tuple[list[int] | None, int | None]:
+    """`[lighthouse] dense_layers` and `topk` of the job in `folder` as its first run record has them, the two
+    settings a stage-1 arm varies; None for a dense job or a folder without a record."""
     records = sorted(p for p in (folder / RUNS_FOLDER).glob("*") if (p / CONFIG_FILE).is_file())
     if not records:
-        return None
+        return None, None
     lighthouse = recorded_job(records[0]).lighthouse
-    return list(lighthouse.dense_layers) if lighthouse.enable else None
+    return (list(lighthouse.dense_layers), lighthouse.topk) if lighthouse.enable else (None, None)
 
 
 def seconds_to_reach(curve: list[tuple[float, float]], loss: float) -> float | None:
@@ -203,9 +205,8 @@ def arm_record(arm: Arm, dense: Arm | None, seq_len: int, device: str) -> dict:
     """The docs/records/time_to_quality.json object of an arm, with its time-to-quality speedup and exchange rates
     against `dense`."""
     record = {"name": "dense" if arm.name == "dense_s0" else arm.name, "selection": arm.selection,
-              "switch_step": arm.switch_step, "dense_layers": arm.dense_layers, "total_steps": arm.total_steps,
-              "seq_len": seq_len, "seed": arm.seed,
-              "device": device,
+              "switch_step": arm.switch_step, "dense_layers": arm.dense_layers, "topk": arm.topk,
+              "total_steps": arm.total_steps, "seq_len": seq_len, "seed": arm.seed, "device": device,
               "train_seconds": round(arm.train_seconds, 3), "final_heldout_loss": arm.final_loss,
               "curve": [[round(t, 3), v] for t, v in arm.curve],
               "step_curve": [[int(step), v] for step, v in arm.step_curve]}
