@@ -316,9 +316,9 @@ def test_the_cpu_example_runs_as_written_and_reports_matched_compute_first_then_
     assert all(set(arm["seeds"]) == {"0", "1"} for arm in summary["arms"].values())
     assert summary["incomplete"] == []
     records = json.loads((tmp_path / "run" / "report" / "payoff.json").read_text())["records"]
-    for record in records:  # each record says which arm it is: stage 1's dense layers, the switch, no stage 0
+    for record in records:  # each record says which arm it is: stage 1's dense layers and k, the switch, no stage 0
         lighthouse = record["name"].startswith("causal")
-        assert record["dense_layers"] == ([0] if lighthouse else None), record["name"]
+        assert (record["dense_layers"], record["topk"]) == (([0], 16) if lighthouse else (None, None)), record["name"]
         assert (record["switch_step"] == 4) == lighthouse
         assert record["stage0_seq_len"] is None and record["stage0_steps"] is None
     placed = summary["matched_compute"]
