@@ -89,7 +89,7 @@ class Arm:
     dense_layers: list[int] | None = None
     """Stage 1's `[lighthouse] dense_layers`, from its run record (None: a dense arm, or a run without a record)."""
     topk: int | None = None
-    """Stage 1's `[lighthouse] topk`, from the same record and None where that is."""
+    """Stage 1's `[lighthouse] topk`, from the same record (None where `dense_layers` is)."""
 
     @property
     def label(self) -> str:
