@@ -251,11 +251,26 @@ def test_an_extension_study_continued_elsewhere_trains_stage_0_again_only_for_th
     assert runs[1].after == ("stage0_s3",)
 
 
+def test_a_deterministic_stage_0_alone_trains_in_torchtitans_deterministic_mode(tmp_path):
+    """Addendum 15: stage 0 trained again on another machine must reach the same weights, so only it runs in the
+    deterministic mode (strict, no warn_only); the runs that start from it keep the study's kernels."""
+    study = load_study(study_with(tmp_path, "frontier = [400]\nstage0_seq_len = 8192\nstage0_steps = 300\n"
+                                            "stage0_deterministic = true"))
+    commands = {r.name: shlex.split(train_command(study, r)) for r in plan_runs(study)}
+    assert "--debug.deterministic" in commands["stage0_s3"]
+    assert not any(a.startswith("--debug.deterministic_warn") for a in commands["stage0_s3"])
+    assert [n for n, argv in commands.items() if "--debug.deterministic" in argv] == ["stage0_s3", "stage0_s4"]
+    plain = load_study(study_with(tmp_path, "frontier = [400]\nstage0_seq_len = 8192\nstage0_steps = 300"))
+    assert "--debug.deterministic" not in train_command(plain, plan_runs(plain)[0])
+
+
 @pytest.mark.parametrize("extra, message", [
     ("stage0_seq_len = 8192", "needs study.stage0_steps"),
+    ("stage0_deterministic = true", "stage0_deterministic = true needs study.stage0_seq_len"),
+    ("stage0_seq_len = 8192\nstage0_steps = 300\nstage0_deterministic = 1", "must be true or false"),
     ("stage0_seq_len = 131072\nstage0_steps = 10", "below training.seq_len = 131072"),
     ("stage0_seq_len = 8192\nstage0_steps = 1", "stage0_steps = 1 must be an integer >= 2"),
-], ids=["alone", "not-shorter", "steps"])
+], ids=["alone", "deterministic-alone", "deterministic-not-bool", "not-shorter", "steps"])
 def test_a_stage_0_mistake_names_the_key_and_value(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         load_study(study_with(tmp_path, extra))

@@ -15,6 +15,7 @@ block is the product of its values, the study the union of the blocks:
     frontier = [600, 510, 400]                           # dense runs whose whole schedule ends sooner (optional)
     stage0_seq_len = 8192                                # optional: context extension from a short dense stage 0
     stage0_steps = 720
+    stage0_deterministic = true                          # optional: stage 0 in torchtitan's deterministic mode
 
     [[grid]]
     topk = [1024, 2048]           # default: the config's        (stage 1)
@@ -44,7 +45,8 @@ first. With `steps` itself, they give each seed's final loss against training se
 short length (`stage0_s<seed>`, its own schedule scaled as a frontier run's) trains first, and every stage-1,
 dense and frontier run of that seed starts from its final weights (model only: a fresh optimizer and schedule).
 Its report gives the loss by position, past `stage0_seq_len` too, at matched compute
-(`eval.studies.loss_by_position`).
+(`eval.studies.loss_by_position`). With `stage0_deterministic = true` stage 0 trains with `--debug.deterministic`
+(no `warn_only`), so that a seed continued on another machine trains its stage 0 again to the same weights.
 """
 from __future__ import annotations
 
@@ -59,7 +61,7 @@ from recipe.toml_config import get_key, load_toml
 
 STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
               "anatomy_windows", "niah_lengths", "reported", "frontier", "corpus_sources",
-              "stage0_seq_len", "stage0_steps"}
+              "stage0_seq_len", "stage0_steps", "stage0_deterministic"}
 GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps", "seeds"}
 
 
@@ -108,6 +110,7 @@ class Study:
     corpus_sources: list[Path] = field(default_factory=list)
     stage0_seq_len: int = 0  # 0: no stage 0, every run starts from initial weights
     stage0_steps: int = 0
+    stage0_deterministic: bool = False
 
 
 def _fail(path: Path, message: str) -> ValueError:
@@ -191,8 +194,15 @@ def load_study(path: Path) -> Study:
 
 
 def _check_stage0(parsed: Study, study: dict) -> None:
-    """`stage0_seq_len` and `stage0_steps` come together, the length below the config's `training.seq_len`."""
+    """`stage0_seq_len` and `stage0_steps` come together, the length below the config's `training.seq_len`;
+    `stage0_deterministic` only with them."""
     given = [key for key in ("stage0_seq_len", "stage0_steps") if key in study]
+    deterministic = study.get("stage0_deterministic", False)
+    if not isinstance(deterministic, bool):
+        raise _fail(parsed.path, f"study.stage0_deterministic = {deterministic!r} must be true or false")
+    if deterministic and not given:
+        raise _fail(parsed.path, "study.stage0_deterministic = true needs study.stage0_seq_len and stage0_steps")
+    parsed.stage0_deterministic = deterministic
     if not given:
         return
     if len(given) == 1:
@@ -360,6 +370,8 @@ def train_command(study: Study, run: Run, python: str = "python3") -> str:
         argv += ["--validation.freq", str(run.steps), "--checkpoint.interval", str(run.steps)]
     if run.kind == "stage0":
         argv += ["--training.seq_len", str(study.stage0_seq_len), "--validation.seq_len", str(study.stage0_seq_len)]
+        if study.stage0_deterministic:
+            argv.append("--debug.deterministic")
     elif study.stage0_seq_len and run.kind in STARTS_FRESH:
         argv += ["--checkpoint.initial_load_path",
                  str(study.run / stage0_name(run.seed) / "checkpoint" / f"step-{study.stage0_steps}"),
