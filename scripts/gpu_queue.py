@@ -25,7 +25,7 @@ from recipe.experiments.task_queue import Task, read_tasks, succeeded
 def run_queue(tasks: list[Task], gpus: list[str], logs: Path, poll_s: float = 1.0) -> dict[str, int]:
     """Run `tasks` on `gpus`; return each task's exit code (-1: skipped because a task it waits for failed)."""
     logs.mkdir(parents=True, exist_ok=True)
-    codes = {t.name: 0 for t in tasks if succeeded(logs, t.name)}
+    codes = {t.name: 0 for t in tasks if succeeded(logs, t)}
     todo = [t for t in tasks if t.name not in codes]
     running: dict[str, tuple[Task, subprocess.Popen, float]] = {}
     while todo or running:

@@ -177,7 +177,7 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     from eval.records import write_record
     from eval.studies import frontier, loss_by_position, payoff
     from eval.studies.time_to_quality import (against_earlier_dense, final_validation_loss, load_arms, plot_curves,
-                                             plot_steps, report_records)
+                                             plot_steps, report_records, run_folder)
     from recipe.logs.run_record import source_commit
 
     recorded = study.run / "study.json"
@@ -192,6 +192,13 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         stage0 = {seed: final_validation_loss(study.run / stage0_name(seed)) for seed in {r["seed"] for r in records}}
         for record in records:
             record["stage0_final_heldout_loss"] = stage0[record["seed"]]
+    dumps = sorted((study.run / "anatomy").glob("*.npz"))
+    windows, losses, niah = loss_anatomy.read_dumps([d.with_suffix("") for d in dumps]) if dumps else (None, {}, {})
+    if study.stage0_seq_len:  # a later report that joins these records reads the loss by position from them
+        own = loss_by_position.model_class_losses(losses, study.stage0_seq_len)
+        for record in records:
+            if (folder := run_folder(record["name"], record["seed"])) in own:
+                record["position_losses"] = own[folder]
     earlier: list[dict] = []
     for path in includes:
         try:
@@ -202,12 +209,16 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
             loaded = loaded.get("records", [])
         if not isinstance(loaded, list) or not all(isinstance(r, dict) for r in loaded):
             raise ConfigError(f"--include {path}: expected a list of run records or a report's payoff.json")
-        earlier += [r for r in loaded if r.get("seq_len") == seq_len]
+        earlier += [r for r in loaded if r.get("seq_len") == seq_len
+                    and (r.get("stage0_seq_len"), r.get("stage0_steps")) == tuple(start.values())]
+    confounded = [run_folder(r["name"], r["seed"]) for r in payoff.stage0_confounded(records, earlier)]
+    records = [r for r in records if run_folder(r["name"], r["seed"]) not in confounded]
     records = payoff.join(against_earlier_dense(records, earlier), earlier)
     if not records:
         raise ConfigError(f"no finished run under {study.run} (and none included)")
     summary = payoff.distributions(records, study.group_threshold, study.baseline)
-    summary.update({"study": str(study.path), "incomplete": incomplete, "baseline": study.baseline})
+    summary.update({"study": str(study.path), "incomplete": incomplete, "baseline": study.baseline,
+                    "stage0_confounded": confounded})
     dense = summary["arms"].get("dense", {}).get("seeds", {})
     curves = payoff.dense_step_curves(records, study.base["validation"]["freq"])
     lower = {seed for seed, row in dense.items() if row.get("group") == "lower"}
@@ -224,8 +235,6 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         plot_curves(arms, str(out.with_name(out.name + "_curves.png")), f"held-out loss vs training seconds, {title}")
         plot_steps(arms, str(out.with_name(out.name + "_steps.png")), f"held-out loss vs steps, {title}")
     table = payoff.markdown(summary)
-    dumps = sorted((study.run / "anatomy").glob("*.npz"))
-    windows, losses, niah = loss_anatomy.read_dumps([d.with_suffix("") for d in dumps]) if dumps else (None, {}, {})
     lead = []  # matched compute leads, then an extension study's loss by position; the matched-steps view follows
     if study.frontier:
         placed = frontier.place(records, study.base["validation"]["freq"], len(study.frontier) + 1,
@@ -234,9 +243,10 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         frontier.plot(placed, str(out.with_name(out.name + "_matched_compute.png")),
                       f"time-matched dense frontiers and Lighthouse arms, {title}")
         lead.append(frontier.markdown(placed))
-    if study.stage0_seq_len and losses:
+    scored = {run_folder(r["name"], r["seed"]): r["position_losses"] for r in records if "position_losses" in r}
+    if study.stage0_seq_len and scored:
         summary["loss_by_position"] = loss_by_position.read_out(
-            records, losses, study.stage0_seq_len, study.base["validation"]["freq"], len(study.frontier) + 1)
+            records, scored, study.stage0_seq_len, study.base["validation"]["freq"], len(study.frontier) + 1)
         lead.append(loss_by_position.markdown(summary["loss_by_position"]))
     if lead:
         write_record(out, {"summary": summary, "records": records}, indent=1)
@@ -256,6 +266,9 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
             table += "\n\n" + niah_markdown(niah)
     if incomplete:
         table += f"\n\nNot finished (left out): {', '.join(incomplete)}"
+    if confounded:
+        table += (f"\n\nConfounded (left out): {', '.join(confounded)}, whose stage 0 ended at another held-out loss "
+                  "than the one its seed's included records started from")
     out.with_suffix(".md").write_text(table + "\n")
     print(table)
     return summary

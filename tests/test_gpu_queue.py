@@ -40,6 +40,17 @@ def test_a_failed_task_skips_its_dependants_and_a_rerun_repeats_only_what_did_no
     assert counter.read_text().split() == ["ok", "after_ok"]  # the second run repeated neither success
 
 
+def test_a_task_whose_command_changed_since_its_success_runs_again(tmp_path):
+    """An edited study keeps its task names (`anatomy_s0_0` then scores other models): a record of another command
+    under the name must not stand for the new one."""
+    out = tmp_path / "ran"
+    first = read_tasks(tasks_file(tmp_path, [f"pass\t-\techo first >> {out}", f"same\t-\techo same >> {out}"]))
+    run_queue(first, ["0"], tmp_path / "logs", poll_s=0.01)
+    edited = read_tasks(tasks_file(tmp_path, [f"pass\t-\techo edited >> {out}", f"same\t-\techo same >> {out}"]))
+    assert run_queue(edited, ["0"], tmp_path / "logs", poll_s=0.01) == {"pass": 0, "same": 0}
+    assert out.read_text().split() == ["first", "same", "edited"]
+
+
 @pytest.mark.parametrize("line, message", [
     ("a\t-", r"tasks.tsv:1: expected name<TAB>after<TAB>command"),
     ("a\tb\ttrue", r"tasks.tsv:1: task 'a' waits for \['b'\], not named on an earlier line"),

@@ -16,7 +16,7 @@ import pytest
 from torch.distributed.checkpoint import FileSystemReader
 
 from eval.studies import payoff
-from eval.studies.time_to_quality import against_earlier_dense
+from eval.studies.time_to_quality import against_earlier_dense, run_folder
 from recipe.experiments.payoff_grid import (arm_first, load_study, long_first, plan_runs, scored_models,
                                            train_command)
 from recipe.toml_config import dump_toml, load_toml, set_key
@@ -381,6 +381,9 @@ def test_the_cpu_extension_example_runs_as_written_and_reports_the_loss_by_posit
             f"causal_s{seed}_switch4": f"{folder}/causal_s{seed}_switch4/checkpoint/step-8"}
     by_position = summary["loss_by_position"]
     assert by_position["classes"] == ["0-64", "64-256", "past stage 0"]
+    scored = {name: classes for models in by_position["models"].values() for name, classes in models.items()}
+    carried = {run_folder(r["name"], r["seed"]): r["position_losses"] for r in records if "position_losses" in r}
+    assert carried == scored, "every scored model's record carries its class losses, for a later report to join"
     dump = np.load(folder / "anatomy" / "s1_0.npz")
     assert by_position["models"]["1"]["dense_s1"]["past stage 0"] == pytest.approx(
         dump["loss/dense_s1"].astype(np.float64)[:, 64:].mean())

@@ -77,3 +77,15 @@ def test_bits_per_byte_are_tabled_beside_the_per_token_finals_when_the_runs_logg
     table = payoff.markdown(summary)
     assert "bits per byte" in table
     assert f"| dense | {records[0]['final_bits_per_byte']:.4f} | - |" in table  # seed 1 logged none
+
+
+def test_an_extension_run_joins_its_seeds_earlier_records_only_from_the_same_stage_0():
+    """Addendum 15: a seed continued in a later allocation trains its stage 0 again (deterministic mode); its new
+    runs join the seed's earlier ones only where that stage 0 ended at exactly the same held-out loss."""
+    stage0 = random.uniform(1.9, 2.1)
+    earlier = [{**run("dense_s0", 0, 2.3, 480.0), "stage0_final_heldout_loss": stage0},
+               {**run("dense_s1", 1, 2.3, 480.0), "stage0_final_heldout_loss": stage0 + 0.01}]
+    same = {**run("dense_s0_steps400", 0, 2.4, 260.0), "stage0_final_heldout_loss": stage0}
+    drifted = {**run("dense_s1_steps400", 1, 2.4, 260.0), "stage0_final_heldout_loss": stage0 + 0.01 + 1e-7}
+    new_seed = {**run("dense_s2_steps400", 2, 2.4, 260.0), "stage0_final_heldout_loss": stage0}
+    assert payoff.stage0_confounded([same, drifted, new_seed], earlier) == [drifted]

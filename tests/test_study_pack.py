@@ -32,7 +32,8 @@ def fake_study(tmp_path: Path, finished: set[str]) -> Path:
     (run / "tasks.tsv").write_text("".join(f"{n}\t{a}\t{c.format(run=run)}\n" for n, (a, c) in tasks.items()))
     for name in tasks:
         if name in finished:
-            (run / "queue" / f"{name}.json").write_text(json.dumps({"name": name, "returncode": 0}))
+            (run / "queue" / f"{name}.json").write_text(json.dumps(
+                {"name": name, "returncode": 0, "command": tasks[name][1].format(run=run)}))
             (run / "queue" / f"{name}.log").write_text(f"{name} trained\n")
         if name.startswith("anatomy"):
             if name in finished:

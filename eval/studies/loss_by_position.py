@@ -1,10 +1,10 @@
 """Loss by position in a context-extension study, at matched compute: what training at the long length bought where
 stage 0 (dense at a shorter length) never looked, at positions past `stage0_seq_len`.
 
-Input: each scored model's per-token held-out losses (`scripts/loss_anatomy.py dump`, the same windows for every
-model) and the study's run records. Per seed and model: the mean loss in each position class
-(`eval.metrics.loss_anatomy.position_classes`, stage 0's length among the edges) and past stage 0 (every position
->= `stage0_seq_len`). Per Lighthouse -> dense arm and class: the arm's mean loss minus its seed's dense frontier
+Input: each scored model's mean loss in each position class (`eval.metrics.loss_anatomy.position_classes`, stage
+0's length among the edges) and past stage 0 (every position >= `stage0_seq_len`), taken from its per-token
+held-out losses (`scripts/loss_anatomy.py dump`, the same windows for every model) by `model_class_losses`, or
+from its record's `position_losses` where an earlier report took them; and the study's run records. Per Lighthouse -> dense arm and class: the arm's mean loss minus its seed's dense frontier
 *of that class* at the arm's dense-equivalent steps (the class's mean loss of the seed's dense runs of each
 length, linear between neighbouring lengths, `eval.studies.frontier`; None outside its lengths), and minus the
 seed's dense run of the study's length (matched steps); then their means over seeds. Descriptive: no verdict.
@@ -36,6 +36,13 @@ def class_losses(losses: dict[str, np.ndarray], masks: dict[str, np.ndarray]) ->
             for name, loss in losses.items()}
 
 
+def model_class_losses(losses: dict[str, np.ndarray], stage0_seq_len: int) -> dict[str, dict[str, float]]:
+    """Each model's mean per-token loss (losses [W, T], one T for all) in every position class and past stage 0."""
+    if not losses:
+        return {}
+    return class_losses(losses, position_masks(next(iter(losses.values())).shape[1], stage0_seq_len))
+
+
 def class_frontier(front: list[dict], classes: dict[str, dict[str, float]], cls: str) -> list[dict]:
     """One class's frontier of a seed, for `eval.studies.frontier.loss_at`: {steps, loss} of each of its dense runs
     (`front`: {steps, name}, shortest first) with the class's mean loss of that run (`classes`: name -> class ->
@@ -47,20 +54,22 @@ def _mean(values: list[float]) -> float | None:
     return round(statistics.fmean(values), 4) if values else None
 
 
-def read_out(records: list[dict], losses: dict[str, np.ndarray], stage0_seq_len: int, validation_freq: int,
+def read_out(records: list[dict], scored: dict[str, dict[str, float]], stage0_seq_len: int, validation_freq: int,
              lengths: int) -> dict:
-    """The loss by position of every scored model (`losses`: run folder -> [W, T], not empty) with a record, and
-    every scored Lighthouse arm against its seed's per-class frontier (seeds whose scored dense runs span `lengths`
-    lengths, as `eval.studies.frontier.place` asks) and against its seed's dense run."""
-    masks = position_masks(next(iter(losses.values())).shape[1], stage0_seq_len)
+    """The loss by position of every scored model (`scored`: run folder -> position class -> mean loss, not empty)
+    with a record, and every scored Lighthouse arm against its seed's per-class frontier (seeds whose scored dense
+    runs span `lengths` lengths, as `eval.studies.frontier.place` asks) and against its seed's dense run. ValueError
+    where two models' classes differ (dumps of other lengths or another stage 0)."""
     named = {run_folder(r["name"], r["seed"]): r for r in records}
-    classes = class_losses({n: loss for n, loss in losses.items() if n in named}, masks)
+    classes = {n: row for n, row in scored.items() if n in named}
+    names = list(next(iter(classes.values()))) if classes else []
+    if other := sorted(n for n, row in classes.items() if list(row) != names):
+        raise ValueError(f"the position classes of {other} are not {names}, those of the other models")
     fronts = {}
     for seed, front in frontiers(records).items():
-        scored = [{"steps": p["steps"], "name": name} for p in front
-                  if (name := run_folder(p["name"], seed)) in classes]
-        if len(scored) >= lengths:
-            fronts[seed] = scored
+        runs = [{"steps": p["steps"], "name": name} for p in front if (name := run_folder(p["name"], seed)) in classes]
+        if len(runs) >= lengths:
+            fronts[seed] = runs
     arms: dict[str, dict] = {}
     for name in sorted(classes, key=lambda n: (arm_label(n), named[n]["seed"])):
         r = named[name]
@@ -75,7 +84,7 @@ def read_out(records: list[dict], losses: dict[str, np.ndarray], stage0_seq_len:
         arms.setdefault(arm_label(name), {"seeds": {}})["seeds"][r["seed"]] = row
     for entry in arms.values():
         entry["matched_compute"], entry["matched_steps"] = {}, {}
-        for cls in masks:
+        for cls in names:
             diffs = [d for row in entry["seeds"].values() if (d := row["classes"][cls]["difference"]) is not None]
             interval = bootstrap_interval(diffs)
             entry["matched_compute"][cls] = {
@@ -86,7 +95,7 @@ def read_out(records: list[dict], losses: dict[str, np.ndarray], stage0_seq_len:
     models: dict[int, dict[str, dict[str, float]]] = {}
     for name in sorted(classes, key=lambda n: (named[n]["seed"], named[n]["selection"] != "dense", n)):
         models.setdefault(named[name]["seed"], {})[name] = classes[name]
-    return {"stage0_seq_len": stage0_seq_len, "classes": list(masks), "models": models, "frontiers": fronts,
+    return {"stage0_seq_len": stage0_seq_len, "classes": names, "models": models, "frontiers": fronts,
             "arms": arms}
 
 

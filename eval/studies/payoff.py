@@ -62,6 +62,17 @@ def join(records: list[dict], earlier: list[dict]) -> list[dict]:
     return [r for r in earlier if (arm_label(r["name"]), r["seed"]) not in here] + records
 
 
+def stage0_confounded(records: list[dict], earlier: list[dict]) -> list[dict]:
+    """The `records` of a context-extension study whose stage 0 is not the one their seed's `earlier` records started
+    from, told by its final held-out loss (`stage0_final_heldout_loss`), which a stage 0 trained again in
+    deterministic mode repeats exactly: runs that must not join those seeds."""
+    started: dict[int, set[float]] = {}
+    for r in earlier:
+        if (loss := r.get("stage0_final_heldout_loss")) is not None:
+            started.setdefault(r["seed"], set()).add(loss)
+    return [r for r in records if r["seed"] in started and r.get("stage0_final_heldout_loss") not in started[r["seed"]]]
+
+
 def paired(arms: dict[str, dict[int, dict]], arm: str, reference: str) -> dict:
     """`arm` minus `reference` on the seeds both ran: each seed's difference of final loss, their mean, the
     bootstrap interval and how many are below 0."""
@@ -243,7 +254,8 @@ def save_figure(fig, ax, xlabel: str, ylabel: str, path: str, title: str) -> Non
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=6, ncol=2)
+    if ax.get_legend_handles_labels()[0]:  # an empty plot (nothing placed yet) has no legend
+        ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -54,7 +54,7 @@ def plan_pack(run: Path, max_mb: float | None = None) -> dict:
     and records). A task left out takes every finished task that started from it along: they
     would otherwise sit beside a new training of their parent, which on a GPU is not the same weights."""
     tasks = read_tasks(run / TASKS_FILE)
-    finished = {t.name for t in tasks if succeeded(run / QUEUE_FOLDER, t.name)}
+    finished = {t.name for t in tasks if succeeded(run / QUEUE_FOLDER, t)}
     left_out: dict[str, str] = {}
     while True:  # leaving tasks out can make another checkpoint needed: until nothing changes
         needed = {path for t in tasks if t.name not in finished for path in read_paths(run, t.command)

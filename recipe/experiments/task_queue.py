@@ -34,7 +34,11 @@ def read_tasks(path: Path) -> list[Task]:
     return tasks
 
 
-def succeeded(logs: Path, name: str) -> bool:
-    """Whether task `name` ran to exit code 0, by its record in the queue's `logs` folder."""
-    record = logs / f"{name}.json"
-    return record.is_file() and json.loads(record.read_text())["returncode"] == 0
+def succeeded(logs: Path, task: Task) -> bool:
+    """Whether `task` ran to exit code 0, by its record in the queue's `logs` folder. A record of another command
+    under the same name (a study edited since, whose per-token pass now scores other models) is not this task's."""
+    record = logs / f"{task.name}.json"
+    if not record.is_file():
+        return False
+    ran = json.loads(record.read_text())
+    return ran["returncode"] == 0 and ran["command"] == task.command
