@@ -268,9 +268,10 @@ def test_a_deterministic_stage_0_alone_trains_in_torchtitans_deterministic_mode(
     ("stage0_seq_len = 8192", "needs study.stage0_steps"),
     ("stage0_deterministic = true", "stage0_deterministic = true needs study.stage0_seq_len"),
     ("stage0_seq_len = 8192\nstage0_steps = 300\nstage0_deterministic = 1", "must be true or false"),
+    ('stage0_seq_len = 8192\nstage0_steps = 300\nreported = ["stage0_s3"]', r"names \['stage0_s3'\], which are not"),
     ("stage0_seq_len = 131072\nstage0_steps = 10", "below training.seq_len = 131072"),
     ("stage0_seq_len = 8192\nstage0_steps = 1", "stage0_steps = 1 must be an integer >= 2"),
-], ids=["alone", "deterministic-alone", "deterministic-not-bool", "not-shorter", "steps"])
+], ids=["alone", "deterministic-alone", "deterministic-not-bool", "stage0-reported", "not-shorter", "steps"])
 def test_a_stage_0_mistake_names_the_key_and_value(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         load_study(study_with(tmp_path, extra))

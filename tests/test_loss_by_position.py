@@ -49,7 +49,7 @@ def class_mean(loss: np.ndarray, cls: str) -> float:
 def test_each_model_has_its_mean_loss_in_every_position_class_split_at_stage_0s_length_and_past_stage_0():
     rng = np.random.default_rng()
     records, losses = study(rng, {0: rng.uniform(400, 720)})
-    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, lengths=4)
+    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, 4)
     assert read["classes"] == ["0-64", "64-256", "past stage 0"]
     assert set(read["models"][0]) == set(losses), "seed 0's dense run (record `dense`) is its folder dense_s0"
     for name, classes in read["models"][0].items():
@@ -60,7 +60,7 @@ def test_an_arms_class_difference_is_its_class_loss_minus_that_classs_frontier_l
     rng = np.random.default_rng()
     equivalents = {seed: rng.uniform(400, 720) for seed in (0, 1, 2)}
     records, losses = study(rng, equivalents)
-    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, lengths=4)
+    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, 4)
     arm = read["arms"]["causal_switch360"]
     for seed, equivalent in equivalents.items():
         row = arm["seeds"][seed]
@@ -83,7 +83,7 @@ def test_an_arms_class_difference_is_its_class_loss_minus_that_classs_frontier_l
 def test_outside_the_frontiers_lengths_an_arm_has_no_class_difference_and_is_left_out_of_the_mean():
     rng = np.random.default_rng()
     records, losses = study(rng, {0: rng.uniform(300, 399), 1: rng.uniform(400, 720)})
-    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, lengths=4)
+    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, 4)
     arm = read["arms"]["causal_switch360"]
     assert all(c["frontier"] is None and c["difference"] is None for c in arm["seeds"][0]["classes"].values())
     for cls in read["classes"]:
@@ -100,7 +100,7 @@ def test_a_seed_whose_scored_dense_runs_lack_a_length_has_no_frontier():
     rng = np.random.default_rng()
     records, losses = study(rng, {0: rng.uniform(400, 720), 1: rng.uniform(400, 720)})
     del losses["dense_s1_steps510"]
-    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, lengths=4)
+    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, 4)
     assert list(read["frontiers"]) == [0]
     assert all(c["difference"] is None for c in read["arms"]["causal_switch360"]["seeds"][1]["classes"].values())
 
@@ -108,7 +108,7 @@ def test_a_seed_whose_scored_dense_runs_lack_a_length_has_no_frontier():
 def test_at_matched_steps_an_arm_is_its_class_loss_minus_its_seeds_dense_run_of_the_studys_length():
     rng = np.random.default_rng()
     records, losses = study(rng, {0: rng.uniform(400, 720), 3: rng.uniform(400, 720)})
-    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, lengths=4)
+    read = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, 4)
     arm = read["arms"]["causal_switch360"]
     for cls in read["classes"]:
         minus = [class_mean(losses[f"causal_s{s}_switch360"], cls) - class_mean(losses[f"dense_s{s}"], cls)
@@ -124,7 +124,8 @@ def test_models_scored_by_earlier_reports_join_by_their_records_class_losses_as_
     records, losses = study(rng, {0: rng.uniform(400, 720), 1: rng.uniform(400, 720)})
     everything = loss_by_position.read_out(records, loss_by_position.model_class_losses(losses, STAGE0), STAGE0, 60, 4)
     earlier = {n: losses.pop(n) for n in ["dense_s0", "dense_s0_steps400", "causal_s1_switch360"]}
-    joined = {**loss_by_position.model_class_losses(earlier, STAGE0), **loss_by_position.model_class_losses(losses, STAGE0)}
+    joined = {**loss_by_position.model_class_losses(earlier, STAGE0),
+              **loss_by_position.model_class_losses(losses, STAGE0)}
     assert loss_by_position.read_out(records, joined, STAGE0, 60, 4) == everything
 
 

@@ -57,11 +57,11 @@ seeds = [3, 4]
 
 
 def test_every_checked_in_study_loads_and_the_niah_study_scores_the_analysis_pairs_final_models():
-    """Each study under configs/payoff plans runs, but the basin study, whose runs are all reported (addendum 1j);
-    the NIAH study (addendum 1g) trains dense and the defaults of seeds 2 and 3 again and scores exactly those
+    """Each study under configs/payoff plans runs, but those whose runs are all reported: the basin study (addendum
+    1j) and the price of stage 1 (addendum 15). The NIAH study (addendum 1g) trains dense and the defaults of seeds 2 and 3 again and scores exactly those
     final models at 8,192 and 131,072 tokens."""
     studies = {path.name: load_study(path) for path in sorted((REPO / "configs" / "payoff").glob("*.toml"))}
-    assert plan_runs(studies.pop("tiny_128k_basin.toml")) == []
+    assert plan_runs(studies.pop("tiny_128k_basin.toml")) == plan_runs(studies.pop("tiny_128k_stage1_price.toml")) == []
     assert all(plan_runs(study) for study in studies.values()), sorted(studies)
     niah = studies["tiny_128k_basin_niah.toml"]
     assert niah.niah_lengths == [8192, 131072] and niah.anatomy_windows > 0
@@ -147,7 +147,7 @@ def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
     ("", r"needs a \[study\] table and at least one \[\[grid\]\] block"),
     ("[[grid]]\nseeds = [3, 9]\n", r"grid 1 seeds \[9\] are not among study.seeds = \[3, 4\]"),
     ("dense = false\n[[grid]]\nseeds = [3]\n", r"study.seeds \[4\] are in no \[\[grid\]\] block's seeds"),
-    ('reported = ["causal_s3"]\n[[grid]]\n', r"study.reported names \['causal_s3'\], which are not dense or stage-2"),
+    ('reported = ["causal_s3"]\n[[grid]]\n', r"reported names \['causal_s3'\], which are not dense, frontier or stage-2"),
     ('reported = ["dense_s9"]\n[[grid]]\n', r"names \['dense_s9'\].*those are \['causal_s3_switch360', "),
     ('reported = ["dense_s3", "dense_s3"]\n[[grid]]\n', r"study.reported = .* repeats a name"),
     ("anatomy_windows = -1\n[[grid]]\n", r"study.anatomy_windows = -1 must be an integer >= 0"),

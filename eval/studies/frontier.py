@@ -176,7 +176,8 @@ def markdown(placed: dict) -> str:
     """At equal GPU-seconds and at equal loss, per seed and as distributions; then the frontiers. A failed time
     check comes first."""
     if not placed["frontiers"]:
-        return "At equal GPU-seconds: no seed has every length of its time-matched dense frontier yet, so no arm is placed."
+        return ("At equal GPU-seconds: no seed has every length of its time-matched dense frontier yet, so no arm "
+                "is placed.")
     warning = time_check_line(placed)
     lines = [warning, ""] if warning else []
     lines += ["At equal GPU-seconds (dense-equivalent steps) and at equal loss, on each seed's time-matched dense "

@@ -4,8 +4,9 @@ stage 0 (dense at a shorter length) never looked, at positions past `stage0_seq_
 Input: each scored model's mean loss in each position class (`eval.metrics.loss_anatomy.position_classes`, stage
 0's length among the edges) and past stage 0 (every position >= `stage0_seq_len`), taken from its per-token
 held-out losses (`scripts/loss_anatomy.py dump`, the same windows for every model) by `model_class_losses`, or
-from its record's `position_losses` where an earlier report took them; and the study's run records. Per Lighthouse -> dense arm and class: the arm's mean loss minus its seed's dense frontier
-*of that class* at the arm's dense-equivalent steps (the class's mean loss of the seed's dense runs of each
+from its record's `position_losses` where an earlier report took them; and the study's run records. Per
+Lighthouse -> dense arm and class: the arm's mean loss minus its seed's dense frontier *of that class* at the
+arm's dense-equivalent steps (the class's mean loss of the seed's dense runs of each
 length, linear between neighbouring lengths, `eval.studies.frontier`; None outside its lengths), and minus the
 seed's dense run of the study's length (matched steps); then their means over seeds. Descriptive: no verdict.
 """

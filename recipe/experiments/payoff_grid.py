@@ -32,8 +32,9 @@ them needs (checkpoints at the config's interval must fall on every switch). Fol
 `_switch<step>` and `_rewarm<steps>`. The report's optional keys: `group_threshold` (the final loss below
 which a run is in the lower group), `baseline` (the arm that the other Lighthouse arms are paired with),
 `anatomy_windows` and `niah_lengths` (the per-token analysis of every seed's final models, in an extension study
-its frontier runs too); `reported` (names of dense or stage-2 runs whose results come from earlier records joined
-with `report --include`: not queued again, while the stage-1 runs that other arms resume still are).
+its frontier runs too); `reported` (names of dense, frontier or stage-2 runs whose results come from earlier
+records joined with `report --include`: not queued again, while the stage-1 runs that other arms resume still
+are).
 
 `frontier` is the time-matched dense reference: for every seed, one dense run per length, named
 `dense_s<seed>_steps<n>`, whose LR schedule is the study's scaled to n steps (warm-up `warmup_steps * n / steps`,
@@ -234,17 +235,17 @@ def _check_per_token_pass(study: Study) -> None:
 
 
 def _check_reported(study: Study) -> None:
-    """`reported` must name final runs (dense or stage 2) of this study, each once."""
+    """`reported` must name runs of this study that end on a score (dense, frontier or stage 2), each once."""
     reported = study.reported
     if not isinstance(reported, list) or not all(isinstance(n, str) for n in reported):
         raise _fail(study.path, f"study.reported = {reported!r} must be a list of run names")
     if len(set(reported)) != len(reported):
         raise _fail(study.path, f"study.reported = {reported!r} repeats a name")
     kinds = {run.name: run.kind for run in plan_runs(dataclasses.replace(study, reported=[]))}
-    if wrong := [n for n in reported if kinds.get(n, "stage1") == "stage1"]:
-        finals = sorted(n for n, kind in kinds.items() if kind != "stage1")
-        raise _fail(study.path, f"study.reported names {wrong}, which are not dense or stage-2 runs of this study "
-                                f"(those are {finals})")
+    if wrong := [n for n in reported if kinds.get(n, "stage1") in ("stage0", "stage1")]:
+        finals = sorted(n for n, kind in kinds.items() if kind not in ("stage0", "stage1"))
+        raise _fail(study.path, f"study.reported names {wrong}, which are not dense, frontier or stage-2 runs of "
+                                f"this study (those are {finals})")
 
 
 def _layers_suffix(layers: tuple[int, ...]) -> str:
