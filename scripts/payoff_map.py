@@ -248,6 +248,8 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         summary["loss_by_position"] = loss_by_position.read_out(
             records, scored, study.stage0_seq_len, study.base["validation"]["freq"], len(study.frontier) + 1)
         lead.append(loss_by_position.markdown(summary["loss_by_position"]))
+        loss_by_position.plot(summary["loss_by_position"], str(out.with_name(out.name + "_loss_by_position.png")),
+                              f"loss by position class past stage 0's {study.stage0_seq_len:,} tokens, {title}")
     if lead:
         write_record(out, {"summary": summary, "records": records}, indent=1)
         table = "\n\n".join(lead) + "\n\n" + ("At matched steps:\n\n" if study.frontier else "") + table

@@ -408,6 +408,7 @@ def test_the_cpu_extension_example_runs_as_written_and_reports_the_loss_by_posit
     table = (folder / "report" / "payoff.md").read_text()
     assert table.index("At equal GPU-seconds") < table.index("Loss by position") < table.index("At matched steps")
     assert "| causal_switch4 | past stage 0 | 0,1 |" in table
+    assert (folder / "report" / "payoff_loss_by_position.png").is_file()
 
 
 def test_an_extension_studys_per_token_pass_scores_each_frontier_run_at_its_own_last_step_and_others_do_not(

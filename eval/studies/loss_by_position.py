@@ -129,3 +129,47 @@ def markdown(read: dict) -> str:
                          f"{compute['below_zero']}/{compute['n']} | {' '.join(_signed(r['minus_dense']) for r in rows)}"
                          f" | {_signed(steps['mean_difference'], 4)} |")
     return "\n".join(lines)
+
+
+def plot(read: dict, path: str, title: str) -> None:
+    """Per position class, each arm minus its seed's dense run (matched steps, left) and minus its seed's per-class
+    frontier at its dense-equivalent steps (matched compute, right): one thin line a seed, the mean over seeds bold;
+    "past stage 0" (the union of the classes from stage 0's length on) stands apart at the right."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    classes = read["classes"]
+    spans = [i for i, cls in enumerate(classes) if cls != PAST]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, key, view in ((axes[0], "minus_dense", "matched steps: arm - dense"),
+                          (axes[1], "difference", "matched compute: arm - frontier")):
+        for i, (arm, entry) in enumerate(read["arms"].items()):
+            color = colors[i % len(colors)]
+            for row in entry["seeds"].values():
+                values = [np.nan if (v := row["classes"][cls][key]) is None else v for cls in classes]
+                ax.plot(spans, [values[j] for j in spans], "-", color=color, lw=0.7, alpha=0.4)
+                ax.plot([len(classes) - 1], [values[-1]], "s", color=color, ms=3, alpha=0.4)
+            summary = entry["matched_steps" if key == "minus_dense" else "matched_compute"]
+            means = [np.nan if (m := summary[cls]["mean_difference"]) is None else m for cls in classes]
+            if np.isnan(means).all():
+                continue
+            ax.plot(spans, [means[j] for j in spans], "-o", color=color, lw=2, ms=4,
+                    label=f"{arm}, mean of {summary[classes[-1]]['n']} seeds")
+            ax.plot([len(classes) - 1], [means[-1]], "s", color=color, ms=7)
+        if not ax.get_legend_handles_labels()[0]:
+            ax.text(0.5, 0.5, "no seed placed yet", transform=ax.transAxes, ha="center", color="grey")
+        else:
+            ax.legend(fontsize=7)
+        ax.axhline(0.0, color="black", lw=0.6)
+        ax.axvline(len(classes) - 1.5, color="grey", ls=":", lw=0.8)
+        ax.set_xticks(range(len(classes)), classes)
+        ax.set_title(view, fontsize=9)
+        ax.set_xlabel("position class (tokens)")
+    axes[0].set_ylabel("difference in mean per-token loss (nats/byte)")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
