@@ -245,8 +245,11 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
         lead.append(frontier.markdown(placed))
     scored = {run_folder(r["name"], r["seed"]): r["position_losses"] for r in records if "position_losses" in r}
     if study.stage0_seq_len and scored:
-        summary["loss_by_position"] = loss_by_position.read_out(
-            records, scored, study.stage0_seq_len, study.base["validation"]["freq"], len(study.frontier) + 1)
+        try:
+            summary["loss_by_position"] = loss_by_position.read_out(
+                records, scored, study.stage0_seq_len, study.base["validation"]["freq"], len(study.frontier) + 1)
+        except ValueError as err:  # an included record scored on other windows' length
+            raise ConfigError(f"{study.path}: the loss by position cannot join these models: {err}") from err
         lead.append(loss_by_position.markdown(summary["loss_by_position"]))
         loss_by_position.plot(summary["loss_by_position"], str(out.with_name(out.name + "_loss_by_position.png")),
                               f"loss by position class past stage 0's {study.stage0_seq_len:,} tokens, {title}")

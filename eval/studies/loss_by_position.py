@@ -63,9 +63,13 @@ def read_out(records: list[dict], scored: dict[str, dict[str, float]], stage0_se
     where two models' classes differ (dumps of other lengths or another stage 0)."""
     named = {run_folder(r["name"], r["seed"]): r for r in records}
     classes = {n: row for n, row in scored.items() if n in named}
-    names = list(next(iter(classes.values()))) if classes else []
-    if other := sorted(n for n, row in classes.items() if list(row) != names):
-        raise ValueError(f"the position classes of {other} are not {names}, those of the other models")
+    kinds: dict[tuple[str, ...], list[str]] = {}
+    for name, row in classes.items():
+        kinds.setdefault(tuple(row), []).append(name)
+    if len(kinds) > 1:
+        raise ValueError("models are scored in different position classes: " + "; ".join(
+            f"{sorted(models)} in {list(names)}" for names, models in kinds.items()))
+    names = list(next(iter(kinds), ()))
     fronts = {}
     for seed, front in frontiers(records).items():
         runs = [{"steps": p["steps"], "name": name} for p in front if (name := run_folder(p["name"], seed)) in classes]
