@@ -209,10 +209,10 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
             loaded = loaded.get("records", [])
         if not isinstance(loaded, list) or not all(isinstance(r, dict) for r in loaded):
             raise ConfigError(f"--include {path}: expected a list of run records or a report's payoff.json")
-        earlier += [r for r in loaded if r.get("seq_len") == seq_len
-                    and (r.get("stage0_seq_len"), r.get("stage0_steps")) == tuple(start.values())]
-    confounded = [run_folder(r["name"], r["seed"]) for r in payoff.stage0_confounded(records, earlier)]
-    records = [r for r in records if run_folder(r["name"], r["seed"]) not in confounded]
+        earlier += [r for r in loaded if r.get("seq_len") == seq_len and all(r.get(k) == v for k, v in start.items())]
+    set_aside = payoff.stage0_confounded(records, earlier)
+    records = [r for r in records if r not in set_aside]
+    confounded = [run_folder(r["name"], r["seed"]) for r in set_aside]
     records = payoff.join(against_earlier_dense(records, earlier), earlier)
     if not records:
         raise ConfigError(f"no finished run under {study.run} (and none included)")

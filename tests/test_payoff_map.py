@@ -58,8 +58,8 @@ seeds = [3, 4]
 
 def test_every_checked_in_study_loads_and_the_niah_study_scores_the_analysis_pairs_final_models():
     """Each study under configs/payoff plans runs, but those whose runs are all reported: the basin study (addendum
-    1j) and the price of stage 1 (addendum 15). The NIAH study (addendum 1g) trains dense and the defaults of seeds 2 and 3 again and scores exactly those
-    final models at 8,192 and 131,072 tokens."""
+    1j) and the price of stage 1 (addendum 15). The NIAH study (addendum 1g) trains dense and the defaults of seeds
+    2 and 3 again and scores exactly those final models at 8,192 and 131,072 tokens."""
     studies = {path.name: load_study(path) for path in sorted((REPO / "configs" / "payoff").glob("*.toml"))}
     assert plan_runs(studies.pop("tiny_128k_basin.toml")) == plan_runs(studies.pop("tiny_128k_stage1_price.toml")) == []
     assert all(plan_runs(study) for study in studies.values()), sorted(studies)

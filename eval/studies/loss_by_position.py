@@ -6,9 +6,9 @@ Input: each scored model's mean loss in each position class (`eval.metrics.loss_
 held-out losses (`scripts/loss_anatomy.py dump`, the same windows for every model) by `model_class_losses`, or
 from its record's `position_losses` where an earlier report took them; and the study's run records. Per
 Lighthouse -> dense arm and class: the arm's mean loss minus its seed's dense frontier *of that class* at the
-arm's dense-equivalent steps (the class's mean loss of the seed's dense runs of each
-length, linear between neighbouring lengths, `eval.studies.frontier`; None outside its lengths), and minus the
-seed's dense run of the study's length (matched steps); then their means over seeds. Descriptive: no verdict.
+arm's dense-equivalent steps (the class's mean loss of the seed's dense runs of each length, linear between
+neighbouring lengths, `eval.studies.frontier`; None outside its lengths), and minus the seed's dense run of the
+study's length (matched steps); then their means over seeds. Descriptive: no verdict.
 """
 from __future__ import annotations
 
