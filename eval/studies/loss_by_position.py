@@ -160,8 +160,9 @@ def plot(read: dict, path: str, title: str) -> None:
             means = [np.nan if (m := summary[cls]["mean_difference"]) is None else m for cls in classes]
             if np.isnan(means).all():
                 continue
+            n = summary[classes[-1]]["n"]
             ax.plot(spans, [means[j] for j in spans], "-o", color=color, lw=2, ms=4,
-                    label=f"{arm}, mean of {summary[classes[-1]]['n']} seeds")
+                    label=f"{arm}, mean of {n} seed{'' if n == 1 else 's'}")
             ax.plot([len(classes) - 1], [means[-1]], "s", color=color, ms=7)
         if not ax.get_legend_handles_labels()[0]:
             ax.text(0.5, 0.5, "no seed placed yet", transform=ax.transAxes, ha="center", color="grey")
