@@ -39,11 +39,11 @@ from recipe.experiments.study_pack import QUEUE_FOLDER, TASKS_FILE, write_pack
 # import) are imported by `report`, and NIAH's by a study that names NIAH lengths.
 
 
-def anatomy_command(study: Study, seed: int, models: dict[str, int], part: int, python: str) -> str:
+def anatomy_command(study: Study, dump: str, models: dict[str, int], python: str) -> str:
     """The per-token pass over the models of one seed, each name at the step of its checkpoint (one process, dense
-    attention)."""
+    attention), written to `<run>/anatomy/<dump>.{npz,json}`."""
     argv = [python, "scripts/loss_anatomy.py", "dump", "--data", str(study.corpus / "heldout" / "*.jsonl"),
-            "--windows", str(study.anatomy_windows), "--out", str(study.run / "anatomy" / f"s{seed}_{part}")]
+            "--windows", str(study.anatomy_windows), "--out", str(study.run / "anatomy" / dump)]
     for name, step in models.items():
         argv += ["--checkpoint", f"{name}={study.run / name / 'checkpoint' / f'step-{step}'}"]
     if study.niah_lengths:
@@ -63,22 +63,22 @@ def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tu
     `recipe.experiments.payoff_grid.long_first` orders them (to fit a study into a lease of fixed length on several
     GPUs), then each seed's per-token pass. "arm-first": the runs as `arm_first` orders them (each arm whole before
     the next, on one GPU), each scored model's per-token pass right after it, so that a lease that ends, or a
-    machine that is lost, leaves no finished model unscored and no checkpoint that a later pass must read."""
+    machine that is lost, leaves no finished model unscored and no checkpoint that a later pass must read; each pass
+    and its dump are named after its model, so that listing finished runs under `reported` renames none of the
+    others and no pass overwrites the dump of another."""
     if order == "arm-first":
-        tasks, parts = [], {}
+        tasks = []
         for run in arm_first(plan_runs(study)):
             tasks.append((run.name, run.after, train_command(study, run, python)))
             models = scored_models(study, [run]).get(run.seed) if study.anatomy_windows else None
             if models:
-                part = parts[run.seed] = parts.get(run.seed, -1) + 1
-                tasks.append((f"anatomy_s{run.seed}_{part}", (run.name,),
-                              anatomy_command(study, run.seed, models, part, python)))
+                tasks.append((f"anatomy_{run.name}", (run.name,), anatomy_command(study, run.name, models, python)))
         return tasks
     if order == "long-first":
         runs = long_first(plan_runs(study))
         tasks = [(run.name, run.after, train_command(study, run, python)) for run in runs]
         if study.anatomy_windows:
-            tasks += [(f"anatomy_s{seed}_0", tuple(models), anatomy_command(study, seed, models, 0, python))
+            tasks += [(f"anatomy_s{seed}_0", tuple(models), anatomy_command(study, f"s{seed}_0", models, python))
                       for seed, models in scored_models(study, runs).items()]
         return tasks
     runs = plan_runs(study)
@@ -93,7 +93,7 @@ def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tu
                 scored.update(models)
                 part = sum(1 for name, _, _ in tasks if name.startswith(f"anatomy_s{run.seed}_"))
                 tasks.append((f"anatomy_s{run.seed}_{part}", tuple(models),
-                              anatomy_command(study, run.seed, models, part, python)))
+                              anatomy_command(study, f"s{run.seed}_{part}", models, python)))
     return tasks
 
 
@@ -170,8 +170,8 @@ def anatomy_pairs(summary: dict, dumps: set[str]) -> list[tuple[str, str]]:
 
 
 def report(study: Study, out: Path, includes: list[Path], device: str, commit: str | None) -> dict:
-    """The distributions, tables and plots of every finished run (and the earlier records of `includes`); `commit`
-    None: the study's record's, else this tree's."""
+    """The distributions, tables and plots of every finished run (and the earlier records of `includes`); `commit` (None:
+    the study's record's, else this tree's) names the runs whose run records name none."""
     from eval.metrics import loss_anatomy
     from eval.metrics.niah import markdown as niah_markdown
     from eval.records import write_record
@@ -321,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="report: earlier records of the same study to join (a JSON list, or an earlier "
                         "report's payoff.json)")
     p.add_argument("--device", default="unknown", help="report: the card the runs ran on")
-    p.add_argument("--commit", help="report: the commit of the tree that ran them (default: the study's record)")
+    p.add_argument("--commit", help="report: the commit of the tree that ran them, for runs without a run record "
+                                    "that names it (default: the study's record)")
     p.add_argument("--out", type=Path, help="report: output prefix (default <run>/report/payoff); pack: the tar.gz "
                                            "(default <run>/pack.tar.gz)")
     p.add_argument("--max-mb", type=float, help="pack: leave out checkpoints over this size, and the tasks that wrote "

@@ -506,14 +506,28 @@ def test_arm_first_scores_each_model_right_after_it_so_no_later_pass_needs_an_ea
         if name.startswith("anatomy_"):
             models = dict(a.split("=", 1) for a in shlex.split(command) if a.startswith(("dense_", "causal_")))
             assert list(models) == list(waits) == [names[i - 1]], "the model trained just before, alone"
-            seed = name.split("_")[1]
-            read.update({(seed, model): path for model, path in models.items()})
-            assert f"--out out/anatomy/{seed}_{sum(n.startswith(f'anatomy_{seed}_') for n in names[:i])}" in command
+            assert name == f"anatomy_{names[i - 1]}" and f"--out out/anatomy/{names[i - 1]} " in command
+            read.update(models)
     runs = arm_first(plan_runs(study))
     expected = scored_models(study, runs)
-    assert read == {(f"s{seed}", name): f"out/{name}/checkpoint/step-{step}"
-                    for seed, models in expected.items() for name, step in models.items()}
+    assert read == {name: f"out/{name}/checkpoint/step-{step}"
+                    for models in expected.values() for name, step in models.items()}
     assert [n for n in names if not n.startswith("anatomy_")] == [r.name for r in runs]
+
+
+def test_listing_finished_runs_as_reported_renames_no_other_per_token_pass_of_the_arm_first_queue(tmp_path):
+    """A pass named by its place in the seed's queue would, once the runs before it are reported, take the name
+    and the dump of a pass that already ran, and overwrite that dump with another model's losses."""
+    queue = runpy.run_path(str(REPO / "scripts" / "payoff_map.py"))["queue"]
+    extension = "anatomy_windows = 2\nfrontier = [400, 600]\nstage0_seq_len = 8192\nstage0_steps = 300\n"
+    before = queue(load_study(write_study(tmp_path, STUDY + extension + "[[grid]]\n")), order="arm-first")
+    reported = [name for name, _, _ in before if name.startswith(("causal_s3_switch", "dense_s3"))]
+    after = queue(load_study(write_study(tmp_path, STUDY + extension + f"reported = {reported}\n[[grid]]\n")),
+                  order="arm-first")
+    passes = {name: command for name, _, command in before if name.startswith("anatomy_")}
+    left = [(name, command) for name, _, command in after if name.startswith("anatomy_")]
+    assert left and len(left) < len(passes)
+    assert all(passes[name] == command for name, command in left), "the same name, the same models, the same dump"
 
 
 def test_a_grid_block_on_some_seeds_only_adds_its_arms_there_and_every_seed_of_a_block_gets_dense(tmp_path):

@@ -65,6 +65,22 @@ def test_joining_an_earlier_report_again_keeps_one_record_per_run_and_the_run_fo
         ("dense_s1", 2.24), ("causal_s1_switch360", 2.31), ("dense_s0", 2.3317), ("causal_s2_switch360", 2.35)]
 
 
+def test_a_run_folder_that_wins_keeps_the_note_and_the_loss_by_position_of_its_earlier_copy():
+    """The note is written into the committed record by hand, and the per-token dump of a run may be gone from its
+    folder: neither may be lost when the folder's own record wins."""
+    rng = random.Random(5)
+    losses = {cls: rng.uniform(1.4, 1.8) for cls in ("0-1K", "1K-8K", "past stage 0")}
+    earlier = [{**run("causal_s1_switch360", 1, 2.31, 400.0), "note": "tree abc1234", "position_losses": losses},
+               {**run("dense_s1", 1, 2.24, 480.0), "note": "tree abc1234"}]
+    here = [run("causal_s1_switch360", 1, 2.3117, 401.0),
+            {**run("dense_s1", 1, 2.2411, 481.0), "note": "tree def5678", "position_losses": {"0-1K": 1.5}}]
+    joined = {r["name"]: r for r in payoff.join(here, earlier)}
+    assert joined["causal_s1_switch360"]["final_heldout_loss"] == 2.3117, "the folder's measurement wins"
+    assert joined["causal_s1_switch360"]["note"] == "tree abc1234"
+    assert joined["causal_s1_switch360"]["position_losses"] == losses
+    assert joined["dense_s1"]["note"] == "tree def5678" and joined["dense_s1"]["position_losses"] == {"0-1K": 1.5}
+
+
 def test_bits_per_byte_are_tabled_beside_the_per_token_finals_when_the_runs_logged_them():
     rng = random.Random(3)
     records = [run("dense_s0", 0, 2.33, 490.0), run("causal_s0_switch360", 0, 2.30, 350.0, reached=400.0),

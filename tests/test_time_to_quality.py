@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.studies.time_to_quality import (arm_record, exchange_rates, load_arms, markdown_table, seconds_to_reach,
-                                         step_seconds)
+from eval.studies.time_to_quality import (arm_record, exchange_rates, load_arms, markdown_table, report_records,
+                                         seconds_to_reach, step_seconds)
 
 from .helpers import child_env
 from .warm_python import run_python
@@ -73,6 +73,29 @@ def test_each_record_names_its_stage_1_dense_layers_and_topk_from_the_run_record
     settings = {r["name"]: (r["dense_layers"], r["topk"], r["switch_step"]) for r in records}
     assert settings == {"dense": (None, None, None), "causal_s0_k4096_switch4": ([0, 7], 4096, 4),
                         "causal_s1_switch4": (None, None, 4)}
+
+
+def started(folder: Path, start: str, commit: str) -> None:
+    """A process start in `folder` whose run record names the tree `commit`."""
+    record = folder / "runs" / start
+    record.mkdir(parents=True)
+    (record / "run.json").write_text(json.dumps({"start": start, "commit": commit}))
+
+
+def test_each_record_names_the_trees_that_trained_its_arm_and_the_given_commit_only_where_no_record_does(tmp_path):
+    """A study's queue goes on over several allocations, each on the tree of its day: a report written on a later
+    tree must not stamp that tree on runs trained before it."""
+    write(tmp_path / "dense_s0", steps(1, 8, 1.0) + shadow((1, 5.0), (4, 3.0), (8, 2.0)))
+    started(tmp_path / "dense_s0", "20261201-100000", "aaa1111")
+    write(tmp_path / "causal_s0", steps(1, 4, 0.5) + shadow((1, 5.0), (4, 3.5)))
+    started(tmp_path / "causal_s0", "20261201-110000", "aaa1111")
+    write(tmp_path / "causal_s0_switch4", steps(5, 8, 1.0, start=False) + shadow((8, 2.5)))
+    started(tmp_path / "causal_s0_switch4", "20261202-090000", "bbb2222")  # stage 2 on the next day's tree
+    write(tmp_path / "dense_s1", steps(1, 8, 1.0) + shadow((1, 5.0), (8, 2.1)))  # logged before records were kept
+    records = {r["name"]: r for r in report_records(load_arms(tmp_path), 64, "cpu", "ccc3333")}
+    assert {n: (r["commit"], r.get("commits")) for n, r in records.items()} == {
+        "dense": ("aaa1111", None), "causal_s0_switch4": ("bbb2222", ["aaa1111", "bbb2222"]),
+        "dense_s1": ("ccc3333", None)}
 
 
 def test_exchange_rates_read_the_stage_1_and_final_losses_off_the_dense_curve_in_steps(tmp_path):

@@ -55,11 +55,20 @@ def by_arm(records: list[dict]) -> dict[str, dict[int, dict]]:
     return dict(arms)
 
 
+KEPT_FROM_EARLIER = ("note", "position_losses")
+
+
 def join(records: list[dict], earlier: list[dict]) -> list[dict]:
     """`earlier` records (joined from earlier reports) of runs not among `records`, then `records`: a run's own
-    folder wins over its copy in a report that is joined again."""
-    here = {(arm_label(r["name"]), r["seed"]) for r in records}
-    return [r for r in earlier if (arm_label(r["name"]), r["seed"]) not in here] + records
+    folder wins over its copy in a report that is joined again, and keeps from that copy what the folder cannot
+    give again (`KEPT_FROM_EARLIER`: the note written into the record, the loss by position of a per-token dump
+    that is no longer there)."""
+    copies = {(arm_label(r["name"]), r["seed"]): r for r in earlier}
+    joined = []
+    for record in records:
+        copy = copies.pop((arm_label(record["name"]), record["seed"]), {})
+        joined.append({**{k: copy[k] for k in KEPT_FROM_EARLIER if k in copy}, **record})
+    return list(copies.values()) + joined
 
 
 def stage0_confounded(records: list[dict], earlier: list[dict]) -> list[dict]:

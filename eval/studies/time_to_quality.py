@@ -22,13 +22,14 @@ only on validation steps, so neither evaluation nor saving is counted.
 """
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eval.checkpoint_record import recorded_job
-from recipe.logs.layout import CONFIG_FILE, METRICS_FILE, RUNS_FOLDER, read_metrics
+from recipe.logs.layout import CONFIG_FILE, METRICS_FILE, RUN_FILE, RUNS_FOLDER, read_metrics
 
 STEP_TIME = "time_metrics/end_to_end(s)"
 DENSE_LOSS = "validation/dense_loss"
@@ -90,6 +91,8 @@ class Arm:
     """Stage 1's `[lighthouse] dense_layers`, from its run record (None: a dense arm, or a run without a record)."""
     topk: int | None = None
     """Stage 1's `[lighthouse] topk`, from the same record (None where `dense_layers` is)."""
+    commits: tuple[str, ...] = ()
+    """The commits of the trees that trained it, from its run records, oldest first (empty: no record)."""
 
     @property
     def label(self) -> str:
@@ -156,9 +159,18 @@ def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
                 incomplete.append(folder.name)
                 continue
             raise ValueError(f"{folder}: steps 1..{total} are not all logged, or the last step was not validated")
+        commits = tuple(dict.fromkeys(recorded_commits(stage1_folder) + recorded_commits(folder)))
         arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses, lighthouse,
-                        validation_losses(records, DENSE_BITS_PER_BYTE).get(total), *recorded_stage1(stage1_folder)))
+                        validation_losses(records, DENSE_BITS_PER_BYTE).get(total), *recorded_stage1(stage1_folder),
+                        commits))
     return arms
+
+
+def recorded_commits(folder: Path) -> list[str]:
+    """The commit of each process start in `folder`'s run records, oldest first: a run folder of a queue that went
+    on over several trees names each."""
+    return [json.loads((p / RUN_FILE).read_text())["commit"] for p in sorted((folder / RUNS_FOLDER).glob("*"))
+            if (p / RUN_FILE).is_file()]
 
 
 def recorded_stage1(folder: Path) -> tuple[list[int] | None, int | None]:
@@ -250,10 +262,11 @@ def against_earlier_dense(records: list[dict], earlier: list[dict]) -> list[dict
 
 def report_records(arms: list[Arm], seq_len: int, device: str, commit: str, command: str = ARMS_COMMAND) -> list[dict]:
     """The docs/records/time_to_quality.json list: each arm's record against the dense arm of its seed, with the commit
-    of the tree the arms ran and the command that ran them."""
+    of the tree that ran it (its run records' newest, `commits` all of them where several trees did; `commit` for an
+    arm without records) and the command that ran them."""
     dense = {a.seed: a for a in arms if a.label == "dense"}  # not a frontier run (`dense_s<seed>_steps<n>`)
-    return [{**arm_record(a, dense.get(a.seed), seq_len, device), "commit": commit, "command": command}
-            for a in arms]
+    return [{**arm_record(a, dense.get(a.seed), seq_len, device), "commit": a.commits[-1] if a.commits else commit,
+             **({"commits": list(a.commits)} if len(a.commits) > 1 else {}), "command": command} for a in arms]
 
 
 def markdown_table(records: list[dict]) -> str:
