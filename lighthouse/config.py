@@ -14,7 +14,7 @@ BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn")
 IMPLEMENTATIONS = ("auto", "fused", "reference")
 
 
-POSITION_BITS = 63  # int64 positions: packed keys (`kernels.ordering`) and indices count at most 2**63 - 1
+POSITION_BITS = 63  # int64 positions: packed keys (`lighthouse_kernels.ordering`) and indices count at most 2**63 - 1
 
 
 def _is_power_of_two(x: int) -> bool:

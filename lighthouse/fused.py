@@ -1,5 +1,5 @@
-"""The stages of the fused Lighthouse layer: the Triton kernels of `kernels/` (through `fused_ops`, custom ops
-under torch.compile) composed into the pipeline of `reference.py` (`lighthouse.fused_node` runs them as the
+"""The stages of the fused Lighthouse layer: the Triton kernels of `lighthouse_kernels/` (through `fused_ops`,
+custom ops under torch.compile) composed into the pipeline of `reference.py` (`lighthouse.fused_node` runs them as the
 layer; context parallelism composes them per chunk).
 
 `plan` and `attend` are the reference's (`lighthouse.reference.plan`, `attend`: same signatures, same
@@ -92,7 +92,7 @@ def norm_score_pyramids(pyramid: Pyramid, seq_len: int, config: LighthouseConfig
 
 
 def pyramid_levels_to_store(seq_len: int, config: LighthouseConfig) -> int:
-    """`kernels.pyramid.stored_levels` for `config`: an intermediate level has p * topk gathered entries."""
+    """`lighthouse_kernels.pyramid.stored_levels` for `config`: an intermediate level has p * topk gathered entries."""
     return stored_levels(seq_len, config.pool, config.levels, config.pool * config.topk)
 
 

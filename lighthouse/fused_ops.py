@@ -6,23 +6,23 @@ autograd nodes run, without the custom-op dispatch's host time. Both give the sa
 
 Selection (`pool_and_score`, `causal_score_levels`, `select_order`) carries no gradient; `gather_pyramid` and
 `scatter_back` are differentiable in q, k, v and O~. This is the one module of `lighthouse/` that imports
-`kernels/`: the one-node layer (`fused_node`, itself a custom op under compile) takes the kernels' forward and
-backward functions without autograd (`gather_rows`, `scatter_rows` and their backwards) and their types from here.
+`lighthouse_kernels/`: the one-node layer (`fused_node`, itself a custom op under compile) takes the kernels'
+forward and backward functions without autograd (`gather_rows`, `scatter_rows` and their backwards) and their types from here.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from kernels import gather as gather_kernels
-from kernels import pyramid as pyramid_kernels
-from kernels import scatter as scatter_kernels
-from kernels import selection as selection_kernels
-from kernels.gather import gather_rows, gather_rows_backward
-from kernels.ordering import decode, packed_dtype
-from kernels.pyramid import Pyramid, pyramid_entries, stored_levels, stored_rows
-from kernels.scatter import scatter_rows, scatter_rows_backward
-from kernels.selection import GatherOrder
+from lighthouse_kernels import gather as gather_kernels
+from lighthouse_kernels import pyramid as pyramid_kernels
+from lighthouse_kernels import scatter as scatter_kernels
+from lighthouse_kernels import selection as selection_kernels
+from lighthouse_kernels.gather import gather_rows, gather_rows_backward
+from lighthouse_kernels.ordering import decode, packed_dtype
+from lighthouse_kernels.pyramid import Pyramid, pyramid_entries, stored_levels, stored_rows
+from lighthouse_kernels.scatter import scatter_rows, scatter_rows_backward
+from lighthouse_kernels.selection import GatherOrder
 
 __all__ = [
     "GatherOrder", "Pyramid", "causal_score_levels", "decode", "gather_pyramid", "gather_rows", "gather_rows_backward",
@@ -53,7 +53,7 @@ def _(q, k, v, pool, levels, scores, stored):
 
 
 def pool_and_score(q: Tensor, k: Tensor, v: Tensor, pool: int, levels: int, scores: bool, stored: int) -> Pyramid:
-    """`kernels.pyramid.pool_and_score` (no gradient)."""
+    """`lighthouse_kernels.pyramid.pool_and_score` (no gradient)."""
     if _compiling():
         return Pyramid(*torch.ops.lighthouse.pool_and_score(q, k, v, pool, levels, scores, stored), stored)
     return pyramid_kernels.pool_and_score(q, k, v, pool, levels, scores=scores, stored=stored)
@@ -73,7 +73,7 @@ def _(sq, sk, seq_len, pool, levels, history_q, history_k):
 
 def causal_score_levels(sq: Tensor, sk: Tensor, seq_len: int, pool: int, levels: int,
                         history: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
-    """`kernels.pyramid.causal_score_levels`: the causal levels of sq, sk (eagerly rewritten in place, under
+    """`lighthouse_kernels.pyramid.causal_score_levels`: the causal levels of sq, sk (eagerly rewritten in place, under
     torch.compile new tensors)."""
     if _compiling():
         return torch.ops.lighthouse.causal_score_levels(sq, sk, seq_len, pool, levels, *(history or (None, None)))
@@ -96,7 +96,7 @@ def _(sq, sk, seq_len, pool, levels, topk, tile_budget, prefix, strict):
 
 def select_order(sq: Tensor, sk: Tensor, seq_len: int, pool: int, levels: int, topk: int, tile_budget: int,
                  prefix: bool = True, strict: bool = False) -> GatherOrder:
-    """`kernels.selection.select_order` (no gradient)."""
+    """`lighthouse_kernels.selection.select_order` (no gradient)."""
     if _compiling():
         return GatherOrder(*torch.ops.lighthouse.select_order(sq, sk, seq_len, pool, levels, topk, tile_budget,
                                                               prefix, strict))
@@ -144,7 +144,7 @@ torch.library.register_autograd("lighthouse::gather_rows", _gather_backward, set
 
 def gather_pyramid(q: Tensor, k: Tensor, v: Tensor, pyramid: Pyramid, packed: Tensor, slots: Tensor, pool: int,
                    levels: int) -> tuple[Tensor, Tensor, Tensor]:
-    """`kernels.gather.gather_pyramid`: Q~, K~, V~ in gather order, differentiable in q, k, v."""
+    """`lighthouse_kernels.gather.gather_pyramid`: Q~, K~, V~ in gather order, differentiable in q, k, v."""
     if _compiling():
         return torch.ops.lighthouse.gather_rows(q, k, v, pyramid.q, pyramid.k, pyramid.v, pyramid.stored, packed,
                                                 slots, pool, levels)
@@ -192,7 +192,7 @@ torch.library.register_autograd("lighthouse::scatter_rows", _scatter_backward, s
 
 def scatter_back(o_tilde: Tensor, slots: Tensor, seq_len: int, pool: int, levels: int, spill: bool = False,
                  out_dtype: torch.dtype | None = None) -> Tensor:
-    """`kernels.scatter.scatter_back`: o from O~ through the inverse map, differentiable in O~."""
+    """`lighthouse_kernels.scatter.scatter_back`: o from O~ through the inverse map, differentiable in O~."""
     if _compiling():
         return torch.ops.lighthouse.scatter_rows(o_tilde, slots, seq_len, pool, levels, spill, out_dtype)
     return scatter_kernels.scatter_back(o_tilde, slots, seq_len, pool, levels, spill, out_dtype)

@@ -10,7 +10,8 @@ python3 -c "import triton" 2>/dev/null || python3 -m pip install -q "triton==3.6
 export TRITON_INTERPRET=1
 # The checkout's modules compiled once, into their __pycache__ folders: where PYTHONDONTWRITEBYTECODE is set, each of
 # the suite's few hundred Python processes would compile them again on import.
-env -u PYTHONDONTWRITEBYTECODE python3 -m compileall -q train.py lighthouse kernels models recipe eval scripts tests >/dev/null
+env -u PYTHONDONTWRITEBYTECODE python3 -m compileall -q \
+    train.py lighthouse lighthouse_kernels models recipe eval scripts tests >/dev/null
 # The Quickstart's install as a user makes it (tests/minimal_env.py), where tests/test_documented_commands.py runs
 # the documented CPU commands: built in the background while the suite runs (reused while pyproject.toml is the
 # same); the tests wait for it, and a build no test needed is stopped at the end.

@@ -2,23 +2,26 @@
 enter the algorithm, a model file without distributed code, and every private torch/Triton/torchtitan call
 inside a `compat` module."""
 import ast
+import importlib.metadata
 import warnings
 from pathlib import Path
 
 import pytest
 
+from recipe.toml_config import tomllib
+
 REPO = Path(__file__).resolve().parent.parent
 # package -> the project packages it may import (besides itself); the command lines above them take any
 ALLOWED = {
-    "kernels": set(),
-    "lighthouse": {"kernels"},
+    "lighthouse_kernels": set(),
+    "lighthouse": {"lighthouse_kernels"},
     "models": {"lighthouse"},
     "recipe": {"models", "lighthouse"},
-    "eval": {"recipe", "models", "lighthouse", "kernels"},
-    "scripts": {"eval", "recipe", "models", "lighthouse", "kernels"},
+    "eval": {"recipe", "models", "lighthouse", "lighthouse_kernels"},
+    "scripts": {"eval", "recipe", "models", "lighthouse", "lighthouse_kernels"},
     "train.py": {"recipe"},
 }
-PROJECT = {"kernels", "lighthouse", "models", "recipe", "eval", "scripts", "tests"}
+PROJECT = {"lighthouse_kernels", "lighthouse", "models", "recipe", "eval", "scripts", "tests"}
 # Inside `recipe/` and `eval/`, the subpackages and top-level modules in layer order, lowest first: each imports
 # only from itself and the ones before it (docs/architecture.md draws them).
 SUBLAYERS = {
@@ -27,10 +30,10 @@ SUBLAYERS = {
     "eval": ["options", "device", "checkpoint_record", "checkpoint", "checkpoint_run", "records", "metrics", "benchmarks",
              "studies"],
 }
-# The one module of `lighthouse/` that imports `kernels/` (the rest, the reference included, runs without Triton;
-# the fused compositions reach the kernels through it).
+# The one module of `lighthouse/` that imports `lighthouse_kernels/` (the rest, the reference included, runs without
+# Triton; the fused compositions reach the kernels through it).
 KERNEL_ENTRIES = {"lighthouse/fused_ops.py"}
-COMPAT = ("lighthouse/compat/", "kernels/compat.py", "recipe/compat/")
+COMPAT = ("lighthouse/compat/", "lighthouse_kernels/compat.py", "recipe/compat/")
 PRIVATE_ROOTS = {"torch", "triton", "torchtitan"}
 
 
@@ -92,8 +95,19 @@ def test_inside_recipe_and_eval_each_subpackage_imports_only_the_ones_below_it(p
 
 
 def test_the_algorithm_meets_the_kernels_in_one_module():
-    importers = {rel(p) for p in sources("lighthouse") if "kernels" in project_imports(p)}
+    importers = {rel(p) for p in sources("lighthouse") if "lighthouse_kernels" in project_imports(p)}
     assert importers == KERNEL_ENTRIES
+
+
+def test_no_package_of_ours_shares_its_import_name_with_an_installed_distribution():
+    """An installed package of the same top-level name would shadow ours or be shadowed by it, whichever comes first
+    on sys.path (transformers >= 5.25 requires Hugging Face's `kernels`, hence `lighthouse_kernels`)."""
+    ours = {name.removesuffix("*") for name in tomllib.loads((REPO / "pyproject.toml").read_text())
+            ["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert ours == PROJECT - {"scripts", "tests"}
+    others = {name: sorted(set(dists) - {"lighthouse-recipe", "lighthouse_recipe"})
+              for name, dists in importlib.metadata.packages_distributions().items() if name in ours}
+    assert {name: dists for name, dists in others.items() if dists} == {}
 
 
 def test_the_model_file_knows_nothing_of_distributed_code():

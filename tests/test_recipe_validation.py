@@ -31,7 +31,7 @@ def runs(tmp_path_factory):
     """Four debug runs in one process: Lighthouse on local data (held-out files validated), one that switches
     to dense after step 2, dense from scratch, and one whose weights never move (lr 0)."""
     root = tmp_path_factory.mktemp("validation")
-    make_corpus([REPO / "lighthouse", REPO / "recipe", REPO / "kernels"], root / "corpus", heldout_every=3)
+    make_corpus([REPO / "lighthouse", REPO / "recipe", REPO / "lighthouse_kernels"], root / "corpus", heldout_every=3)
     data = ["--training.dataset", "local", "--training.dataset_path", str(root / "corpus" / "train" / "*.jsonl"),
             "--validation.dataset", "local", "--validation.dataset_path", str(root / "corpus" / "heldout" / "*.jsonl")]
     jobs = {

@@ -80,8 +80,9 @@ def test_a_job_past_its_timeout_is_killed_and_raises_as_subprocess_does():
 
 
 def test_a_job_starts_with_the_large_packages_imported_and_none_of_the_projects():
+    ours = ('recipe', 'lighthouse', 'models', 'lighthouse_kernels', 'train')
     program = "import sys; print([name for name in %r if name not in sys.modules], " \
-              "[name for name in ('recipe', 'lighthouse', 'models', 'kernels', 'train') if name in sys.modules])"
+              f"[name for name in {ours!r} if name in sys.modules])"
     assert run_python(["-c", program % (PRELOADED,)], env=child_env(), timeout=120).stdout == "[] []\n"
 
 

@@ -27,9 +27,9 @@ import triton
 
 from eval.benchmarks.gpu_parity import fwd_bwd, ratios
 from eval.benchmarks.host_time import host_segments, segment_table
-from kernels.gather import gather_pyramid
-from kernels.pyramid import pool_and_score, stored_rows
-from kernels.scatter import scatter_back
+from lighthouse_kernels.gather import gather_pyramid
+from lighthouse_kernels.pyramid import pool_and_score, stored_rows
+from lighthouse_kernels.scatter import scatter_back
 from lighthouse import (
     LighthouseConfig,
     causal_attention,

@@ -1,5 +1,5 @@
 """Every private torch call of the algorithm, in one place (the recipe's are in `recipe/compat/`, the kernels'
-launch path's in `kernels/compat.py`):
+launch path's in `lighthouse_kernels/compat.py`):
 
 - `sdpa`: the SDPA kernels' own forward and backward aten ops (`aten._scaled_dot_product_*`), which the fused
   layer calls without SDPA's dispatch and autograd node;

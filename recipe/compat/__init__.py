@@ -7,7 +7,7 @@
 
 No entry point has a line of its own for the layer: importing any part of `recipe` (or `eval`, which imports it)
 installs it, and it costs nothing until torchtitan is imported. The private torch calls of the algorithm are in
-`lighthouse/compat.py`, those of the kernels' launch path in `kernels/compat.py`.
+`lighthouse/compat.py`, those of the kernels' launch path in `lighthouse_kernels/compat.py`.
 """
 from recipe.compat.around_torchtitan import install
 

@@ -9,9 +9,9 @@ from lighthouse.testing import assert_close
 from ..helpers import DEVICE, KERNEL_DTYPES, random_qkv
 from ..kernel_inputs import random_selection
 
-from kernels.gather import gather_pyramid
-from kernels.ordering import decode, packed_dtype
-from kernels.pyramid import pool_and_score
+from lighthouse_kernels.gather import gather_pyramid
+from lighthouse_kernels.ordering import decode, packed_dtype
+from lighthouse_kernels.pyramid import pool_and_score
 
 # (batch, seq_len, heads, kv_heads, dim, levels, pool, topk, tile_budget)
 CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 256, 2, 2, 24, 3, 4, 8, 4), (1, 64, 2, 1, 8, 2, 2, 8, 4)]

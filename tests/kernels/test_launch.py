@@ -10,7 +10,7 @@ import triton.language as tl
 
 from ..helpers import DEVICE
 
-from kernels.launch import _COMPILED, _specialisation, cdiv, launch, next_power_of_2
+from lighthouse_kernels.launch import _COMPILED, _specialisation, cdiv, launch, next_power_of_2
 
 
 @triton.jit

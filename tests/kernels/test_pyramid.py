@@ -8,7 +8,7 @@ from lighthouse import norm_scores, pool_pyramid, pyramid_scores
 from lighthouse.testing import assert_close
 from ..helpers import DEVICE, KERNEL_DTYPES, random_qkv
 
-from kernels.pyramid import causal_score_levels, pool_and_score, stored_levels
+from lighthouse_kernels.pyramid import causal_score_levels, pool_and_score, stored_levels
 
 # (batch, seq_len, heads, kv_heads, dim, pool, levels)
 SHAPES = [(2, 64, 4, 2, 16, 2, 3), (1, 128, 2, 2, 24, 4, 3), (1, 256, 3, 1, 8, 2, 5)]

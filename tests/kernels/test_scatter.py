@@ -10,7 +10,7 @@ from lighthouse.testing import assert_close
 from ..helpers import DEVICE, KERNEL_DTYPES
 from ..kernel_inputs import random_selection
 
-from kernels.scatter import scatter_back
+from lighthouse_kernels.scatter import scatter_back
 
 # (batch, seq_len, heads, kv_heads, dim, levels, pool, topk, tile_budget)
 CASES = [(2, 128, 4, 2, 16, 3, 2, 16, 4), (1, 256, 2, 2, 24, 3, 4, 8, 4), (1, 64, 2, 1, 8, 4, 2, 4, 2)]

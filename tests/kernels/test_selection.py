@@ -9,7 +9,7 @@ from lighthouse import select as reference_select
 from lighthouse.fused import score_pyramid, select_gather_order, selection_of
 from ..helpers import DEVICE, random_qkv
 
-from kernels.selection import select_order
+from lighthouse_kernels.selection import select_order
 
 # (levels, pool, topk, tile_budget, seq_len): several tiles, deep and shallow pyramids, m from 2 to 16,
 # coarsest tiles that are and are not a multiple of m

@@ -3,7 +3,7 @@ backward of gather and pooling together.
 
 Forward: one program per (block of gathered slots, batch * kv-head) decodes each slot's (level, index)
 from its packed key and copies the group's query heads, key head and value head rows; an entry of a pooled
-level that is not stored (`kernels.pyramid.stored_levels`) is the float32 mean of its tokens, cast once.
+level that is not stored (`lighthouse_kernels.pyramid.stored_levels`) is the float32 mean of its tokens, cast once.
 Backward: each pyramid entry is gathered at most once per row, so gradient reaches token j only from the
 slots that hold an entry covering j, at most one per level. With the inverse map entry -> slot this is a
 gather too: dx_j = sum_l dX~[slot(l, j // p^l)] / p^l, summed in float32 and cast once (no atomics).

@@ -11,7 +11,7 @@ Order: SPEC section 4's sort key puts a leaf at its first token and an expanded 
 last descendant, so a tile's gather order is a post-order walk of its selection tree, and an entry's
 place follows from subtree sizes alone: counted bottom-up over the expanded entries, then prefix-summed
 top-down. The program first sets its tile's part of the inverse map entry -> slot to -1, then writes
-each entry's packed key (`kernels.ordering`) at its place and its place into the inverse map: no sort,
+each entry's packed key (`lighthouse_kernels.ordering`) at its place and its place into the inverse map: no sort,
 no fill and no second launch. While the walk runs, the inverse map holds each expanded entry's count of
 descendants (as -2 - count) and a scratch row its expanded positions per level.
 
@@ -46,7 +46,7 @@ MAX_COARSE_BLOCK = 1024  # coarsest entries ranked per merge step
 
 
 class GatherOrder(NamedTuple):
-    """A row's gather order as packed keys [B, G, S] (`kernels.ordering`) and its inverse, the slot of
+    """A row's gather order as packed keys [B, G, S] (`lighthouse_kernels.ordering`) and its inverse, the slot of
     every pyramid entry (int32 [B, G, sum_l N/p^l], -1 where not gathered)."""
 
     packed: torch.Tensor
@@ -376,7 +376,7 @@ def select_order(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: int, le
     `LighthouseConfig.validate`) with levels >= 2: T = topk / tile_budget tiles, each with at least
     tile_budget coarsest entries. `prefix=False` drops the prefix guarantee (a sequence shard that does
     not hold token 0). Packed keys are `key_dtype`, by default int32 where every key of an N-token row
-    fits (`kernels.ordering.packed_dtype`) else int64. `coarse_block`: coarsest entries ranked per merge
+    fits (`lighthouse_kernels.ordering.packed_dtype`) else int64. `coarse_block`: coarsest entries ranked per merge
     step (a power of two; 1024 on 8 warps was the fastest on an H100 from N=8K to 512K). `strict`: the online
     rule of selection="strict" instead of the rankings (`prefix` then changes nothing: a tile's first candidate
     is always expanded)."""

@@ -1,4 +1,4 @@
-"""The private parts of Triton and torch the kernels' launch path relies on (`kernels.launch.launch`), in one
+"""The private parts of Triton and torch the kernels' launch path relies on (`lighthouse_kernels.launch.launch`), in one
 place: a compiled kernel's launcher and its calling convention (Triton 3.6-3.7), the current raw CUDA stream, the
 launch hooks and a JIT function's parameters."""
 from __future__ import annotations
