@@ -4,6 +4,7 @@ dense over seeds from one study TOML, then report distributions over seeds (docs
     python scripts/payoff_map.py tasks  configs/payoff/tiny_128k_basin.toml        # print the queue
     python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3   # one machine
     python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3 --order long-first
+    python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --only dense_s0,anatomy_s0_0  # a lease's part
     python scripts/payoff_map.py submit configs/payoff/tiny_128k_basin.toml -- --partition=gpu --gres=gpu:1
     python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml [--include docs/records/time_to_quality.json]
     python scripts/payoff_map.py pack   configs/payoff/tiny_128k_basin.toml --out basin.tar.gz   # continue elsewhere
@@ -56,7 +57,29 @@ def anatomy_command(study: Study, dump: str, models: dict[str, int], python: str
 ORDERS = ("seed", "long-first", "arm-first")
 
 
-def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tuple[str, tuple[str, ...], str]]:
+Task = tuple[str, tuple[str, ...], str]  # name, the tasks it waits for, command
+
+
+def keep_only(tasks: list[Task], names: list[str]) -> list[Task]:
+    """The tasks named in `names`, in queue order (`--only`: the part of a queue that fits a lease of known
+    length); ValueError naming any name that is no task of the queue, or a task whose waits are not named too."""
+    known = {name for name, _, _ in tasks}
+    if unknown := [n for n in names if n not in known]:
+        raise ValueError(f"--only {','.join(names)}: {unknown} are not tasks of this queue (`tasks` lists them; "
+                         "finished runs under `reported` are left out)")
+    kept = [task for task in tasks if task[0] in names]
+    if missing := {name: [w for w in after if w not in names] for name, after, _ in kept if set(after) - set(names)}:
+        raise ValueError(f"--only {','.join(names)}: the tasks {missing} wait for tasks not named; name them too")
+    return kept
+
+
+def queue(study: Study, python: str = "python3", order: str = "seed", only: list[str] | None = None) -> list[Task]:
+    """`ordered_queue`, cut to the tasks named in `only` where it is given (`keep_only`)."""
+    tasks = ordered_queue(study, python, order)
+    return keep_only(tasks, only) if only else tasks
+
+
+def ordered_queue(study: Study, python: str, order: str) -> list[Task]:
     """(name, waits, command) of every task in queue order. "seed": the runs as `recipe.experiments.payoff_grid.plan_runs`
     orders them, and with `anatomy_windows` after each seed's runs of a grid block the per-token pass over its new
     scored models (`recipe.experiments.payoff_grid.scored_models`). "long-first": the runs as
@@ -97,19 +120,21 @@ def queue(study: Study, python: str = "python3", order: str = "seed") -> list[tu
     return tasks
 
 
-def queue_lines(study: Study, python: str, order: str = "seed") -> list[str]:
+def queue_lines(study: Study, python: str, order: str = "seed", only: list[str] | None = None) -> list[str]:
     """The queue as `scripts/gpu_queue.py` reads it: `name<TAB>waits or -<TAB>command`, one task a line."""
-    return [f"{name}\t{','.join(after) or '-'}\t{command}" for name, after, command in queue(study, python, order)]
+    return [f"{name}\t{','.join(after) or '-'}\t{command}"
+            for name, after, command in queue(study, python, order, only)]
 
 
-def write_queue(study: Study, python: str, order: str = "seed") -> Path:
+def write_queue(study: Study, python: str, order: str = "seed", only: list[str] | None = None) -> Path:
     from recipe.logs.run_record import source_commit
 
     study.run.mkdir(parents=True, exist_ok=True)
     path = study.run / TASKS_FILE
-    path.write_text("".join(line + "\n" for line in queue_lines(study, python, order)))
+    path.write_text("".join(line + "\n" for line in queue_lines(study, python, order, only)))
     (study.run / "study.json").write_text(json.dumps(
-        {"study": str(study.path), "toml": study.path.read_text(), "order": order, "commit": source_commit()},
+        {"study": str(study.path), "toml": study.path.read_text(), "order": order, "only": only,
+         "commit": source_commit()},
         indent=1) + "\n")
     return path
 
@@ -129,13 +154,14 @@ def check_corpus(study: Study) -> None:
                           f"RUN={study.corpus.parent} scripts/time_to_quality_long.sh corpus, or make_corpus.py")
 
 
-def submit(study: Study, python: str, sbatch_options: list[str], order: str = "seed") -> dict[str, str]:
+def submit(study: Study, python: str, sbatch_options: list[str], order: str = "seed",
+           only: list[str] | None = None) -> dict[str, str]:
     """One SLURM job per task, each after the jobs of the tasks it waits for; prints and returns the job ids."""
     if shutil.which("sbatch") is None:
         raise ConfigError("submit needs SLURM's sbatch on PATH (none here); `run` queues the study on this machine")
     repo = Path(__file__).resolve().parent.parent
     jobs: dict[str, str] = {}
-    for name, after, command in queue(study, python, order):
+    for name, after, command in queue(study, python, order, only):
         argv = ["sbatch", "--parsable", f"--job-name={name}", f"--output={study.run / 'slurm' / name}.%j.log",
                 *sbatch_options]
         if after:
@@ -317,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="tasks, run, submit: seed by seed (default); long-first: dense, then stage 1, then stage 2 "
                         "by its dense steps, most first (packs a lease of fixed length); arm-first: seed by seed with "
                         "each stage 2 right after its stage 1 (one GPU: whole arms first)")
+    p.add_argument("--only", type=lambda s: [n for n in s.split(",") if n],
+                   help="tasks, run, submit: only these comma-separated tasks of the queue, in its order (each with "
+                        "the tasks it waits for named too): the part of a queue that fits a lease of known length")
     p.add_argument("--include", type=Path, action="append", default=[],
                    help="report: earlier records of the same study to join (a JSON list, or an earlier "
                         "report's payoff.json)")
@@ -337,16 +366,22 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         raise ConfigError(str(err)) from err
     check_niah_lengths(study)
+    if args.only is not None and args.command not in ("tasks", "run", "submit"):
+        p.error(f"--only is for tasks, run and submit, not {args.command}")
+    try:
+        lines = queue_lines(study, args.python, args.order, args.only)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
     if args.command == "tasks":
-        print("\n".join(queue_lines(study, args.python, args.order)))
+        print("\n".join(lines))
         return 0
     if args.command == "submit":
         check_corpus(study)
-        submit(study, args.python, sbatch_options, args.order)
+        submit(study, args.python, sbatch_options, args.order, args.only)
         return 0
     if args.command == "run":
         check_corpus(study)
-        path = write_queue(study, args.python, args.order)
+        path = write_queue(study, args.python, args.order, args.only)
         return subprocess.run([sys.executable, "scripts/gpu_queue.py", "--tasks", str(path), "--gpus", args.gpus,
                                "--logs", str(study.run / QUEUE_FOLDER)], cwd=Path(__file__).resolve().parent.parent
                               ).returncode

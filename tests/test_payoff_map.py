@@ -515,6 +515,28 @@ def test_arm_first_scores_each_model_right_after_it_so_no_later_pass_needs_an_ea
     assert [n for n in names if not n.startswith("anatomy_")] == [r.name for r in runs]
 
 
+def test_only_keeps_the_named_tasks_in_queue_order_and_names_what_it_cannot_keep(tmp_path):
+    """`--only` cuts the queue to what fits a lease of known length: the named tasks, unchanged and in the order's
+    sequence; a name that is no task, or a task whose waits are left out, is a config error (exit 2) naming them."""
+    extension = "anatomy_windows = 2\nfrontier = [400, 600]\nstage0_seq_len = 8192\nstage0_steps = 300\n"
+    study = write_study(tmp_path, STUDY + extension + "[[grid]]\nswitch = [360]\n")
+    tasks = ["scripts/payoff_map.py", "tasks", str(study), "--order", "arm-first"]
+    whole = run_python(tasks, env=child_env(), timeout=120)
+    assert whole.returncode == 0, whole.stderr
+    lines = whole.stdout.splitlines()
+    chosen = ["anatomy_dense_s3_steps400", "stage0_s3", "dense_s3_steps400"]  # not in queue order
+    cut = run_python([*tasks, "--only", ",".join(chosen)], env=child_env(), timeout=120)
+    assert cut.returncode == 0, cut.stderr
+    assert cut.stdout.splitlines() == [line for line in lines if line.split("\t")[0] in chosen]
+    assert [line.split("\t")[0] for line in cut.stdout.splitlines()] == [
+        "stage0_s3", "dense_s3_steps400", "anatomy_dense_s3_steps400"]
+    unknown = run_python([*tasks, "--only", "stage0_s3,dense_s9"], env=child_env(), timeout=120)
+    assert unknown.returncode == 2 and "['dense_s9'] are not tasks of this queue" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    orphan = run_python([*tasks, "--only", "dense_s3_steps400"], env=child_env(), timeout=120)
+    assert orphan.returncode == 2 and "{'dense_s3_steps400': ['stage0_s3']} wait for tasks not named" in orphan.stderr
+
+
 def test_listing_finished_runs_as_reported_renames_no_other_per_token_pass_of_the_arm_first_queue(tmp_path):
     """A pass named by its place in the seed's queue would, once the runs before it are reported, take the name
     and the dump of a pass that already ran, and overwrite that dump with another model's losses."""
