@@ -62,14 +62,14 @@ Task = tuple[str, tuple[str, ...], str]  # name, the tasks it waits for, command
 
 def keep_only(tasks: list[Task], names: list[str]) -> list[Task]:
     """The tasks named in `names`, in queue order (`--only`: the part of a queue that fits a lease of known
-    length); ValueError naming any name that is no task of the queue, or a task whose waits are not named too."""
+    length); a config error naming any name that is no task of the queue, or a task whose waits are not named too."""
     known = {name for name, _, _ in tasks}
     if unknown := [n for n in names if n not in known]:
-        raise ValueError(f"--only {','.join(names)}: {unknown} are not tasks of this queue (`tasks` lists them; "
+        raise ConfigError(f"--only {','.join(names)}: {unknown} are not tasks of this queue (`tasks` lists them; "
                          "finished runs under `reported` are left out)")
     kept = [task for task in tasks if task[0] in names]
     if missing := {name: [w for w in after if w not in names] for name, after, _ in kept if set(after) - set(names)}:
-        raise ValueError(f"--only {','.join(names)}: the tasks {missing} wait for tasks not named; name them too")
+        raise ConfigError(f"--only {','.join(names)}: the tasks {missing} wait for tasks not named; name them too")
     return kept
 
 
@@ -129,9 +129,10 @@ def queue_lines(study: Study, python: str, order: str = "seed", only: list[str] 
 def write_queue(study: Study, python: str, order: str = "seed", only: list[str] | None = None) -> Path:
     from recipe.logs.run_record import source_commit
 
+    lines = queue_lines(study, python, order, only)  # a bad --only stops here, before the run folder is made
     study.run.mkdir(parents=True, exist_ok=True)
     path = study.run / TASKS_FILE
-    path.write_text("".join(line + "\n" for line in queue_lines(study, python, order, only)))
+    path.write_text("".join(line + "\n" for line in lines))
     (study.run / "study.json").write_text(json.dumps(
         {"study": str(study.path), "toml": study.path.read_text(), "order": order, "only": only,
          "commit": source_commit()},
@@ -368,12 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     check_niah_lengths(study)
     if args.only is not None and args.command not in ("tasks", "run", "submit"):
         p.error(f"--only is for tasks, run and submit, not {args.command}")
-    try:
-        lines = queue_lines(study, args.python, args.order, args.only)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
     if args.command == "tasks":
-        print("\n".join(lines))
+        print("\n".join(queue_lines(study, args.python, args.order, args.only)))
         return 0
     if args.command == "submit":
         check_corpus(study)
