@@ -98,7 +98,8 @@ def stage1_refusal(step_folder: Path, trained: str) -> str:
 
 def recorded_job(record: Path) -> SimpleNamespace:
     """The job of a run record's `config.toml`, as sections of attributes (`job.lighthouse.enable`)."""
-    return SimpleNamespace(**{name: SimpleNamespace(**values) for name, values in load_toml(record / CONFIG_FILE).items()
+    return SimpleNamespace(**{name: SimpleNamespace(**values)
+                              for name, values in load_toml(record / CONFIG_FILE).items()
                               if isinstance(values, dict)})
 
 

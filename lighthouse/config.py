@@ -146,7 +146,8 @@ class LighthouseConfig:
             raise ValueError(f"seq_len={seq_len!r} must be an int, not {type(seq_len).__name__}")
         if seq_len < 1:
             raise ValueError(f"seq_len={seq_len} must be >= 1")
-        if seq_len.bit_length() + ((self.levels + 1) * self.levels).bit_length() > POSITION_BITS:  # bits of the product, at most
+        # bits of the product, at most
+        if seq_len.bit_length() + ((self.levels + 1) * self.levels).bit_length() > POSITION_BITS:
             raise ValueError(f"seq_len={seq_len} is too long: the packed keys of its pyramid entries (seq_len * "
                              f"(levels+1) * levels, levels={self.levels}) must fit in int64")
         if self.scorer == "dilated" and seq_len % self.dilation != 0:

@@ -168,7 +168,8 @@ def fused_lighthouse_attention(q: Tensor, k: Tensor, v: Tensor, config: Lighthou
     One autograd node (`FusedLighthouse`; without gradients, its forward alone; under torch.compile the
     custom op with its registered backward) where the attention kernel has direct ops here
     (`direct_attention`: cuDNN on CUDA, flash on CPU, FlashAttention's ops), else gather, attention and
-    scatter-back as three (`lighthouse.fused.plan`, then `attend`). Differentiable in q, k, v; no host synchronisation and static
+    scatter-back as three (`lighthouse.fused.plan`, then `attend`). Differentiable in q, k, v; no host synchronisation
+    and static
     shapes (CUDA-graph and torch.compile friendly). `lighthouse.pipeline.resolve_implementation` has checked
     that the kernels take the call.
     """

@@ -7,7 +7,8 @@ autograd nodes run, without the custom-op dispatch's host time. Both give the sa
 Selection (`pool_and_score`, `causal_score_levels`, `select_order`) carries no gradient; `gather_pyramid` and
 `scatter_back` are differentiable in q, k, v and O~. This is the one module of `lighthouse/` that imports
 `lighthouse_kernels/`: the one-node layer (`fused_node`, itself a custom op under compile) takes the kernels'
-forward and backward functions without autograd (`gather_rows`, `scatter_rows` and their backwards) and their types from here.
+forward and backward functions without autograd (`gather_rows`, `scatter_rows` and their backwards) and their types from
+here.
 """
 from __future__ import annotations
 

@@ -23,7 +23,8 @@ class ScatterBack(torch.autograd.Function):
     """o_tilde [B, S, H, D] -> o [B, N, H, D], given each row's index into the concatenated pyramid."""
 
     @staticmethod
-    def forward(ctx, o_tilde: torch.Tensor, flat_index: torch.Tensor, seq_len: int, pool: int, levels: int, spill: bool):
+    def forward(ctx, o_tilde: torch.Tensor, flat_index: torch.Tensor, seq_len: int, pool: int, levels: int,
+                spill: bool):
         b, _, h, d = o_tilde.shape
         acc = torch.promote_types(o_tilde.dtype, torch.float32)
         offsets = level_offsets(seq_len, pool, levels)

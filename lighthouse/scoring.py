@@ -61,7 +61,8 @@ def dilated_scores(
     def strided(x: torch.Tensor) -> torch.Tensor:
         # [B, N, H, D] -> [B * dilation, H, N / dilation, D]; row r holds tokens r, r + dilation, ...
         x = x.to(acc).repeat_interleave(rep, dim=2) if x.shape[2] != h else x.to(acc)
-        return x.reshape(b, n // dilation, dilation, h, d).permute(0, 2, 3, 1, 4).reshape(b * dilation, h, n // dilation, d)
+        return (x.reshape(b, n // dilation, dilation, h, d).permute(0, 2, 3, 1, 4)
+                .reshape(b * dilation, h, n // dilation, d))
 
     def unstrided_norm(o: torch.Tensor) -> torch.Tensor:
         # [B * dilation, H, N / dilation, D] -> row norms [B, N, H]
@@ -108,6 +109,7 @@ def pyramid_scores(
     out = [s]
     for lvl in range(1, levels):
         span = pool**lvl
-        trailing = extended[..., halo + 1 - span : halo + 1 - span + n]  # trailing[i*span + j] = token i*span - span + 1 + j
+        # trailing[i*span + j] = token i*span - span + 1 + j
+        trailing = extended[..., halo + 1 - span : halo + 1 - span + n]
         out.append(trailing.reshape(b, g, n // span, span).amax(dim=-1))
     return out

@@ -2,7 +2,8 @@
 
 A fast path passes when RMSE(ref - fast) / RMS(ref) is under `ERROR_RATIO[dtype]`, or its absolute RMSE is
 under `ABS_FLOOR` (outputs that are all but zero). The parity tests, the GPU parity check
-(`eval/benchmarks/gpu_parity.py`) and the single-layer benchmark (`eval/benchmarks/attention_bench.py`) use the same table.
+(`eval/benchmarks/gpu_parity.py`) and the single-layer benchmark (`eval/benchmarks/attention_bench.py`) use the same
+table.
 """
 from __future__ import annotations
 

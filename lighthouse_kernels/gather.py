@@ -83,7 +83,8 @@ def _pool_gather_bwd_kernel(slots_ptr, dqt_ptr, dkt_ptr, dvt_ptr, dq_ptr, dk_ptr
     REP: tl.constexpr = H // G
     slots_row = slots_ptr + bg * NTOT
     for r in tl.static_range(REP):
-        _pool_gather_bwd_head(dqt_ptr, dq_ptr, slots_row, b, g * REP + r, j, jmask, N, S, H, D, L, LOG2P, BLOCK_N, BLOCK_D)
+        _pool_gather_bwd_head(dqt_ptr, dq_ptr, slots_row, b, g * REP + r, j, jmask, N, S, H, D, L, LOG2P, BLOCK_N,
+                              BLOCK_D)
     _pool_gather_bwd_head(dkt_ptr, dk_ptr, slots_row, b, g, j, jmask, N, S, G, D, L, LOG2P, BLOCK_N, BLOCK_D)
     _pool_gather_bwd_head(dvt_ptr, dv_ptr, slots_row, b, g, j, jmask, N, S, G, D, L, LOG2P, BLOCK_N, BLOCK_D)
 

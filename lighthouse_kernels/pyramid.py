@@ -135,7 +135,8 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
     g = k.shape[2]
     stored = stored_levels(n, pool, levels) if stored is None else stored
     if stored & 1 or stored >> levels or not stored >> (levels - 1) & 1:
-        raise ValueError(f"stored={stored:#b} must keep the coarsest level {levels - 1} and only levels 1..{levels - 1}")
+        raise ValueError(f"stored={stored:#b} must keep the coarsest level {levels - 1} and only levels "
+                         f"1..{levels - 1}")
     np_ = stored_rows(n, pool, levels, stored)
     ntot = pyramid_entries(n, pool, levels)
     span = pool ** (levels - 1)
@@ -149,8 +150,8 @@ def pool_and_score(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pool: int,
     sq = torch.empty(shape, dtype=torch.float32, device=q.device)
     sk = torch.empty(shape, dtype=torch.float32, device=q.device)
     launch(
-        _pool_score_kernel, (cdiv(n, block_t), b * g), q, k, v, qp, kp, vp, sq, sk, n, np_, ntot, H=h, G=g, D=d, L=levels,
-        LOG2P=log2(pool), BLOCK_T=block_t, BLOCK_D=block_d, SCORE=scores, STORED=stored, num_warps=num_warps,
+        _pool_score_kernel, (cdiv(n, block_t), b * g), q, k, v, qp, kp, vp, sq, sk, n, np_, ntot, H=h, G=g, D=d,
+        L=levels, LOG2P=log2(pool), BLOCK_T=block_t, BLOCK_D=block_d, SCORE=scores, STORED=stored, num_warps=num_warps,
     )
     return Pyramid(qp, kp, vp, sq, sk, stored)
 
@@ -199,12 +200,14 @@ def causal_score_levels(sq: torch.Tensor, sk: torch.Tensor, seq_len: int, pool: 
     if history is not None:
         for h in history:
             if h.shape != (rows, groups, halo):
-                raise ValueError(f"history{tuple(h.shape)} must be [R, G, pool**(levels-1) - 1] = {(rows, groups, halo)}")
+                raise ValueError(f"history{tuple(h.shape)} must be [R, G, pool**(levels-1) - 1] = "
+                                 f"{(rows, groups, halo)}")
         history = tuple(h.contiguous() for h in history)
     block_t = max(pool ** (levels - 1), next_power_of_2(tokens_per_program))
     hq, hk = history if history is not None else (sq, sk)
     launch(
-        _causal_levels_kernel, (cdiv(seq_len, block_t), rows * groups), sq, sk, hq, hk, seq_len, ntot, L=levels, LOG2P=log2(pool), HALO=halo, HISTORY=history is not None,
+        _causal_levels_kernel, (cdiv(seq_len, block_t), rows * groups), sq, sk, hq, hk, seq_len, ntot, L=levels,
+        LOG2P=log2(pool), HALO=halo, HISTORY=history is not None,
         BLOCK_T=block_t, num_warps=4,
     )
     return sq, sk

@@ -13,7 +13,8 @@ from typing import Iterator
 DEBUG_ENV = "LIGHTHOUSE_DEBUG"
 # What the messages of a device allocation that failed say: torch's own and those of allocations outside its caching
 # allocator (cuBLAS and cuDNN workspaces, NCCL buffers: "Failed to CUDA calloc async 24 bytes").
-ALLOCATION_FAILURES = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED", "Failed to CUDA calloc")
+ALLOCATION_FAILURES = ("out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+                       "Failed to CUDA calloc")
 
 
 class ConfigError(ValueError):

@@ -20,7 +20,8 @@ def free_port() -> int:
 
 def single_process_env() -> dict[str, str]:
     """The variables torchrun would set for a one-process job on this machine."""
-    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(free_port())}
 
 
 def one_process_env(environ: Mapping[str, str]) -> dict[str, str]:

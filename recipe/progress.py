@@ -61,8 +61,8 @@ SLOW_STEP_S = 30.0  # a training step longer than this gets a line of its own be
 def first_step_line(step: int, tokens: int, device: str) -> str:
     """The line before the first step a job trains (`tokens` a microbatch per rank): on a CPU, or at long context,
     it can take minutes."""
-    return (f"step {step} started: {tokens:,} tokens a microbatch on {device}; torchtitan logs when it ends, and a step "
-            f"over {SLOW_STEP_S:.0f} s between its metrics lines gets a line of its own")
+    return (f"step {step} started: {tokens:,} tokens a microbatch on {device}; torchtitan logs when it ends, "
+            f"and a step over {SLOW_STEP_S:.0f} s between its metrics lines gets a line of its own")
 
 
 def slow_step_line(step: int, seconds: float, logged: bool) -> str | None:

@@ -35,7 +35,8 @@ def main() -> None:
                         help="run with this thread and autograd's device threads on one CPU (lighthouse.host_threads)")
     args = parser.parse_args()
     require_cuda()
-    from eval.benchmarks.attention_bench import DEFAULT_NS, run_benchmark, run_once  # imports Triton: after the CUDA check
+    # imports Triton: after the CUDA check
+    from eval.benchmarks.attention_bench import DEFAULT_NS, run_benchmark, run_once
 
     if args.once:
         run_once(args.once)

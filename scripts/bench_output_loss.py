@@ -45,7 +45,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         torch.cuda.empty_cache()
     print(" | ".join(f"{k} {v}" for k, v in records[0]["environment"].items()))
     print(f"\n{args.tokens:,} tokens, d {args.dim}, vocabulary {args.vocab:,}, bf16 inputs, fwd+bwd of the mean loss\n")
-    print("| implementation | ms | peak GiB above inputs | loss rel. error | grad hidden error ratio | grad weight error ratio |")
+    print("| implementation | ms | peak GiB above inputs | loss rel. error | grad hidden error ratio | "
+          "grad weight error ratio |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in records:
         if "error" in r:

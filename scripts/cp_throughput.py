@@ -2,10 +2,12 @@
 and compiled, with variants of `dense_layers`, CP degree W against W = 1 at equal tokens per rank, and where
 the Lighthouse step goes.
 
-    python scripts/cp_throughput.py --json docs/records/cp_throughput.json --plot docs/records/cp_throughput.png   # 2 GPUs
+    python scripts/cp_throughput.py --json docs/records/cp_throughput.json --plot docs/records/cp_throughput.png
+        # 2 GPUs
     python scripts/cp_throughput.py --config configs/debug.toml --tokens-per-rank 512 --steps 3 \\
         --topk 64 --ac none --allow-cpu                                            # CPU smoke run, gloo
-    python scripts/cp_throughput.py --records docs/records/cp_throughput.json --plot docs/records/cp_throughput.png   # replot
+    python scripts/cp_throughput.py --records docs/records/cp_throughput.json --plot docs/records/cp_throughput.png
+        # replot
     python scripts/cp_throughput.py --cp 1,4 --topk 2048 --attentions lighthouse -- --lighthouse.dense_layers
         # every layer Lighthouse: arguments after -- go to train.py
     python scripts/cp_throughput.py --config configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2.toml \\
@@ -39,9 +41,10 @@ import argparse
 import json
 from pathlib import Path
 
-from eval.benchmarks.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_stage2, measured_runs, plot, report,
-                                stage2_report)
-from eval.benchmarks.throughput import DEFAULT_CONFIG, WARMUP_STEPS, non_negative_int, positive_int, switch_values, too_few_steps
+from eval.benchmarks.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_stage2, measured_runs, plot,
+                                report, stage2_report)
+from eval.benchmarks.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, non_negative_int, positive_int, switch_values,
+                                        too_few_steps)
 from eval.device import require_cuda
 from eval.metrics.cli import OneLineParser
 from eval.records import write_json

@@ -3,7 +3,8 @@ same windows, then the difference between two of them by position and by repeate
 
     python scripts/loss_anatomy.py dump --checkpoint dense_s2=outputs/payoff/x/dense_s2/checkpoint/step-720 \\
         --checkpoint dense_s3=... --data 'outputs/payoff/corpus/heldout/*.jsonl' --windows 4 \\
-        --out outputs/payoff/x/anatomy/s2 --job.config_file configs/time_to_quality/tiny_128k.toml --lighthouse.no-enable
+        --out outputs/payoff/x/anatomy/s2 --job.config_file configs/time_to_quality/tiny_128k.toml \\
+        --lighthouse.no-enable
     python scripts/loss_anatomy.py report --dump outputs/payoff/x/anatomy/s2.npz --dump .../s3.npz \\
         --compare dense_s2,dense_s3 --out outputs/payoff/x/anatomy/report
 
@@ -97,7 +98,8 @@ def report(args: argparse.Namespace) -> dict:
     table = loss_anatomy.markdown(differences)
     args.out.with_suffix(".md").write_text(table + "\n")
     loss_anatomy.plot(differences, str(args.out.with_suffix(".png")),
-                      f"what the loss differences are made of ({windows.shape[0]} windows of {windows.shape[1] - 1:,} tokens)")
+                      f"what the loss differences are made of ({windows.shape[0]} windows of "
+                      f"{windows.shape[1] - 1:,} tokens)")
     print(table)
     return record
 

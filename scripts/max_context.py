@@ -1,6 +1,7 @@
 """The longest context 1, 2 and 4 GPUs train, Lighthouse and dense: a search over lengths, each probe a job.
 
-    python scripts/max_context.py --json docs/records/max_context.json --markdown docs/records/max_context.md   # 4 GPUs: 1, 2, 4
+    python scripts/max_context.py --json docs/records/max_context.json --markdown docs/records/max_context.md
+        # 4 GPUs: 1, 2, 4
     python scripts/max_context.py --gpus 2 --start 1048576 --json max_context_2gpu.json        # 2 GPUs from 1M
     python scripts/max_context.py --config configs/debug.toml --gpus 1 --start 512 --resolution 256 \\
         --max-len 1024 --compile off --allow-cpu                                     # CPU smoke run

@@ -4,9 +4,11 @@ dense over seeds from one study TOML, then report distributions over seeds (docs
     python scripts/payoff_map.py tasks  configs/payoff/tiny_128k_basin.toml        # print the queue
     python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3   # one machine
     python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3 --order long-first
-    python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --only dense_s0,anatomy_s0_0  # a lease's part
+    python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --only dense_s0,anatomy_s0_0
+        # a lease's part
     python scripts/payoff_map.py submit configs/payoff/tiny_128k_basin.toml -- --partition=gpu --gres=gpu:1
-    python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml [--include docs/records/time_to_quality.json]
+    python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml \\
+        [--include docs/records/time_to_quality.json]
     python scripts/payoff_map.py pack   configs/payoff/tiny_128k_basin.toml --out basin.tar.gz   # continue elsewhere
 
 The study file's format is `recipe.experiments.payoff_grid`'s docstring. `run` queues every run on the GPUs of this
@@ -80,15 +82,15 @@ def queue(study: Study, python: str = "python3", order: str = "seed", only: list
 
 
 def ordered_queue(study: Study, python: str, order: str) -> list[Task]:
-    """(name, waits, command) of every task in queue order. "seed": the runs as `recipe.experiments.payoff_grid.plan_runs`
-    orders them, and with `anatomy_windows` after each seed's runs of a grid block the per-token pass over its new
-    scored models (`recipe.experiments.payoff_grid.scored_models`). "long-first": the runs as
-    `recipe.experiments.payoff_grid.long_first` orders them (to fit a study into a lease of fixed length on several
-    GPUs), then each seed's per-token pass. "arm-first": the runs as `arm_first` orders them (each arm whole before
-    the next, on one GPU), each scored model's per-token pass right after it, so that a lease that ends, or a
-    machine that is lost, leaves no finished model unscored and no checkpoint that a later pass must read; each pass
-    and its dump are named after its model, so that listing finished runs under `reported` renames none of the
-    others and no pass overwrites the dump of another."""
+    """(name, waits, command) of every task in queue order. "seed": the runs as
+    `recipe.experiments.payoff_grid.plan_runs` orders them, and with `anatomy_windows` after each seed's runs of a grid
+    block the per-token pass over its new scored models (`recipe.experiments.payoff_grid.scored_models`). "long-first":
+    the runs as `recipe.experiments.payoff_grid.long_first` orders them (to fit a study into a lease of fixed length on
+    several GPUs), then each seed's per-token pass. "arm-first": the runs as `arm_first` orders them (each arm whole
+    before the next, on one GPU), each scored model's per-token pass right after it, so that a lease that ends, or a
+    machine that is lost, leaves no finished model unscored and no checkpoint that a later pass must read; each pass and
+    its dump are named after its model, so that listing finished runs under `reported` renames none of the others and no
+    pass overwrites the dump of another."""
     if order == "arm-first":
         tasks = []
         for run in arm_first(plan_runs(study)):
@@ -141,7 +143,8 @@ def write_queue(study: Study, python: str, order: str = "seed", only: list[str] 
 
 
 def check_corpus(study: Study) -> None:
-    """The study's corpus must exist; with `corpus_sources` a missing one is built first (`recipe.experiments.corpus`)."""
+    """The study's corpus must exist; with `corpus_sources` a missing one is built first
+    (`recipe.experiments.corpus`)."""
     missing = [str(study.corpus / part) for part in ("train", "heldout") if not (study.corpus / part).is_dir()]
     if missing and study.corpus_sources:
         if absent := [str(s) for s in study.corpus_sources if not s.is_dir()]:
@@ -197,8 +200,8 @@ def anatomy_pairs(summary: dict, dumps: set[str]) -> list[tuple[str, str]]:
 
 
 def report(study: Study, out: Path, includes: list[Path], device: str, commit: str | None) -> dict:
-    """The distributions, tables and plots of every finished run (and the earlier records of `includes`); `commit` (None:
-    the study's record's, else this tree's) names the runs whose run records name none."""
+    """The distributions, tables and plots of every finished run (and the earlier records of `includes`); `commit`
+    (None: the study's record's, else this tree's) names the runs whose run records name none."""
     from eval.metrics import loss_anatomy
     from eval.metrics.niah import markdown as niah_markdown
     from eval.records import write_record
@@ -212,7 +215,8 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     incomplete: list[str] = []
     arms = load_arms(study.run, incomplete) if study.run.is_dir() else []  # nothing trained here: `includes` only
     seq_len = study.base["training"]["seq_len"]
-    start = {"stage0_seq_len": study.stage0_seq_len or None, "stage0_steps": study.stage0_steps or None}  # None: scratch
+    # None: scratch
+    start = {"stage0_seq_len": study.stage0_seq_len or None, "stage0_steps": study.stage0_steps or None}
     records = [{**record, **start} for record in report_records(arms, seq_len, device, commit,
                                                                  f"scripts/payoff_map.py run {study.path}")]
     if study.stage0_seq_len:  # the weights each run started from, comparable across machines that trained them again

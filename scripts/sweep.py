@@ -46,7 +46,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       help="sweep any key: --set training.seq_len 65536 98304 (TOML literals; repeatable)")
     make.add_argument("--name", help="sweep name, the prefix of every run name (default: the base file's stem)")
     make.add_argument("--out", type=Path, help="folder of the TOMLs and sweep.json (default: sweeps/<name>)")
-    make.add_argument("--dump-root", help="runs go to <dump-root>/<point>[.stage2] (default: <base dump_folder>/<name>)")
+    make.add_argument("--dump-root",
+                      help="runs go to <dump-root>/<point>[.stage2] (default: <base dump_folder>/<name>)")
     make.add_argument("--stage2-steps", type=int, help="add a dense stage 2 of this many steps to every point")
     make.add_argument("--sbatch", default="", help='sbatch options for every job, e.g. "--nodes=2 --time=12:00:00"')
     run = make.add_mutually_exclusive_group()

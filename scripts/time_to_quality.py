@@ -15,7 +15,8 @@ import argparse
 from pathlib import Path
 
 from eval.records import write_record
-from eval.studies.time_to_quality import ARMS_COMMAND, load_arms, markdown_table, plot_curves, plot_steps, report_records
+from eval.studies.time_to_quality import (ARMS_COMMAND, load_arms, markdown_table, plot_curves, plot_steps,
+                                          report_records)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

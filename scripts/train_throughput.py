@@ -6,7 +6,8 @@
     python scripts/train_throughput.py --seq-len 8192 --compile on --ac full --colocate-autograd off,on
     python scripts/train_throughput.py --vocab-size 131072 --json docs/records/train_throughput_vocab128k.json
     python scripts/train_throughput.py --compile on --ac full --backend cudnn,flash_attn   # cuDNN against FA4
-    python scripts/train_throughput.py --compile on --ac full --dense-layers "0,1,28,29;0,29;0;"  # per dense-layer choice
+    python scripts/train_throughput.py --compile on --ac full --dense-layers "0,1,28,29;0,29;0;"
+        # per dense-layer choice
     python scripts/train_throughput.py --vocab-size 128256 -- --loss.implementation fused  # train.py arguments after --
 
 For each activation-checkpointing mode (`--ac none,full`) and compile setting (`--compile off,on`:
@@ -32,7 +33,8 @@ dense variant, the config's dense layers); without it, the config's own settings
 
 `--tokenizer DIR` trains with that tokenizer's vocabulary; `--vocab-size N` trains with a byte-level BPE of exactly N
 entries built here (`recipe.data.bpe`, on the synthetic corpus, filled with reserved tokens) instead of the byte
-tokenizer: what a larger output layer costs at long context, beside a run without it. `--dense-layers "A;B;..."` trains Lighthouse once per choice of
+tokenizer: what a larger output layer costs at long context, beside a run without it. `--dense-layers "A;B;..."` trains
+Lighthouse once per choice of
 `[lighthouse] dense_layers` (each a comma-separated list, empty for none), beside one dense run; arguments after
 `--` go to every variant's train.py.
 """
@@ -90,7 +92,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--tokenizer", type=Path,
                         help="train with this Hugging Face tokenizer folder (e.g. from scripts/make_tokenizer.py)")
     parser.add_argument("--dense-layers", type=dense_layer_choices,
-                        help='Lighthouse variants by [lighthouse] dense_layers, ";"-separated lists (e.g. "0,1,28,29;0;" '
+                        help='Lighthouse variants by [lighthouse] dense_layers, ";"-separated lists '
+                             '(e.g. "0,1,28,29;0;" '
                              "for those, [0] and []); default: the config's")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py arguments for every variant")
@@ -134,7 +137,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             texts = (synthetic_document(0, i, 100_000) for i in range(64))
             tokenizer_args = ["--model.hf_assets_path", str(train_bpe(texts, args.vocab_size, Path(tmp) / "bpe",
                                                                       exact=True))]
-        variants = [("lighthouse" if args.dense_layers is None else f"lighthouse_dense{json.dumps(c).replace(' ', '')}", c)
+        variants = [("lighthouse" if args.dense_layers is None
+                     else f"lighthouse_dense{json.dumps(c).replace(' ', '')}", c)
                     for c in choices] + [("dense", None)]
         for mode in modes:
             ac, compile_on, colocate, backend = mode
@@ -146,7 +150,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 folder = Path(tmp) / "_".join((name, ac, "compile" if compile_on else "eager",
                                                "colocated" if colocate else "free", backend or "config"))
                 layers = ["--lighthouse.dense_layers", *map(str, dense_layers)] if lighthouse else []
-                backend_args = ["--lighthouse.backend", backend, "--lighthouse.dense_backend", backend] if backend else []
+                backend_args = (["--lighthouse.backend", backend, "--lighthouse.dense_backend", backend]
+                                if backend else [])
                 argv_variant = (job_args(args.config, args.seq_len, args.steps, lighthouse, ac, compile_on, folder,
                                          colocate) + tokenizer_args + layers + backend_args + args.train_args)
                 runs[(name, *mode)] = run_variant(argv_variant, folder, args.steps)
@@ -179,16 +184,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 "environment": env,
             })
 
-    print(f"\n{records[0]['model']}\nseq_len {args.seq_len}, batch 1, {args.steps} steps (first {WARMUP_STEPS} not timed)")
+    print(f"\n{records[0]['model']}\nseq_len {args.seq_len}, batch 1, {args.steps} steps "
+          f"(first {WARMUP_STEPS} not timed)")
     if on_cpu:
-        print(f"CPU smoke run: tok/s is {args.steps - WARMUP_STEPS} step(s) of {args.seq_len} tokens, each variant in a "
-              "fresh process whose first steps on a CPU run several times slower than its later ones; train.py's "
+        print(f"CPU smoke run: tok/s is {args.steps - WARMUP_STEPS} step(s) of {args.seq_len} tokens, each variant "
+              "in a fresh process whose first steps on a CPU run several times slower than its later ones; train.py's "
               f"log of the config (local batch {job.training.local_batch_size}, every step) reads higher. Compare "
               "the variants with each other, not with that log")
     print(" | ".join(f"{k} {v}" for k, v in env.items()))
-    print("\n| dense layers | activation checkpointing | compile | colocated host threads | backend | Lighthouse tok/s | "
-          "dense tok/s | speedup | Lighthouse peak GiB | dense peak GiB | per-layer attention speedup | Amdahl ceiling | "
-          "predicted |")
+    print("\n| dense layers | activation checkpointing | compile | colocated host threads | backend | "
+          "Lighthouse tok/s | dense tok/s | speedup | Lighthouse peak GiB | dense peak GiB | "
+          "per-layer attention speedup | Amdahl ceiling | predicted |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in records:
         print(f"| {r['dense_layers']} | {r['activation_checkpointing']} | {'on' if r['compile'] else 'off'} | "

@@ -15,8 +15,12 @@ from .helpers import vectors_with_norms
 F64 = torch.float64
 PARITY = {
     # id: (config, seq_len, heads, kv_heads, dtype, tolerance)
-    "L3-p2-k16-m4-MHA": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper"), 256, 4, 4, F64, 1e-12),
-    "L3-p4-k8-m2-GQA-halo15": (LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="paper"), 256, 4, 2, F64, 1e-12),
+    "L3-p2-k16-m4-MHA": (
+        LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper"), 256, 4, 4, F64, 1e-12
+    ),
+    "L3-p4-k8-m2-GQA-halo15": (
+        LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="paper"), 256, 4, 2, F64, 1e-12
+    ),
     # causal scores of a chunk's first entries read the previous chunk's last 15 tokens (another rank's)
     "L3-p4-k8-m2-GQA-causal": (
         LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal"), 256, 4, 2, F64, 1e-12
@@ -25,12 +29,17 @@ PARITY = {
     "L3-p4-k8-m2-GQA-strict": (
         LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="strict"), 256, 4, 2, F64, 1e-12
     ),
-    "L4-p2-k8-m2-MQA": (LighthouseConfig(levels=4, pool=2, topk=8, tile_budget=2, selection="paper"), 256, 4, 1, F64, 1e-12),
+    "L4-p2-k8-m2-MQA": (
+        LighthouseConfig(levels=4, pool=2, topk=8, tile_budget=2, selection="paper"), 256, 4, 1, F64, 1e-12
+    ),
     "L3-p2-dilated": (
-        LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, scorer="dilated", selection="paper"), 256, 4, 2, F64, 1e-12
+        LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, scorer="dilated", selection="paper"),
+        256, 4, 2, F64, 1e-12
     ),
     "L1-dense": (LighthouseConfig(levels=1, pool=2, topk=4, tile_budget=2, selection="paper"), 128, 4, 2, F64, 1e-12),
-    "L3-p2-float32": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper"), 256, 4, 2, torch.float32, 2e-5),
+    "L3-p2-float32": (
+        LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper"), 256, 4, 2, torch.float32, 2e-5
+    ),
 }
 
 # Selection configs: both scorers, the paper's, the causal and the strict selection.

@@ -177,8 +177,8 @@ def test_lm_evals_rolling_score_of_the_bpe_export_is_the_recipes_per_document_lo
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "HF_HOME": str(tmp_path / "hf_home")}
     command = [sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args", f"pretrained={exported}",
-               "--include_path", str(REPO / "eval" / "metrics" / "lm_eval_tasks"), "--tasks", "lighthouse_docs", "--device",
-               "cpu", "--batch_size", "4", "--output_path", str(tmp_path), "--log_samples"]
+               "--include_path", str(REPO / "eval" / "metrics" / "lm_eval_tasks"), "--tasks", "lighthouse_docs",
+               "--device", "cpu", "--batch_size", "4", "--output_path", str(tmp_path), "--log_samples"]
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     (path,) = tmp_path.rglob("samples_lighthouse_docs_*.jsonl")
@@ -292,7 +292,8 @@ def test_a_flavor_of_another_shape_is_refused_before_torch_or_torchtitan_is_impo
         check_hf_shape_at_once(argv)
     full = refusal(assets, *argv)
     differences = ("hidden_size=128 (the job: 256)", "num_hidden_layers=4 (the job: 8)")
-    assert all(d in str(early.value) for d in differences) and str(early.value).split(" has ")[0] == full.split(" has ")[0]
+    assert (all(d in str(early.value) for d in differences)
+            and str(early.value).split(" has ")[0] == full.split(" has ")[0])
     run = run_without_torch("train.py", argv)
     assert run.returncode == 2 and run.stderr.strip() == f"error: {early.value}", run.stderr[-3000:]
 
@@ -380,7 +381,8 @@ def test_an_exact_bpe_has_that_many_entries_and_the_model_that_vocabulary(entrie
 def test_make_tokenizer_trains_a_bpe_on_your_text_that_the_job_then_uses(assets, tmp_path):
     out = script("make_tokenizer")(["--data", str(assets["train"]), "--vocab-size", "300", "--out",
                                     str(tmp_path / "tok")])
-    config = parse_train_args(["--job.config_file", str(REPO / "configs/debug.toml"), "--model.hf_assets_path", str(out)])
+    config = parse_train_args(["--job.config_file", str(REPO / "configs/debug.toml"), "--model.hf_assets_path",
+                               str(out)])
     tokenizer = build_tokenizer(config)
     assert tokenizer.get_vocab_size() <= 300 and tokenizer.bos_id is not None and tokenizer.eos_id is not None
     text = (assets["train"] / "doc0.txt").read_text()

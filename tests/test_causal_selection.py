@@ -77,7 +77,8 @@ def test_paper_selection_leaks_a_later_token_into_an_earlier_output():
     config = LighthouseConfig(levels=2, pool=2, topk=2, tile_budget=2, selection="paper")
     n, j = 32, 10  # entry 5 covers tokens 10 and 11
     # one random direction per head, repeated over the tokens: norms tie exactly (ties go to the lower position)
-    q, k = (vectors_with_norms(torch.ones(1, 1, 2, dtype=torch.float64), 8).expand(1, n, 2, 8).clone() for _ in range(2))
+    q, k = (vectors_with_norms(torch.ones(1, 1, 2, dtype=torch.float64), 8).expand(1, n, 2, 8).clone()
+            for _ in range(2))
     v = torch.randn(1, n, 2, 8, dtype=torch.float64)
     k_later = k.clone()
     k_later[:, j + 1] *= 5

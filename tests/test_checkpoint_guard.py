@@ -23,8 +23,8 @@ import models  # noqa: F401  (before torchtitan)
 from torch.distributed.checkpoint.api import CheckpointException
 from recipe.resilience import checkpoint_guard, held_signals
 from recipe.train import trainer
-from recipe.resilience.checkpoint_guard import (CheckpointError, DataParallelMismatch, complete_steps, load_newest_intact,
-                                     resume_step, save_or_stop, unfinished_steps)
+from recipe.resilience.checkpoint_guard import (CheckpointError, DataParallelMismatch, complete_steps,
+                                     load_newest_intact, resume_step, save_or_stop, unfinished_steps)
 from recipe.resilience.checkpoint_manifest import (MANIFEST, UnreadableManifest, crc32, manifest_faults, read_manifest,
                                         write_manifest)
 from recipe.launch import free_port, single_process_env

@@ -102,7 +102,8 @@ def _check_module_equals_function(mesh, seed):
 def _check_rejects_odd_local_length(mesh):
     q, k, v = random_qkv(1, 65, 2, 2, 8)
     with pytest.raises(ValueError, match="local sequence of 65 tokens is not a head and a tail chunk"):
-        context_parallel_lighthouse_attention(q, k, v, LighthouseConfig(levels=1, pool=2, topk=4, tile_budget=2, selection="paper"), mesh)
+        context_parallel_lighthouse_attention(q, k, v, LighthouseConfig(levels=1, pool=2, topk=4, tile_budget=2,
+                                                                        selection="paper"), mesh)
 
 
 def _check_rejects_layout_without_head_tail(mesh):
@@ -134,7 +135,8 @@ def _model_parity(mesh, seed, backend):
     from models.llama3_lighthouse.parallelize import parallelize_lighthouse_attention
 
     # `backend` runs the Lighthouse layers and the dense layer (torchtitan's module for "auto")
-    seq_len, config = 256, LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper", backend=backend)
+    seq_len, config = 256, LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=4, selection="paper",
+                                            backend=backend)
     args = dataclasses.replace(FLAVORS["debug"], lighthouse=config, dense_layers=(0,), max_seq_len=seq_len,
                                dense_backend="cudnn" if backend == "auto" else backend)
     torch.manual_seed(seed)

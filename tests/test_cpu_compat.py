@@ -101,7 +101,8 @@ def test_5_fsdp_modules_reduce_with_plain_sum(one_rank_gloo_group):
     for layer in model:
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    groups = [g for m in model.modules() if hasattr(m, "_get_fsdp_state") for g in m._get_fsdp_state()._fsdp_param_groups]
+    groups = [g for m in model.modules() if hasattr(m, "_get_fsdp_state")
+              for g in m._get_fsdp_state()._fsdp_param_groups]
     assert groups and not any(g.force_sum_reduction_for_comms for g in groups)
     force_sum_reduction(model)
     assert all(g.force_sum_reduction_for_comms for g in groups)

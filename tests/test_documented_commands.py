@@ -140,7 +140,8 @@ ROWS = [
         "walk", "stage 2 as written, resuming stage 1's newest step", slow=True, walk="extension"),
     Row(r"python scripts/export_hf\.py outputs/extend/stage2_dense_long/checkpoint/step-4 outputs/extended$", "walk",
         "exports stage 2's last step as written", slow=True, walk="extension"),
-    # ------------------------------------------------------------------ your tokenizer, data and weights (docs/recipe.md)
+    # ------------------------------------------------------------------ your tokenizer, data and weights
+    # (docs/recipe.md)
     Row(r"python scripts/export_hf\.py outputs/(debug|extend/stage2_dense_long)/checkpoint/", "help",
         "exports a trained checkpoint: the walk-through runs export_hf.py as written, tests/test_bring_your_own.py "
         "exports with a tokenizer"),
@@ -352,7 +353,8 @@ def test_the_context_extension_runs_in_order_on_a_cpu_as_written_in_the_quicksta
     stages = [run_installed(command, installed) for command in walk]
     for run, taken in zip(stages[1:3], ("stage0_short/checkpoint/step-4", "stage1_lighthouse_long/checkpoint/step-2")):
         assert f"{taken} (its newest complete step)" in run.stdout + run.stderr
-    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in Path("outputs/extended").iterdir()}
+    assert ({"config.json", "model.safetensors", "tokenizer.json"}
+            <= {p.name for p in Path("outputs/extended").iterdir()})
 
 
 def readme_snippets() -> list[str]:

@@ -1,7 +1,9 @@
-"""scripts/niah.py, scripts/heldout_loss.py, scripts/causality_audit.py and scripts/generate.py on a tiny checkpoint written by a short
+"""scripts/niah.py, scripts/heldout_loss.py, scripts/causality_audit.py and scripts/generate.py on a tiny checkpoint
+written by a short
 training run on CPU.
 
-The run: train.py (on CPU the Lighthouse call is the reference), the debug flavor at sequence 256, three steps on a byte corpus of this repository's own sources.
+The run: train.py (on CPU the Lighthouse call is the reference), the debug flavor at sequence 256, three steps on a byte
+corpus of this repository's own sources.
 """
 from __future__ import annotations
 
@@ -100,7 +102,8 @@ def test_niah_writes_the_grid_its_heatmap_and_the_setting_it_ran(trained, tmp_pa
 
 
 @pytest.mark.parametrize("extra, lengths, message", [
-    ([], "128,98", r"length 98 does not fit the Lighthouse setting: seq_len=98 is not divisible by pool\*\*\(levels-1\)=4"),
+    ([], "128,98", r"length 98 does not fit the Lighthouse setting: seq_len=98 is not divisible by "
+                   r"pool\*\*\(levels-1\)=4"),
     (["--lighthouse.no-enable"], "128,512", r"lengths \[512\] exceed training.seq_len=256"),
 ], ids=["lighthouse-invalid-length", "past-rope-table"])
 def test_niah_rejects_lengths_the_model_cannot_run(trained, tmp_path, extra, lengths, message, monkeypatch, capsys):
@@ -182,7 +185,8 @@ def test_causality_audit_records_each_lookahead_and_combines_into_the_docs_layou
     assert (tmp_path / "causal.png").stat().st_size > 0
     rows = record("causality_audit", tmp_path / "docs" / "causality", "--combine", str(tmp_path / "dense.json"),
                   str(tmp_path / "causal.json"))
-    assert [(r["selection"], r["lookahead"]) for r in rows] == [("dense", 1), ("dense", 8), ("causal", 1), ("causal", 8)]
+    assert ([(r["selection"], r["lookahead"]) for r in rows]
+            == [("dense", 1), ("dense", 8), ("causal", 1), ("causal", 8)])
     assert set(ROW_KEYS) <= set(rows[0])
     assert (tmp_path / "docs" / "causality.png").stat().st_size > 0
 

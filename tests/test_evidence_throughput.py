@@ -1,4 +1,5 @@
-"""scripts/train_throughput.py: the Amdahl arithmetic and the out-of-memory path (eval.benchmarks.throughput), and a CPU run
+"""scripts/train_throughput.py: the Amdahl arithmetic and the out-of-memory path (eval.benchmarks.throughput), and a CPU
+run
 of the debug model."""
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ def test_amdahl_view_from_step_and_layer_times(ac, dense_layer, lighthouse_layer
     assert out["lighthouse_layer_speedup"] == pytest.approx(dense_layer / lighthouse_layer)
     assert out["lighthouse_layers_attention_share_of_dense_step"] == pytest.approx(share)
     assert out["amdahl_ceiling"] == pytest.approx(1 / (1 - share))
-    assert out["predicted_speedup"] == pytest.approx(dense_step / (dense_step - n_layers * (dense_layer - lighthouse_layer)))
+    assert out["predicted_speedup"] == pytest.approx(dense_step
+                                                     / (dense_step - n_layers * (dense_layer - lighthouse_layer)))
     assert out["speedup"] == pytest.approx(2.0)
 
 

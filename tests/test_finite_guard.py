@@ -16,7 +16,8 @@ import recipe  # noqa: F401  (before torchtitan)
 from torchtitan.distributed import utils as dist_utils
 
 from recipe.launch import single_process_env
-from recipe.resilience.finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, non_finite_state, recorded_grad_norms
+from recipe.resilience.finite_guard import (FiniteGuard, NonFiniteStep, checkpoint_due, non_finite_state,
+                                            recorded_grad_norms)
 
 from .warm_python import run_python
 

@@ -130,7 +130,8 @@ def test_ops_pass_opcheck(stand_in):
     torch.library.opcheck(torch.ops.lighthouse.flash_attn_forward.default, (q, k, v, True))
     q, k, v = (x.detach() for x in (q, k, v))
     o, lse = torch.ops.lighthouse.flash_attn_forward(q, k, v, False)
-    torch.library.opcheck(torch.ops.lighthouse.flash_attn_backward.default, (torch.randn_like(o), q, k, v, o, lse, False))
+    torch.library.opcheck(torch.ops.lighthouse.flash_attn_backward.default,
+                          (torch.randn_like(o), q, k, v, o, lse, False))
 
 
 CROSSOVER = 18_432  # a measured entry of AUTO_FROM, as the tests set it

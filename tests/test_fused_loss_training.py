@@ -84,7 +84,8 @@ def test_fsdp_and_compiled_context_parallel_give_the_one_process_losses(runs):
     """FSDP's two ranks read other batches than one process: they are compared with FSDP on the full loss. CP=2
     (compiled, full activation checkpointing) shards one sequence: it gives the one-process fused losses."""
     root, log = runs
-    assert metrics(root / "fsdp_fused", LOSS) == pytest.approx(metrics(root / "fsdp_full", LOSS), rel=RELATIVE_TOLERANCE)
+    assert metrics(root / "fsdp_fused", LOSS) == pytest.approx(metrics(root / "fsdp_full", LOSS),
+                                                               rel=RELATIVE_TOLERANCE)
     assert len(metrics(root / "fsdp_fused", LOSS)) == 2
     assert metrics(root / "cp2_fused", LOSS) == pytest.approx(metrics(root / "fused", LOSS)[:2], rel=RELATIVE_TOLERANCE)
     assert "[loss] fused output loss (implementation='fused'" in log

@@ -106,7 +106,8 @@ def test_checkpointed_compiled_block_recomputes_the_layer_instead_of_keeping_its
 
     def block(x):
         q, k, v = (x @ w).split((h * d, g * d, g * d), dim=-1)
-        o = fused_lighthouse_attention(q.unflatten(-1, (h, d)), k.unflatten(-1, (g, d)), v.unflatten(-1, (g, d)), config)
+        o = fused_lighthouse_attention(q.unflatten(-1, (h, d)), k.unflatten(-1, (g, d)), v.unflatten(-1, (g, d)),
+                                       config)
         return x + o.flatten(2)
 
     def checkpointed(x):

@@ -33,9 +33,11 @@ def test_each_task_runs_once_on_its_own_gpu_after_what_it_waits_for(tmp_path):
 
 def test_a_failed_task_skips_its_dependants_and_a_rerun_repeats_only_what_did_not_succeed(tmp_path):
     counter = tmp_path / "runs"
-    lines = [f"ok\t-\techo ok >> {counter}", "bad\t-\texit 3", "after_bad\tbad\ttrue", f"after_ok\tok\techo after_ok >> {counter}"]
+    lines = [f"ok\t-\techo ok >> {counter}", "bad\t-\texit 3", "after_bad\tbad\ttrue",
+             f"after_ok\tok\techo after_ok >> {counter}"]
     tasks = read_tasks(tasks_file(tmp_path, lines))
-    assert run_queue(tasks, ["0"], tmp_path / "logs", poll_s=0.01) == {"ok": 0, "bad": 3, "after_bad": -1, "after_ok": 0}
+    assert run_queue(tasks, ["0"], tmp_path / "logs", poll_s=0.01) == {"ok": 0, "bad": 3, "after_bad": -1,
+                                                                        "after_ok": 0}
     assert run_queue(tasks, ["0"], tmp_path / "logs", poll_s=0.01)["after_bad"] == -1
     assert counter.read_text().split() == ["ok", "after_ok"]  # the second run repeated neither success
 

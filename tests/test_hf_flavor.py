@@ -127,4 +127,5 @@ def test_weights_of_another_shape_than_config_json_are_refused_naming_the_tensor
                "--checkpoint.initial_load_model_only")
     argv[argv.index("--model.hf_assets_path") + 1] = str(folder)
     line = refusal(argv)
-    assert "stores model.layers.0.mlp.down_proj.weight of shape [96, 200], where model.flavor='hf' has [96, 256]" in line
+    assert ("stores model.layers.0.mlp.down_proj.weight of shape [96, 200], where model.flavor='hf' has "
+            "[96, 256]") in line

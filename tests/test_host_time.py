@@ -23,7 +23,8 @@ SEGMENTS = [
 def test_every_segment_is_timed_and_the_parts_fit_in_the_total():
     # the kernels with direct attention ops here: cuDNN on CUDA, the flash kernel on CPU
     cuda = DEVICE.type == "cuda"
-    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, backend="cudnn" if cuda else "flash", selection="paper")
+    config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, backend="cudnn" if cuda else "flash",
+                              selection="paper")
     dtype = torch.bfloat16 if cuda else torch.float32
     q, k, v = random_qkv(1, 64, 2, 2, 16, dtype=dtype, device=DEVICE, requires_grad=True)
     rows = dict(host_segments(q, k, v, torch.randn_like(q), config, calls=2, sync_every=2))

@@ -11,7 +11,8 @@ CONFIGS = {
     "L3-p2-k8-m4": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper"), 128),
     "L2-p4-k8-m8": (LighthouseConfig(levels=2, pool=4, topk=8, tile_budget=8, selection="paper"), 256),
     "L4-p2-k4-m2": (LighthouseConfig(levels=4, pool=2, topk=4, tile_budget=2, selection="paper"), 128),
-    "L3-p2-dilated": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=4, selection="paper"), 128),
+    "L3-p2-dilated": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", dilation=4,
+                                       selection="paper"), 128),
     "L3-p4-k8-m2-causal": (LighthouseConfig(levels=3, pool=4, topk=8, tile_budget=2, selection="causal"), 256),
 }
 
@@ -68,7 +69,8 @@ def test_outputs_and_gradients_are_bit_identical_across_runs(name, dtype):
 SMALL_CONFIGS = {
     "L3-p2-k4-m2": LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2, selection="paper"),
     "L2-p4-k4-m2": LighthouseConfig(levels=2, pool=4, topk=4, tile_budget=2, selection="paper"),
-    "L3-p2-dilated": LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2, scorer="dilated", dilation=2, selection="paper"),
+    "L3-p2-dilated": LighthouseConfig(levels=3, pool=2, topk=4, tile_budget=2, scorer="dilated", dilation=2,
+                                      selection="paper"),
 }
 
 
@@ -128,8 +130,8 @@ def test_mismatched_inputs_are_rejected_by_name(shapes, message):
 
 @pytest.mark.parametrize(
     "device, dtype, expected",
-    [("cpu", torch.float32, "flash"), ("cpu", torch.float64, "flash"), ("cuda", torch.bfloat16, "cudnn"), ("cuda", torch.float16, "cudnn"),
-     ("cuda", torch.float32, "efficient")],
+    [("cpu", torch.float32, "flash"), ("cpu", torch.float64, "flash"), ("cuda", torch.bfloat16, "cudnn"),
+     ("cuda", torch.float16, "cudnn"), ("cuda", torch.float32, "efficient")],
 )
 def test_auto_backend_is_cudnn_on_cuda_where_cudnn_has_kernels_and_flash_on_cpu(device, dtype, expected):
     from lighthouse.attention import resolve_backend

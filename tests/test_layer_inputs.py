@@ -98,7 +98,8 @@ def test_a_call_that_cannot_run_here_is_one_value_error_naming_the_argument(sett
 
 def test_levels_beyond_the_sequence_are_named_without_computing_the_huge_span():
     with pytest.raises(ValueError, match=r"^levels=1000000 is too many for any sequence: pool\*\*\(levels-1\) "
-                                         r"\(pool=2\) must divide seq_len, whose positions count up to 2\*\*63 in int64$"):
+                                         r"\(pool=2\) must divide seq_len, whose positions count up to "
+                                         r"2\*\*63 in int64$"):
         LighthouseConfig(**{**VALID, "levels": 1000000}).validate(64)
 
 

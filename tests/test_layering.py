@@ -25,10 +25,10 @@ PROJECT = {"lighthouse_kernels", "lighthouse", "models", "recipe", "eval", "scri
 # Inside `recipe/` and `eval/`, the subpackages and top-level modules in layer order, lowest first: each imports
 # only from itself and the ones before it (docs/architecture.md draws them).
 SUBLAYERS = {
-    "recipe": ["errors", "toml_config", "progress", "launch", "torchrun", "compat", "data", "resilience", "logs", "hf", "train",
-               "experiments"],
-    "eval": ["options", "device", "checkpoint_record", "checkpoint", "checkpoint_run", "records", "metrics", "benchmarks",
-             "studies"],
+    "recipe": ["errors", "toml_config", "progress", "launch", "torchrun", "compat", "data", "resilience", "logs", "hf",
+               "train", "experiments"],
+    "eval": ["options", "device", "checkpoint_record", "checkpoint", "checkpoint_run", "records", "metrics",
+             "benchmarks", "studies"],
 }
 # The one module of `lighthouse/` that imports `lighthouse_kernels/` (the rest, the reference included, runs without
 # Triton; the fused compositions reach the kernels through it).

@@ -176,7 +176,8 @@ def test_the_json_is_kept_whole_across_calls_and_a_resume_trains_only_new_probes
 
 
 def test_the_checked_in_1_gpu_search_is_a_finished_bisection_and_backs_its_table_cell():
-    """docs/records/max_context_1gpu.json: one H200's Lighthouse search ends with a length that trains one resolution step
+    """docs/records/max_context_1gpu.json: one H200's Lighthouse search ends with a length that trains one resolution
+    step
     below one that ran out of memory, every probe in between decided, and the docs show the script's own cell."""
     record = json.loads((REPO / "docs" / "records" / "max_context_1gpu.json").read_text())
     (result,) = [r for r in record["results"] if r["attention"] == "lighthouse"]

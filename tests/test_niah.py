@@ -4,7 +4,8 @@ import random
 import pytest
 import torch
 
-from eval.metrics.niah import DEPTHS, NEEDLE, QUESTION, build_prompt, byte_encode, check_grid, markdown, plot_heatmap, run_niah
+from eval.metrics.niah import (DEPTHS, NEEDLE, QUESTION, build_prompt, byte_encode, check_grid, markdown, plot_heatmap,
+                               run_niah)
 
 
 def encode(text: str) -> list[int]:

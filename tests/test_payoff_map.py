@@ -1,4 +1,5 @@
-"""The pay-off map (scripts/payoff_map.py, recipe/experiments/payoff_grid.py, eval/studies/payoff.py): a study TOML becomes the
+"""The pay-off map (scripts/payoff_map.py, recipe/experiments/payoff_grid.py, eval/studies/payoff.py): a study TOML
+becomes the
 queue of runs that share their stage 1, mistakes name the key, and the report gives distributions over seeds."""
 from __future__ import annotations
 
@@ -115,7 +116,8 @@ def test_a_stage_2_run_resumes_stage_1_at_its_switch_with_the_rewarm_it_names(tm
     value = lambda key: argv[argv.index(key) + 1]  # noqa: E731
     assert value("--checkpoint.initial_load_path") == "outputs/payoff/tiny_128k_basin/causal_s4/checkpoint/step-360"
     assert (value("--lr_scheduler.rewarm_at_step"), value("--lr_scheduler.rewarm_steps")) == ("360", "36")
-    assert (value("--debug.seed"), value("--training.steps"), value("--lr_scheduler.total_steps")) == ("4", "720", "720")
+    assert ((value("--debug.seed"), value("--training.steps"), value("--lr_scheduler.total_steps"))
+            == ("4", "720", "720"))
     assert "--lighthouse.no-enable" in argv and "--checkpoint.no-initial-load-model-only" in argv
 
 
@@ -147,7 +149,8 @@ def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
     ("", r"needs a \[study\] table and at least one \[\[grid\]\] block"),
     ("[[grid]]\nseeds = [3, 9]\n", r"grid 1 seeds \[9\] are not among study.seeds = \[3, 4\]"),
     ("dense = false\n[[grid]]\nseeds = [3]\n", r"study.seeds \[4\] are in no \[\[grid\]\] block's seeds"),
-    ('reported = ["causal_s3"]\n[[grid]]\n', r"reported names \['causal_s3'\], which are not dense, frontier or stage-2"),
+    ('reported = ["causal_s3"]\n[[grid]]\n',
+     r"reported names \['causal_s3'\], which are not dense, frontier or stage-2"),
     ('reported = ["dense_s9"]\n[[grid]]\n', r"names \['dense_s9'\].*those are \['causal_s3_switch360', "),
     ('reported = ["dense_s3", "dense_s3"]\n[[grid]]\n', r"study.reported = .* repeats a name"),
     ("anatomy_windows = -1\n[[grid]]\n", r"study.anatomy_windows = -1 must be an integer >= 0"),
@@ -373,7 +376,8 @@ def test_the_cpu_extension_example_runs_as_written_and_reports_the_loss_by_posit
             assert f"Loading the checkpoint from {folder}/stage0_s{seed}/checkpoint/step-4." in log, name
             assert "Finished loading the checkpoint" in log, name
         saved = FileSystemReader(str(folder / f"stage0_s{seed}" / "checkpoint" / "step-4")).read_metadata()
-        assert not any(key.startswith(("optimizer", "train_state")) for key in saved.state_dict_metadata), "weights alone"
+        assert not any(key.startswith(("optimizer", "train_state"))
+                       for key in saved.state_dict_metadata), "weights alone"
         scored = json.loads((folder / "anatomy" / f"s{seed}_0.json").read_text())["models"]
         assert {name: model["checkpoint"] for name, model in scored.items()} == {  # the frontier at its last step
             f"dense_s{seed}": f"{folder}/dense_s{seed}/checkpoint/step-8",
@@ -486,7 +490,8 @@ def test_arm_first_runs_each_stage_2_right_after_its_stage_1_and_the_rest_in_the
             assert start < i and all(r.kind == "stage2" and r.stage1 == run.stage1 for r in runs[start + 1:i])
     others = [r.name for r in seeded if r.kind != "stage2"]
     assert [r.name for r in runs if r.kind != "stage2"] == others
-    assert [r.name for r in runs][:4] == ["causal_s3", "causal_s3_switch360", "causal_s3_switch360_rewarm36", "dense_s3"]
+    assert [r.name for r in runs][:4] == ["causal_s3", "causal_s3_switch360", "causal_s3_switch360_rewarm36",
+                                          "dense_s3"]
     out = run_python(["scripts/payoff_map.py", "tasks", str(study.path), "--order", "arm-first"], env=child_env(),
                      timeout=120)
     assert out.returncode == 0, out.stderr

@@ -89,7 +89,8 @@ def test_bits_per_byte_are_tabled_beside_the_per_token_finals_when_the_runs_logg
     for r in records[:2]:
         r["final_bits_per_byte"] = rng.uniform(0.5, 1.5)
     summary = payoff.distributions(records, threshold=None)
-    assert summary["arms"]["causal_switch360"]["seeds"][0]["bits_per_byte"] == round(records[1]["final_bits_per_byte"], 4)
+    assert (summary["arms"]["causal_switch360"]["seeds"][0]["bits_per_byte"]
+            == round(records[1]["final_bits_per_byte"], 4))
     table = payoff.markdown(summary)
     assert "bits per byte" in table
     assert f"| dense | {records[0]['final_bits_per_byte']:.4f} | - |" in table  # seed 1 logged none

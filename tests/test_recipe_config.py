@@ -64,11 +64,13 @@ def test_the_section_takes_every_layer_field_default_and_doc_from_the_layer_conf
     (["--lighthouse.no-enable", "--lighthouse.dense_backend", "fast"],
      r"^\[lighthouse\] dense_backend='fast' is not one of \('cudnn', 'flash_attn', 'auto'\)$"),
     (["--lighthouse.switch_to_dense_at_step", "-3"], r"switch_to_dense_at_step=-3 must be >= 0"),
-    (["--lighthouse.no-enable", "--lighthouse.switch_to_dense_at_step", "5"], r"switch_to_dense_at_step=5 with enable=false"),
+    (["--lighthouse.no-enable", "--lighthouse.switch_to_dense_at_step", "5"],
+     r"switch_to_dense_at_step=5 with enable=false"),
     (["--lighthouse.dense_every", "1"], r"dense_every=1 must be 0 \(never\) or >= 2"),
     (["--lighthouse.dense_every", "-4"], r"dense_every=-4 must be 0 \(never\) or >= 2"),
     (["--lighthouse.no-enable", "--lighthouse.dense_every", "4"], r"dense_every=4 with enable=false"),
-    (["--validation.enable", "--validation.dataset", "synthetic", "--validation.steps", "1", "--validation.seq_len", "100"],
+    (["--validation.enable", "--validation.dataset", "synthetic", "--validation.steps", "1", "--validation.seq_len",
+      "100"],
      r"validation.seq_len=100"),
     (["--model.flavor", "huge"], re.escape(f"model.flavor='huge' is not one of {sorted(FLAVORS)}")),
     (["--model.name", "llama3", "--model.flavor", "debugmodel"], r"model.name='llama3' has no Lighthouse layers"),
@@ -119,7 +121,8 @@ def test_a_length_mistake_names_the_length():
 
 def save_checkpoint(folder: Path, full: bool) -> str:
     """A DCP step folder with the keys of a model-only or of a full torchtitan checkpoint."""
-    state = {"tok_embeddings.weight": torch.randn(FLAVORS["debug"].vocab_size, FLAVORS["debug"].dim)}  # the model's shape
+    # the model's shape
+    state = {"tok_embeddings.weight": torch.randn(FLAVORS["debug"].vocab_size, FLAVORS["debug"].dim)}
     if full:
         state["train_state"] = {"step": torch.tensor(10)}
     dcp.save(state, checkpoint_id=str(folder))

@@ -41,7 +41,8 @@ def loader(dataset="synthetic", path=None, rank=0, world=1, seq_len=64, batch=2,
     """The TrainSpec dataloader for a job that sets only what the data pipeline reads."""
     training = SimpleNamespace(dataset=dataset, dataset_path=path, seq_len=seq_len, local_batch_size=batch,
                                dataloader=DataLoader(num_workers=workers))
-    job = SimpleNamespace(training=training, debug=SimpleNamespace(seed=None), data=SimpleNamespace(bad_documents="stop"))
+    job = SimpleNamespace(training=training, debug=SimpleNamespace(seed=None),
+                          data=SimpleNamespace(bad_documents="stop"))
     return build_lighthouse_dataloader(world, rank, ByteTokenizer(), job)
 
 

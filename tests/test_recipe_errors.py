@@ -215,7 +215,8 @@ def test_under_torchrun_a_gpu_only_script_hands_its_line_to_torchruns_summary(sc
     with pytest.raises(EndedAtOnce) as exit_info:
         runpy.run_path(str(REPO / "scripts" / script), run_name="__main__")
     line = capsys.readouterr().err.rstrip("\n")
-    assert exit_info.value.args == (2,) and re.fullmatch(rf"error: {script} needs an NVIDIA GPU with CUDA; .*{hint}", line)
+    assert exit_info.value.args == (2,) and re.fullmatch(rf"error: {script} needs an NVIDIA GPU with CUDA; .*{hint}",
+                                                         line)
     assert json.loads((tmp_path / "error.json").read_text())["message"]["extraInfo"]["py_callstack"] == line
 
 
@@ -402,7 +403,8 @@ NEEDS_A_GPU = "with the paper flavor needs a GPU (none found): a CPU trains at m
     (["--job.config_file", PAPER, "--help"], None),
     (["--job.config_file", "missing.toml"], None),  # the full parse names it
     (["--job.config_file", PAPER, "--training.seq_len", "many"], None),  # tyro names it
-], ids=["1m", "paper", "paper-short", "debug-as-paper", "debug-too-long", "dry-run", "help", "missing-file", "not-a-number"])
+], ids=["1m", "paper", "paper-short", "debug-as-paper", "debug-too-long", "dry-run", "help", "missing-file",
+        "not-a-number"])
 def test_a_gpu_sized_job_is_refused_on_a_cpu_from_its_toml_and_command_line_alone(args, message, monkeypatch):
     monkeypatch.setattr(cpu_size, "gpu_device_present", lambda: False)
     if message is None:

@@ -10,7 +10,8 @@ from .helpers import random_qkv
 CONFIGS = {
     "L3-p2-k16-m8": (LighthouseConfig(levels=3, pool=2, topk=16, tile_budget=8, selection="paper"), 256),
     "L2-p4-k8-m4": (LighthouseConfig(levels=2, pool=4, topk=8, tile_budget=4, selection="paper"), 128),
-    "L3-p2-dilated": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", selection="paper"), 128),
+    "L3-p2-dilated": (LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", selection="paper"),
+                      128),
 }
 
 
@@ -36,7 +37,8 @@ def one_level_selection(expanded_index: list[int], entries: int) -> Selection:
 
 
 def test_evenness_is_one_when_expansions_fill_every_bin_and_zero_when_they_share_one():
-    config, n = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, selection="paper"), 64  # 32 level-1 entries, 2 tiles
+    # 32 level-1 entries, 2 tiles
+    config, n = LighthouseConfig(levels=2, pool=2, topk=8, tile_budget=4, selection="paper"), 64
     bins = evenness_bins(config, n, 1)
     entries = n // 2
     assert bins == 16

@@ -44,7 +44,8 @@ def runs(tmp_path_factory):
     argvs = [COMMON + ["--job.dump_folder", str(folder[name])] + extra for name, extra in jobs.items()]
     out = train_in_one_process(argvs)
     assert out.returncode == 0, out.stderr[-4000:]
-    records = {name: read_metrics(str(folder[name] / METRICS_FILE)) for name in ("full", "half", "stage2", "switch", "interleaved")}
+    records = {name: read_metrics(str(folder[name] / METRICS_FILE))
+               for name in ("full", "half", "stage2", "switch", "interleaved")}
     return records, out.stdout + out.stderr
 
 

@@ -67,10 +67,12 @@ def test_after_the_switch_and_without_lighthouse_only_the_dense_loss_is_logged(r
     root, _ = runs
     switch = validations(root, "switch")
     assert ["validation/lighthouse_loss" in r for r in switch] == [True, True, False]
-    assert all("validation/lighthouse_loss" not in r and "validation/dense_loss" in r for r in validations(root, "dense"))
+    assert all("validation/lighthouse_loss" not in r and "validation/dense_loss" in r
+               for r in validations(root, "dense"))
     # up to its switch the switch run is the Lighthouse run, the dense shadow included
     both = ("validation/lighthouse_loss", "validation/dense_loss")
-    assert [[r[k] for k in both] for r in switch[:2]] == [[r[k] for k in both] for r in validations(root, "lighthouse")[:2]]
+    assert ([[r[k] for k in both] for r in switch[:2]]
+            == [[r[k] for k in both] for r in validations(root, "lighthouse")[:2]])
 
 
 @pytest.mark.slow
@@ -95,7 +97,8 @@ def test_the_logged_losses_are_the_held_out_losses_of_the_checkpoint(runs):
 
 
 @pytest.mark.parametrize("override, message", [
-    (["--validation.dataset", "c4_validation"], r"validation.dataset='c4_validation' is not one of \('local', 'synthetic'\)"),
+    (["--validation.dataset", "c4_validation"],
+     r"validation.dataset='c4_validation' is not one of \('local', 'synthetic'\)"),
     (["--validation.dataset", "local"], r"validation.dataset = \"local\" needs validation.dataset_path"),
     (["--validation.dataset", "synthetic", "--validation.steps", "-1"], r"validation.steps=-1 must be >= 1"),
 ])

@@ -73,7 +73,8 @@ def _coverage(sel, config, n):
     return leaf_count.cumsum(-1)[..., :n], contrib.cumsum(-1)[..., :n]
 
 
-GEOMETRIES = [(64, 2, 2, 4, 2), (128, 2, 3, 8, 4), (256, 4, 3, 8, 4), (256, 2, 4, 4, 2), (512, 8, 2, 16, 8), (1024, 2, 5, 16, 4)]
+GEOMETRIES = [(64, 2, 2, 4, 2), (128, 2, 3, 8, 4), (256, 4, 3, 8, 4), (256, 2, 4, 4, 2), (512, 8, 2, 16, 8),
+              (1024, 2, 5, 16, 4)]
 
 
 @pytest.mark.parametrize("n, p, levels, k, m", GEOMETRIES, ids=["N{}-p{}-L{}-k{}-m{}".format(*g) for g in GEOMETRIES])

@@ -169,7 +169,8 @@ def _wait_for(path: Path, job: subprocess.Popen, timeout: float = 20.0) -> None:
 def test_time_limit_signal_requeues_the_job(cluster, restart, requeued):
     repo, log, env = cluster
     (repo / "configs" / "run.toml").write_text("")
-    job_env = _job_env(env, repo, 2, ["gpu-300", "gpu-301"], 4242, SLURM_RESTART_COUNT=str(restart), FAKE_SRUN_SLEEP="60")
+    job_env = _job_env(env, repo, 2, ["gpu-300", "gpu-301"], 4242, SLURM_RESTART_COUNT=str(restart),
+                       FAKE_SRUN_SLEEP="60")
     job = subprocess.Popen(["bash", str(repo / "slurm/train.sbatch"), "configs/run.toml"], env=job_env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

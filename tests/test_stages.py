@@ -77,7 +77,8 @@ def test_dilated_scorer_matches_a_naive_loop(dilation):
 def test_dilated_scorer_is_selectable_and_changes_the_selection():
     q, k, v = random_qkv(1, 128, 2, 2, 8)
     norm = select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, selection="paper"))
-    dilated = select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", selection="paper"), v=v)
+    dilated = select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated",
+                                            selection="paper"), v=v)
     assert not torch.equal(norm.index, dilated.index)
     with pytest.raises(ValueError, match="scorer='dilated' needs v"):
         select(q, k, LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, scorer="dilated", selection="paper"))

@@ -1,4 +1,5 @@
-"""scripts/sweep.py (recipe.experiments.sweep, recipe.experiments.sweep_summary): grid -> validated TOMLs, run names and folders, stage
+"""scripts/sweep.py (recipe.experiments.sweep, recipe.experiments.sweep_summary): grid -> validated TOMLs, run names and
+folders, stage
 chains, submit lines, local runs, summary table."""
 from __future__ import annotations
 
@@ -122,7 +123,8 @@ def test_every_valid_point_is_written_and_every_invalid_one_reported(tmp_path, c
             continue
         expected_written.add(f"s-{label}.toml")
         config = tomllib.loads((out / f"s-{label}.toml").read_text())
-        assert config["lighthouse"] | {"levels": level, "pool": pool, "topk": topk, "enable": True} == config["lighthouse"]
+        assert (config["lighthouse"] | {"levels": level, "pool": pool, "topk": topk, "enable": True}
+                == config["lighthouse"])
         assert config["job"]["description"] == f"s-{label}"
         assert f"S={lighthouse.gathered_len(seq_len)} of N={seq_len}" in printed
         dump_folders.add(config["job"]["dump_folder"])

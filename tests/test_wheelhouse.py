@@ -30,7 +30,8 @@ def test_help_prints_the_header_comment_and_no_code():
                          text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("Build a wheelhouse of everything the recipe needs")
     assert "set -euo" not in out.stdout and "#" not in out.stdout
-    assert out.stdout.rstrip().endswith("build on Linux with the target's Python version when the set must match exactly.")
+    assert out.stdout.rstrip().endswith("build on Linux with the target's Python version when the set must "
+                                        "match exactly.")
 
 
 def _pypi_reachable() -> bool:
@@ -115,5 +116,6 @@ def test_wheelhouse_installs_into_a_fresh_venv_without_an_index(tmp_path):
     numpy_file, lighthouse_file, gathered = result.stdout.split()
     assert Path(numpy_file).is_relative_to(site_packages)  # numpy came from the wheelhouse
     assert Path(lighthouse_file).is_relative_to(REPO)  # the editable checkout, as on the node
-    assert int(gathered) == LighthouseConfig(levels=3, pool=2, topk=32, tile_budget=16, selection="paper").gathered_len(512)
+    assert int(gathered) == LighthouseConfig(levels=3, pool=2, topk=32, tile_budget=16,
+                                             selection="paper").gathered_len(512)
     shutil.rmtree(venv)

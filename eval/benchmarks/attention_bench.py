@@ -4,7 +4,8 @@ breakdown, CUDA-graph replays, torch.compile / CUDA-graph checks.
 Single layer, B=1, H=G=8, D=128, bf16, L=3, p=4, two budgets (k=2048 and k=N/64). For every N:
 medians of the fused Lighthouse layer, of cuDNN SDPA on the full sequence, of FlashAttention-4 on it where it
 imports (`backend = "flash_attn"`; speed-ups are then also given against the faster of the two dense kernels)
-and of cuDNN SDPA alone on the gathered length S (the ceiling), forward and forward+backward. Writes the raw medians as JSON (one object
+and of cuDNN SDPA alone on the gathered length S (the ceiling), forward and forward+backward. Writes the raw medians as
+JSON (one object
 per point), markdown tables and log-log PNG plots. Optional: replays from CUDA graphs, per-stage breakdown
 with achieved GB/s against the measured HBM copy bandwidth and the host time by segment
 (`eval.benchmarks.host_time`), torch.compile / CUDA-graph checks, and the
@@ -76,7 +77,8 @@ def median_ms(fn: Callable[[], object], long_threshold_ms: float = 100.0) -> flo
 def qkv(n: int, heads: int = H, kv_heads: int = G, grad: bool = True
         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fresh random q [B, n, heads, D], k, v [B, n, kv_heads, D] of the benchmark's dtype on the GPU."""
-    return tuple(torch.randn(B, n, x, D, device="cuda", dtype=DTYPE, requires_grad=grad) for x in (heads, kv_heads, kv_heads))
+    return tuple(torch.randn(B, n, x, D, device="cuda", dtype=DTYPE, requires_grad=grad)
+                 for x in (heads, kv_heads, kv_heads))
 
 
 def fwd_and_fwd_bwd(fn: Attention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[float, float]:
@@ -131,7 +133,8 @@ def bench_points(ns: list[int], device: str, selections: list[str], threads: str
                                sdpa_on_S_fwd_bwd_ms=ceiling[1],
                                **(dict(fa4_fwd_ms=fa4[0], fa4_fwd_bwd_ms=fa4[1]) if fa4 else {})))
             p = points[-1]
-            print(f"N={n:>7} k={topk:>5} {selection:>6} S={s:>6}  LH {p['lh_fwd_ms']:8.3f} / {p['lh_fwd_bwd_ms']:8.3f} ms   "
+            print(f"N={n:>7} k={topk:>5} {selection:>6} S={s:>6}  LH {p['lh_fwd_ms']:8.3f} / "
+                  f"{p['lh_fwd_bwd_ms']:8.3f} ms   "
                   f"SDPA {p['sdpa_fwd_ms']:9.2f} / {p['sdpa_fwd_bwd_ms']:9.2f} ms   SDPA(S) "
                   f"{p['sdpa_on_S_fwd_ms']:7.3f} / {p['sdpa_on_S_fwd_bwd_ms']:7.3f} ms   speed-up "
                   f"{p['sdpa_fwd_ms'] / p['lh_fwd_ms']:6.1f}x / {p['sdpa_fwd_bwd_ms'] / p['lh_fwd_bwd_ms']:6.1f}x",
@@ -270,7 +273,8 @@ def graph_points(ns: list[int]) -> list[dict]:
                     graph, _ = capture(step)
                     row[f"{name}_{key}_graph_ms"] = median_ms(graph.replay)
             rows.append(row)
-            print(f"N={n:>7} k={topk:>5} CUDA graphs: LH {row['lh_fwd_graph_ms']:.3f} / {row['lh_fwd_bwd_graph_ms']:.3f} ms, "
+            print(f"N={n:>7} k={topk:>5} CUDA graphs: LH {row['lh_fwd_graph_ms']:.3f} / "
+                  f"{row['lh_fwd_bwd_graph_ms']:.3f} ms, "
                   f"SDPA {row['sdpa_fwd_graph_ms']:.3f} / {row['sdpa_fwd_bwd_graph_ms']:.3f} ms", flush=True)
     return rows
 
@@ -396,7 +400,8 @@ def extras(n: int, topk: int) -> list[str]:
     try:
         compiled = torch.compile(reference_pool_scores)
         compiled_ms = median_ms(lambda: compiled(q, k, v))
-        notes.append(f"N={n} pool+scores: Triton {triton_ms:.3f} ms, torch.compile of the reference {compiled_ms:.3f} ms")
+        notes.append(f"N={n} pool+scores: Triton {triton_ms:.3f} ms, torch.compile of the reference "
+                     f"{compiled_ms:.3f} ms")
     except Exception as err:
         notes.append(f"N={n} pool+scores: Triton {triton_ms:.3f} ms, torch.compile failed: {type(err).__name__}: {err}")
     pyramid = pool_and_score(q, k, v, POOL, LEVELS)  # every level: torch.gather needs the whole pyramid

@@ -7,7 +7,8 @@ ratios are RMSE(ref - x) / RMS(ref) (`lighthouse.testing`), tolerance `ERROR_RAT
   layer      bf16 geometries of `eval.benchmarks.gpu_parity.CASES` (the same GQA and D, up to 512K, paper and causal
              selection): the fused plan on the reference's scores,
              attended with flash_attn and with cuDNN, against the pure-PyTorch reference layer (cuDNN inner
-             attention, as eval/benchmarks/gpu_parity.py), and the whole fused layer with flash_attn against it with cuDNN;
+             attention, as eval/benchmarks/gpu_parity.py), and the whole fused layer with flash_attn against it with
+             cuDNN;
   bench      attention on S alone and the whole layer at N = 32K, 128K, 512K (`eval.benchmarks.attention_bench`'s
              geometry and budgets), fwd and fwd+bwd, each backend;
   step       a two-block causal LM with Lighthouse attention (stand-alone: no torchtitan), the loss before and
@@ -245,7 +246,8 @@ def plot(points: list[dict[str, Any]], title: str, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, key, name in ((axes[0], "fwd", "forward"), (axes[1], "fwd_bwd", "forward + backward")):
         for backend, color in zip(BACKENDS, ("tab:blue", "tab:orange")):
-            for budget, pick in (("k=2048", lambda p: p["topk"] == 2048), ("k=N/64", lambda p: p["topk"] == p["N"] // 64)):
+            for budget, pick in (("k=2048", lambda p: p["topk"] == 2048),
+                                 ("k=N/64", lambda p: p["topk"] == p["N"] // 64)):
                 sel = [p for p in points if pick(p) and f"{backend}_layer_{key}_ms" in p]
                 style = "-o" if budget == "k=2048" else "--s"
                 if sel:

@@ -97,7 +97,8 @@ def measure(impl: LossImpl, hidden: torch.Tensor, weight: torch.Tensor, labels: 
     ref_loss, ref_h, ref_w = ref
     return {"ms": sorted(times)[len(times) // 2], "peak_gib": peak,
             "loss": loss.item(), "loss_rel_error": abs(loss.item() - ref_loss) / ref_loss,
-            "grad_hidden_error_ratio": error_ratio(h.grad, ref_h), "grad_weight_error_ratio": error_ratio(w.grad, ref_w)}
+            "grad_hidden_error_ratio": error_ratio(h.grad, ref_h),
+            "grad_weight_error_ratio": error_ratio(w.grad, ref_w)}
 
 
 def inputs(tokens: int, dim: int, vocab: int, device: torch.device, seed: int = 0):

@@ -83,7 +83,8 @@ def class_masks(windows: np.ndarray, edges: tuple[int, ...] = POSITION_EDGES) ->
         stacked = {name: np.stack([c[name] for c in per_window]) for name in per_window[0]}
         repeated = ~stacked["fresh"]
         partitions[f"ngram{n}"] = {name: mask for name, mask in stacked.items() if name != "copyable"}
-        partitions[f"ngram{n} copyable"] = {"fresh": stacked["fresh"], "repeated, copyable": repeated & stacked["copyable"],
+        partitions[f"ngram{n} copyable"] = {"fresh": stacked["fresh"],
+                                            "repeated, copyable": repeated & stacked["copyable"],
                                             "repeated, not copyable": repeated & ~stacked["copyable"]}
     return partitions
 
@@ -178,7 +179,8 @@ def read_dumps(paths: list[Path]) -> tuple[np.ndarray, dict[str, np.ndarray], di
     windows, losses, niah = None, {}, {}
     for path in paths:
         if not path.with_suffix(".npz").is_file():
-            raise ValueError(f"--dump {str(path)!r}: no {path.with_suffix('.npz').name} (write it with the dump command)")
+            raise ValueError(f"--dump {str(path)!r}: no {path.with_suffix('.npz').name} "
+                             "(write it with the dump command)")
         data = np.load(path.with_suffix(".npz"))
         if windows is None:
             windows = data["windows"]

@@ -2,7 +2,8 @@
 
 For every (context length, depth) cell and every digit 0-9, one prompt is built: filler of the given
 length with the passkey sentence inserted at `depth` percent of it, ending in a question whose answer is
-the digit. Lengths are in the model's tokens (bytes, or a Hugging Face tokenizer's: `text_encoder`). One forward pass; the prediction is the argmax over the 10 digit tokens at the last position.
+the digit. Lengths are in the model's tokens (bytes, or a Hugging Face tokenizer's: `text_encoder`). One forward pass;
+the prediction is the argmax over the 10 digit tokens at the last position.
 A cell's score is the mean accuracy over the 10 digits.
 """
 from __future__ import annotations
@@ -69,7 +70,8 @@ def build_prompt(
     needle, question = encode(NEEDLE.format(digit=digit)), encode(QUESTION)
     filler_len = length - len(needle) - len(question)
     if filler_len < 0:
-        raise ValueError(f"length={length} is shorter than the needle and question ({len(needle) + len(question)} tokens)")
+        raise ValueError(f"length={length} is shorter than the needle and question "
+                         f"({len(needle) + len(question)} tokens)")
     text, filler = "", []
     while len(filler) < filler_len:  # one character a token with bytes; a subword tokenizer needs more characters
         text += "".join(rng.choice(_ALPHABET) for _ in range(filler_len - len(filler)))

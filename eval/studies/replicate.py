@@ -133,7 +133,8 @@ def summarize(run: Path, steps: int, tokens_per_step: int) -> dict:
     for arm in arms:
         heldout = eval_json(run, "heldout", arm.name)
         stage_steps = {"lighthouse": arm.lighthouse_steps, "dense": steps - arm.lighthouse_steps}
-        stage_tok_s = {"lighthouse": median_tps(run, "lighthouse", 1, arm.lighthouse_steps)} if arm.lighthouse_steps else {}
+        stage_tok_s = ({"lighthouse": median_tps(run, "lighthouse", 1, arm.lighthouse_steps)}
+                       if arm.lighthouse_steps else {})
         stage_tok_s["dense"] = median_tps(run, arm.name, arm.lighthouse_steps + 1, steps)
         stage_loop_s = {name: stage_steps[name] * tokens_per_step / tps for name, tps in stage_tok_s.items()}
         entry = {

@@ -3,7 +3,8 @@
 An arm's folders (scripts/time_to_quality.sh): `dense_s<seed>`; `<selection>_s<seed>` (stage 1) and
 `<selection>_s<seed>_switch<step>` (stage 2, resumed from stage 1's checkpoint at <step>); a stage-1 variant
 adds suffixes (`_k2048from250`: k = 2048 from step 250 on; `_every4`, `_k1024`, `_dl0-7`: see
-`recipe.experiments.payoff_grid`), a stage-2 variant one after the switch (`_rewarm36`: an LR re-warm over 36 steps). Each folder's
+`recipe.experiments.payoff_grid`), a stage-2 variant one after the switch (`_rewarm36`: an LR re-warm over 36 steps).
+Each folder's
 metrics.jsonl holds one record per training step (`time_metrics/end_to_end(s)`, logged every step) and the
 dense-shadow validation records (`validation/dense_loss`, also during stage 1).
 
@@ -135,7 +136,8 @@ class Arm:
 
 def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
     """Every complete arm under `run` (dense arms and each stage-2 folder with its stage 1). A folder whose steps
-    are not all logged, whose last step was not validated or (stage 2) that trained no step raises ValueError, or with `incomplete` given is
+    are not all logged, whose last step was not validated or (stage 2) that trained no step raises ValueError, or with
+    `incomplete` given is
     named there and left out (a study stopped midway reports what finished)."""
     arms = []
     for folder in sorted(p for p in run.iterdir() if (p / METRICS_FILE).is_file()):

@@ -1,7 +1,8 @@
 """torch's context-parallel dispatcher, whose ring attention `lighthouse.context_parallel.ring` uses: every
 private torch call of the project's context parallelism.
 
-torch rings SDPA on DTensors sharded along the sequence once its CP dispatcher is on. It rings only the CUDA SDPA ops (flash, efficient, cuDNN). On CPU, SDPA runs
+torch rings SDPA on DTensors sharded along the sequence once its CP dispatcher is on. It rings only the CUDA SDPA ops
+(flash, efficient, cuDNN). On CPU, SDPA runs
 `aten._scaled_dot_product_flash_attention_for_cpu`, for which it has neither a handler nor a sharding rule,
 so `register_ring_attention` adds the two missing handlers (forward and backward), built from torch's
 own ring templates exactly as torch builds its CUDA flash handlers: no new collective, the same head/tail

@@ -1,6 +1,7 @@
 """The SDPA kernels' own forward and backward aten ops, on [B, heads, S, D], causal, scale 1/sqrt(D), no
 dropout: what `F.scaled_dot_product_attention` reaches, called without its dispatch and autograd node
-(`lighthouse.attention.direct_attention`). These ops are private to torch; their argument lists are torch 2.11-2.13's."""
+(`lighthouse.attention.direct_attention`). These ops are private to torch; their argument lists are torch
+2.11-2.13's."""
 from __future__ import annotations
 
 import torch

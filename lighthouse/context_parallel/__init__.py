@@ -7,7 +7,14 @@
   batch of chunks;
 - `layer`: the CP layer and its module.
 """
-from .geometry import check_context_parallel, chunk_config, halo_destinations, halo_sources, offset_selection, owned_chunks
+from .geometry import (
+    check_context_parallel,
+    chunk_config,
+    halo_destinations,
+    halo_sources,
+    offset_selection,
+    owned_chunks,
+)
 from .halos import all_gather_stacked
 from .layer import (
     ContextParallelLighthouseAttention,

@@ -1,4 +1,5 @@
-"""torch's DTensor caches, emptied at the end of a job (`recipe.resilience.teardown.end_process_groups`): they hold device
+"""torch's DTensor caches, emptied at the end of a job (`recipe.resilience.teardown.end_process_groups`): they hold
+device
 meshes, and through them process groups."""
 from __future__ import annotations
 

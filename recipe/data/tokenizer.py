@@ -22,8 +22,8 @@ from torchtitan.config.job_config import Model
 from models.llama3_lighthouse.args import BOS_ID, EOS_ID, NUM_BYTES, VOCAB_SIZE
 
 __all__ = ["BOS_ID", "EOS_ID", "NUM_BYTES", "TOKENIZER_FILES", "VOCAB_MULTIPLE", "VOCAB_SIZE", "ByteTokenizer",
-           "build_byte_tokenizer", "build_tokenizer", "hf_tokenizer_folder", "tokenizer_setting", "model_vocab_size", "token_bytes", "tokenizer_fingerprint",
-           "utf8_bytes"]
+           "build_byte_tokenizer", "build_tokenizer", "hf_tokenizer_folder", "tokenizer_setting", "model_vocab_size",
+           "token_bytes", "tokenizer_fingerprint", "utf8_bytes"]
 
 TOKENIZER_FILE = "tokenizer.json"
 # The files of a Hugging Face tokenizer that an export copies back beside the weights.

@@ -1,6 +1,7 @@
 """The paper's runs as TOML files: the dense baseline, one stage-1 file per Lighthouse row of its ablation
 table, and the stage-2 dense resume; plus its stage 1 at 256K and 1M tokens with context parallelism
-(`configs/long_context/`), 1M also on one node of 2 or 4 GPUs. `python -m recipe.experiments.paper_configs` rewrites both
+(`configs/long_context/`), 1M also on one node of 2 or 4 GPUs. `python -m recipe.experiments.paper_configs` rewrites
+both
 folders; a test keeps the committed files equal to what this module renders.
 
 Shared settings (paper section 5): Llama-3 with d_model 1024, 30 layers, 8 heads of dim 128, FFN 1536,
@@ -182,7 +183,8 @@ def _lighthouse_section(row: Stage1Row | None) -> str:
         f"enable = true\nlevels = {row.levels}\npool = {row.pool}\ntopk = {row.topk}\ntile_budget = 128\n"
         f'scorer = "{row.scorer}"\nselection = "causal"\ndilation = 4\ndense_layers = {list(DENSE_LAYERS)}\n'
         f'backend = "auto"\n'
-        f"switch_to_dense_at_step = 0  # or {STAGE1_STEPS} with --training.steps {TOTAL_STEPS}: both stages in one run\n"
+        f"switch_to_dense_at_step = 0  # or {STAGE1_STEPS} with --training.steps {TOTAL_STEPS}: "
+        "both stages in one run\n"
     )
 
 
@@ -237,7 +239,8 @@ def render_long_context(run: LongContextRun) -> str:
         f"context parallel degree {run.cp_degree}:\n{batch}"
         f"#   torchrun --nproc_per_node={run.nproc} --local-ranks-filter 0 train.py --job.config_file {path}\n"
         + "".join(f"# {line}\n" for line in run.measured)
-        + f"# Both stages in one run: --training.steps {TOTAL_STEPS} --lighthouse.switch_to_dense_at_step {STAGE1_STEPS}"
+        + f"# Both stages in one run: --training.steps {TOTAL_STEPS} "
+          f"--lighthouse.switch_to_dense_at_step {STAGE1_STEPS}"
     )
     return _render(header, run.name, _lighthouse_section(row), STAGE1_STEPS, seq_len=run.seq_len,
                    global_batch=run.global_batch, cp_degree=run.cp_degree, folder="long_context",

@@ -207,7 +207,8 @@ def _check_stage0(parsed: Study, study: dict) -> None:
     if not given:
         return
     if len(given) == 1:
-        raise _fail(parsed.path, f"study.{given[0]} needs study.stage0_{'steps' if 'seq_len' in given[0] else 'seq_len'}")
+        raise _fail(parsed.path,
+                    f"study.{given[0]} needs study.stage0_{'steps' if 'seq_len' in given[0] else 'seq_len'}")
     seq_len, steps = study["stage0_seq_len"], study["stage0_steps"]
     long = get_key(parsed.base, "training.seq_len")
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 1 <= seq_len < long:
@@ -384,7 +385,8 @@ def train_command(study: Study, run: Run, python: str = "python3") -> str:
     else:  # no run resumes its last step: weights alone are all that reads it, a third the size, to move
         argv += ["--lighthouse.no-enable", "--checkpoint.last_save_model_only"]
     if run.kind == "stage2":
-        argv += ["--checkpoint.initial_load_path", str(study.run / run.stage1.name / "checkpoint" / f"step-{run.switch}"),
+        argv += ["--checkpoint.initial_load_path",
+                 str(study.run / run.stage1.name / "checkpoint" / f"step-{run.switch}"),
                  "--checkpoint.no-initial-load-model-only"]
         if run.rewarm_steps:
             argv += ["--lr_scheduler.rewarm_at_step", str(run.switch), "--lr_scheduler.rewarm_steps",

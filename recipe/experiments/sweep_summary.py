@@ -1,4 +1,5 @@
-"""One table of final loss, throughput, MFU and peak memory over sweeps (`recipe.experiments.sweep`) or run dump folders,
+"""One table of final loss, throughput, MFU and peak memory over sweeps (`recipe.experiments.sweep`) or run dump
+folders,
 from whatever logs the runs wrote (`recipe.logs.run_logs`)."""
 from __future__ import annotations
 

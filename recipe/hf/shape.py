@@ -64,14 +64,16 @@ def apply_hf_shape(args: LighthouseLlamaArgs, config: dict[str, Any], rope: bool
     multiple_of = intermediate_size with the multiplier that makes the inner value at most intermediate_size gives
     intermediate_size exactly."""
     try:
-        dim, heads, ffn = int(config["hidden_size"]), int(config["num_attention_heads"]), int(config["intermediate_size"])
+        dim, heads, ffn = (int(config["hidden_size"]), int(config["num_attention_heads"]),
+                           int(config["intermediate_size"]))
         args.dim, args.n_layers, args.n_heads = dim, int(config["num_hidden_layers"]), heads
         args.n_kv_heads = int(config.get("num_key_value_heads") or heads)
         args.vocab_size = int(config["vocab_size"])
     except (KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{HF_CONFIG_FILE} of model.hf_assets_path lacks a usable {err} for "
                          f"model.flavor='{HF_FLAVOR}'")
-    if min(dim, heads, ffn, args.n_layers, args.n_kv_heads, args.vocab_size) < 1 or dim % heads or heads % args.n_kv_heads:
+    if (min(dim, heads, ffn, args.n_layers, args.n_kv_heads, args.vocab_size) < 1 or dim % heads
+            or heads % args.n_kv_heads):
         raise ValueError(f"{HF_CONFIG_FILE} has hidden_size={dim}, num_attention_heads={heads}, num_key_value_heads="
                          f"{args.n_kv_heads}, intermediate_size={ffn}, num_hidden_layers={args.n_layers}: heads must "
                          "divide hidden_size and kv heads the heads, all positive")

@@ -5,7 +5,8 @@
 was written whole. A resume reads it before DCP reads anything: a manifest that cannot be read, a file that is
 missing, shorter or longer, whose checksum differs (zeroed or flipped bytes) or that the manifest does not list
 makes the step damaged, and so does a step without a manifest or whose manifest records no checksums (which a
-flipped byte passes) unless the job loads unverified steps (`[checkpoint] load_unverified`); a different data-parallel degree is named as such (each data-parallel rank
+flipped byte passes) unless the job loads unverified steps (`[checkpoint] load_unverified`); a different data-parallel
+degree is named as such (each data-parallel rank
 keeps its own data position in the checkpoint). In a job of several processes each rank checksums its share of
 the files (a CRC-32 reads about 2 GiB/s on one core) and the ranks exchange what they found, so every rank
 decides the same.

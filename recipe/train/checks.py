@@ -148,7 +148,8 @@ def check_loop(job_config) -> None:
         raise ValueError(f"metrics.log_freq={job_config.metrics.log_freq} must be >= 1")
     if training.gc_freq < 1:
         raise ValueError(f"training.gc_freq={training.gc_freq} must be >= 1 (steps between garbage collections)")
-    if job_config.checkpoint.enable and not job_config.resilience.checksums and not job_config.checkpoint.load_unverified:
+    if (job_config.checkpoint.enable and not job_config.resilience.checksums
+            and not job_config.checkpoint.load_unverified):
         raise ValueError("[resilience] checksums=false with checkpoint.enable: the steps this job saves record no "
                          "checksums, so a resume cannot verify them and takes none; pass --checkpoint.load_unverified "
                          "too to resume them unverified, or leave checksums on")
@@ -372,7 +373,8 @@ def check_resume_tokenizer(job_config, fingerprint: str) -> None:
     then = recorded_tokenizer(os.path.join(runs, records[-1])) if records else None
     if then is not None and then != fingerprint:
         raise ValueError(f"{tokenizer_setting(job_config.model)} gives the tokenizer {fingerprint}, "
-                         f"but the checkpoints in {os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)}"
+                         "but the checkpoints in "
+                         f"{os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)}"
                          f" were trained with {then}; resume with that tokenizer, or pass another --job.dump_folder")
 
 

@@ -95,7 +95,8 @@ def read_job_file(args: Sequence[str]) -> dict[str, Any]:
 
 def check_cpu_size_at_once(args: Sequence[str]) -> None:
     """On a machine without a GPU device, raise ConfigError (naming the config file) for a job sized for GPUs
-    (`cpu_size_error`; a dry run, `comm.mode`, trains nothing), read from its TOML file and command line alone. What cannot be read here (a missing file,
+    (`cpu_size_error`; a dry run, `comm.mode`, trains nothing), read from its TOML file and command line alone. What
+    cannot be read here (a missing file,
     a value that is not a number, `--help`) is left to the full parse, which names it."""
     if gpu_device_present() or {"--help", "-h"} & set(args):
         return

@@ -33,7 +33,8 @@ def _layer_fields() -> type:
     layer = make_dataclass("LighthouseLayer", [(f.name, types[f.name], field(default=f.default))
                                                for f in fields(LighthouseConfig)])
     attributes = "".join(f"    {name}: {textwrap.indent(docs[name], ' ' * 8).strip()}\n" for name in docs)
-    layer.__doc__ = f"The settings of each Lighthouse layer (`lighthouse.LighthouseConfig`).\n\nAttributes:\n{attributes}"
+    layer.__doc__ = ("The settings of each Lighthouse layer (`lighthouse.LighthouseConfig`).\n\n"
+                     f"Attributes:\n{attributes}")
     layer.__module__ = __name__
     return layer
 

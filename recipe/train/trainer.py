@@ -36,7 +36,8 @@ from recipe.progress import first_step_line, slow_step_line
 from recipe.resilience.checkpoint_guard import complete_steps, load_newest_intact, resume_step, save_or_stop
 from recipe.resilience.checkpoint_manifest import write_manifest
 from recipe.resilience.dump_lock import DumpFolderLock
-from recipe.resilience.finite_guard import FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state, recorded_grad_norms
+from recipe.resilience.finite_guard import (FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state,
+                                            recorded_grad_norms)
 from recipe.resilience.held_signals import ctrl_c_held, release_ctrl_c, take_sigterm
 from recipe.resilience.preemption import SigtermFlag, Terminated, save_on_sigterm
 from recipe.resilience.teardown import end_process_groups
@@ -45,7 +46,8 @@ from recipe.train.checks import (check_environment, check_resume_tokenizer, chec
 from recipe.train.cli import ConfigError, RunStopped, as_config_error, exit_on_config_error, parse_job_config
 from recipe.train.job_config import check_initial_load, check_job_config, resolve_initial_load
 from recipe.train.loss import tokens_per_rank, uses_fused_loss, with_labels
-from recipe.train.train_spec import job_model_args, use_hf_shape, use_tokenizer  # importing it registers the llama3_lighthouse TrainSpec
+# importing it registers the llama3_lighthouse TrainSpec
+from recipe.train.train_spec import job_model_args, use_hf_shape, use_tokenizer
 
 
 @as_config_error()
@@ -171,9 +173,11 @@ class LighthouseTrainer(Trainer):
     `close` or the end of the process); records the run at its first step (`argv`: the job's arguments, default
     this process's), or says that there is nothing left to train; stops a run whose loss or gradient norm, or
     whose parameters, optimizer state or LR at a save, are not finite before a checkpoint of the bad step or a
-    later one is saved (`recipe.resilience.finite_guard`); writes a manifest beside each save and resumes from the newest
+    later one is saved (`recipe.resilience.finite_guard`); writes a manifest beside each save and resumes from the
+    newest
     checkpoint that is intact and loads, and names a full disk (`recipe.resilience.checkpoint_guard`); on SIGTERM, saves
-    the step if `[resilience]` says so and ends with exit code 143 (`recipe.resilience.preemption`); runs dense SDPA after
+    the step if `[resilience]` says so and ends with exit code 143 (`recipe.resilience.preemption`); runs dense SDPA
+    after
     `[lighthouse] switch_to_dense_at_step` and on every `dense_every`-th step before it; collects statistics of
     the Lighthouse layers on every log step; after its first step, pins the host threads that drive the GPU to one
     CPU if `[host] colocate_autograd` says so."""
@@ -228,7 +232,8 @@ class LighthouseTrainer(Trainer):
 
     def save_checkpoint(self, save, curr_step: int, last_step: bool = False) -> None:
         """torchtitan's `save` on the steps it saves, after checking that what it would save is finite, with
-        Ctrl-C held back until the save has finished; then the manifest (`recipe.resilience.checkpoint_manifest`) of every
+        Ctrl-C held back until the save has finished; then the manifest (`recipe.resilience.checkpoint_manifest`) of
+        every
         save whose files are now all written."""
         if not (checkpoint_due(self.job_config, curr_step) or (last_step and self.job_config.checkpoint.enable)):
             save(curr_step, last_step)
@@ -295,7 +300,8 @@ class LighthouseTrainer(Trainer):
             self.finish_async_save()
 
     def write_step_manifest(self, step: int) -> None:
-        """The manifest of the checkpoint of `step`, whose files are all written (`recipe.resilience.checkpoint_manifest`)."""
+        """The manifest of the checkpoint of `step`, whose files are all written
+        (`recipe.resilience.checkpoint_manifest`)."""
         write_manifest(os.path.join(self.checkpoint_folder, f"step-{step}"),
                        data_parallel_degree(self.job_config, int(os.environ.get("WORLD_SIZE", "1"))),
                        self.job_config.resilience.checksums)
@@ -393,7 +399,8 @@ class LighthouseTrainer(Trainer):
         try:
             with recorded_grad_norms() as grad_norms:
                 super().train_step(data_iterator)
-            if line := slow_step_line(self.step, time.monotonic() - begin, self.metrics_processor.should_log(self.step)):
+            if line := slow_step_line(self.step, time.monotonic() - begin,
+                                      self.metrics_processor.should_log(self.step)):
                 logger.info(line)
         finally:
             if observe:
@@ -438,7 +445,8 @@ def main(argv: Sequence[str] | None = None, trainer_cls: type[LighthouseTrainer]
 
     A configuration mistake ends in one line on stderr and exit code 2 (`LIGHTHOUSE_DEBUG=1`: a traceback), an
     out-of-memory error in one line naming the knobs that set memory and exit code 1, Ctrl-C at any point (held
-    until the settings are read, during saves and while closing: `recipe.resilience.held_signals`) in one line naming where
+    until the settings are read, during saves and while closing: `recipe.resilience.held_signals`) in one line naming
+    where
     a restart resumes and exit code 130.
     """
     init_logger()

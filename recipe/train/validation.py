@@ -71,7 +71,8 @@ class DenseShadowValidator(Validator):
                  validation_context, maybe_enable_amp, metrics_processor, **_pipeline) -> None:
         # Not Validator.__init__: it builds torchtitan's HF validation loader, which knows none of our datasets.
         # The settings were checked at start-up (`check_validation`, from `recipe.train.job_config.check_job_config`).
-        self.job_config, self.tokenizer, self.parallel_dims, self.loss_fn = job_config, tokenizer, parallel_dims, loss_fn
+        self.job_config, self.tokenizer, self.parallel_dims, self.loss_fn = (job_config, tokenizer, parallel_dims,
+                                                                             loss_fn)
         self.validation_context, self.maybe_enable_amp = validation_context, maybe_enable_amp
         self.metrics_processor = metrics_processor
         self.dp_world_size, self.dp_rank = dp_world_size, dp_rank
@@ -98,7 +99,8 @@ class DenseShadowValidator(Validator):
         losses, nats, text_bytes = [], [], 0.0
         validation = self.job_config.validation
         fused = uses_fused_loss(self.job_config, tokens_per_rank(self.job_config, validation.local_batch_size,
-                                                                 validation.seq_len), model_parts[0].output.out_features)
+                                                                 validation.seq_len),
+                                model_parts[0].output.out_features)
         for batch, (input_dict, labels) in enumerate(self.heldout_batches()):
             if batch == self.job_config.validation.steps:
                 break

@@ -96,7 +96,8 @@ def test_inverse_map_holds_each_gathered_entry_slot_and_minus_one_elsewhere(leve
     order = select_gather_order(torch.cat(sq, -1), torch.cat(sk, -1), n, config)
     flat = pyramid_index(selection_of(order.packed, config), n, pool, levels)
     expected = torch.full_like(order.slots, -1)
-    expected.scatter_(-1, flat, torch.arange(flat.shape[-1], dtype=torch.int32, device=DEVICE).expand_as(flat).contiguous())
+    expected.scatter_(-1, flat,
+                      torch.arange(flat.shape[-1], dtype=torch.int32, device=DEVICE).expand_as(flat).contiguous())
     assert (expected >= 0).sum() == flat.numel()  # every entry gathered once
     assert torch.equal(order.slots, expected)
 
