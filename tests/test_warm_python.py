@@ -134,8 +134,10 @@ def test_torchrun_starts_each_rank_from_the_warm_server_with_its_rank_and_python
     from recipe.launch import free_port
 
     script = tmp_path / "rank.py"
-    script.write_text("import os, sys\nprint(os.environ['RANK'], os.environ['WORLD_SIZE'], 'torch' in sys.modules, "
-                      "sys.stdout.write_through)\n")
+    # One write per rank: both ranks share the pipe, and print() writes its arguments one by one, which unbuffered
+    # streams interleave across processes; a single write under PIPE_BUF bytes lands whole.
+    script.write_text("import os, sys\nsys.stdout.write(f\"{os.environ['RANK']} {os.environ['WORLD_SIZE']} "
+                      "{'torch' in sys.modules} {sys.stdout.write_through}\\n\")\n")
     command, env = warm_torchrun(["--nproc_per_node=2", "--master_port", str(free_port())], [str(script)],
                                  child_env())
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
