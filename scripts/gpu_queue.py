@@ -8,53 +8,110 @@ tasks that must have succeeded first. A free GPU takes the first task in file or
 command runs in `bash -c` with `CUDA_VISIBLE_DEVICES` set to that GPU. Each task writes `<logs>/<name>.log` and,
 when it ends, `<logs>/<name>.json` (exit code, GPU, start and end time). A task that already succeeded is not run
 again, so a stopped queue continues where it stopped; a failed task's dependants are skipped and the queue exits 1.
+
+`--stop-after SECONDS` (a lease or a job of known length), or a SIGTERM or Ctrl-C to the queue, stops it: every
+running task gets SIGTERM (a training run saves the step it is on where `[resilience] save_on_sigterm` says so, and
+exits 143), is killed if it still runs `--grace` seconds later, and no task starts after. Each task runs in a
+process group of its own, so the signal reaches all of it and only it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from recipe.experiments.task_queue import Task, read_tasks, succeeded
+from recipe.experiments.task_queue import Task, bad_seconds, read_tasks, succeeded
 
 
-def run_queue(tasks: list[Task], gpus: list[str], logs: Path, poll_s: float = 1.0) -> dict[str, int]:
-    """Run `tasks` on `gpus`; return each task's exit code (-1: skipped because a task it waits for failed)."""
+class Stop:
+    """When the queue stops: at its deadline, or at the first SIGTERM or SIGINT it gets (handled while it runs)."""
+
+    def __init__(self, stop_after: float | None):
+        self.deadline = None if stop_after is None else time.monotonic() + stop_after
+        self.signalled: str | None = None
+
+    def why(self) -> str | None:
+        if self.signalled:
+            return self.signalled
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return "its time is up"
+        return None
+
+    def __enter__(self) -> "Stop":
+        def note(signum, frame):
+            self.signalled = f"it got {signal.Signals(signum).name}"
+        self.previous = {s: signal.signal(s, note) for s in (signal.SIGTERM, signal.SIGINT)}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def run_queue(tasks: list[Task], gpus: list[str], logs: Path, poll_s: float = 1.0, stop_after: float | None = None,
+              grace_s: float = 60.0) -> dict[str, int]:
+    """Run `tasks` on `gpus`; return each task's exit code (-1: skipped because a task it waits for failed; -2: not
+    started because the queue stopped)."""
     logs.mkdir(parents=True, exist_ok=True)
     codes = {t.name: 0 for t in tasks if succeeded(logs, t)}
     todo = [t for t in tasks if t.name not in codes]
     running: dict[str, tuple[Task, subprocess.Popen, float]] = {}
-    while todo or running:
-        for gpu, (task, process, start) in list(running.items()):
-            if process.poll() is None:
-                continue
-            del running[gpu]
-            codes[task.name] = process.returncode
-            (logs / f"{task.name}.json").write_text(json.dumps(
-                {"name": task.name, "gpu": gpu, "returncode": process.returncode, "command": task.command,
-                 "start": start, "end": time.time()}) + "\n")
-            print(f"[queue] {task.name} on GPU {gpu}: exit {process.returncode} after {time.time() - start:.0f} s",
-                  flush=True)
-        for task in [t for t in todo if any(codes.get(w, 0) != 0 for w in t.after)]:
-            todo.remove(task)
-            codes[task.name] = -1
-            print(f"[queue] {task.name}: skipped, a task it waits for failed", flush=True)
-        for gpu in [g for g in gpus if g not in running]:
-            ready = next((t for t in todo if all(codes.get(w) == 0 for w in t.after)), None)
-            if ready is None:
-                break
-            todo.remove(ready)
-            with open(logs / f"{ready.name}.log", "ab") as log:
-                process = subprocess.Popen(["bash", "-c", ready.command], stdout=log, stderr=subprocess.STDOUT,
-                                           env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu})
-            running[gpu] = (ready, process, time.time())
-            print(f"[queue] {ready.name} on GPU {gpu}", flush=True)
-        time.sleep(poll_s)
+    stopped_at, killed = None, False
+    with Stop(stop_after) as stop:
+        while todo or running:
+            for gpu, (task, process, start) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                del running[gpu]
+                codes[task.name] = process.returncode
+                (logs / f"{task.name}.json").write_text(json.dumps(
+                    {"name": task.name, "gpu": gpu, "returncode": process.returncode, "command": task.command,
+                     "start": start, "end": time.time(), "stopped": stopped_at is not None}) + "\n")
+                print(f"[queue] {task.name} on GPU {gpu}: exit {process.returncode} after {time.time() - start:.0f} s",
+                      flush=True)
+            if stopped_at is None and (why := stop.why()):
+                stopped_at = time.monotonic()
+                names = ", ".join(t.name for t, _, _ in running.values()) or "no running task"
+                print(f"[queue] stopping, {why}: SIGTERM to {names}; {len(todo)} not started", flush=True)
+                for _, process, _ in running.values():
+                    _signal_group(process, signal.SIGTERM)
+                codes.update({t.name: -2 for t in todo})
+                todo = []
+            if stopped_at is not None and not killed and time.monotonic() > stopped_at + grace_s:
+                killed = True
+                for task, process, _ in running.values():
+                    print(f"[queue] {task.name}: still running {grace_s:g} s after SIGTERM, killed", flush=True)
+                    _signal_group(process, signal.SIGKILL)
+            for task in [t for t in todo if any(codes.get(w, 0) != 0 for w in t.after)]:
+                todo.remove(task)
+                codes[task.name] = -1
+                print(f"[queue] {task.name}: skipped, a task it waits for failed", flush=True)
+            for gpu in [g for g in gpus if g not in running]:
+                ready = next((t for t in todo if all(codes.get(w) == 0 for w in t.after)), None)
+                if ready is None:
+                    break
+                todo.remove(ready)
+                with open(logs / f"{ready.name}.log", "ab") as log:
+                    process = subprocess.Popen(["bash", "-c", ready.command], stdout=log, stderr=subprocess.STDOUT,
+                                               env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu},
+                                               start_new_session=True)
+                running[gpu] = (ready, process, time.time())
+                print(f"[queue] {ready.name} on GPU {gpu}", flush=True)
+            time.sleep(poll_s)
     return codes
+
+
+def _signal_group(process: subprocess.Popen, signum: int) -> None:
+    """`signum` to the task's process group (its own session: bash and whatever it started)."""
+    try:
+        os.killpg(process.pid, signum)
+    except ProcessLookupError:  # it ended since the last poll
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,12 +119,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=Path, required=True, help="name<TAB>after<TAB>command, one task a line")
     p.add_argument("--gpus", required=True, help="comma-separated GPU indices, one task at a time on each")
     p.add_argument("--logs", type=Path, required=True, help="folder of each task's log and exit record")
+    p.add_argument("--stop-after", type=float, help="seconds after which the running tasks get SIGTERM and no task "
+                                                    "starts")
+    p.add_argument("--grace", type=float, default=60.0, help="seconds a task has after SIGTERM before it is killed")
     args = p.parse_args(argv)
+    if message := bad_seconds({"--stop-after": args.stop_after, "--grace": args.grace}):
+        p.error(message)
     try:
         tasks = read_tasks(args.tasks)
     except (OSError, ValueError) as err:
         p.error(str(err))
-    codes = run_queue(tasks, [g for g in args.gpus.split(",") if g], args.logs)
+    codes = run_queue(tasks, [g for g in args.gpus.split(",") if g], args.logs, stop_after=args.stop_after,
+                      grace_s=args.grace)
     return 0 if all(code == 0 for code in codes.values()) else 1
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -37,6 +38,7 @@ from recipe.experiments.corpus import make_corpus
 from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
                                            stage0_name, train_command)
 from recipe.experiments.study_pack import QUEUE_FOLDER, TASKS_FILE, write_pack
+from recipe.experiments.task_queue import bad_seconds
 
 # `tasks`, `run` and `submit` need only the study: the report's modules (torch, torchtitan, matplotlib: seconds to
 # import) are imported by `report`, and NIAH's by a study that names NIAH lengths.
@@ -318,7 +320,8 @@ def pack(study: Study, out: Path, max_mb: float | None) -> int:
     if max_mb is not None and max_mb <= 0:
         raise ConfigError(f"--max-mb {max_mb:g} must be above 0")
     plan = write_pack(study.run, out, max_mb)
-    print(f"{out}: {len(plan['finished'])} finished tasks, {len(plan['checkpoints'])} checkpoints "
+    resumed = "".join(f", {name} resumes at {step.relative_to(study.run)}" for name, step in plan["resumed"].items())
+    print(f"{out}: {len(plan['finished'])} finished tasks{resumed}, {len(plan['checkpoints'])} checkpoints "
           f"({', '.join(str(p.relative_to(study.run)) for p in plan['checkpoints']) or 'none'}); "
           f"unpack with: tar xzf {out.name} -C {study.run}")
     for name, why in plan["left_out"].items():
@@ -351,6 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", type=lambda s: [n for n in s.split(",") if n],
                    help="tasks, run, submit: only these comma-separated tasks of the queue, in its order (each with "
                         "the tasks it waits for named too): the part of a queue that fits a lease of known length")
+    p.add_argument("--stop-after", type=float,
+                   help="run: seconds after which the running tasks are stopped (each saves its step and resumes "
+                        "there when `run` or a pack continues the queue) and no task starts: a lease or job of "
+                        "known length")
+    p.add_argument("--grace", type=float, default=60.0, help="run: seconds a stopped task has to save before it is "
+                                                              "killed")
     p.add_argument("--include", type=Path, action="append", default=[],
                    help="report: earlier records of the same study to join (a JSON list, or an earlier "
                         "report's payoff.json)")
@@ -373,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     check_niah_lengths(study)
     if args.only is not None and args.command not in ("tasks", "run", "submit"):
         p.error(f"--only is for tasks, run and submit, not {args.command}")
+    if args.stop_after is not None and args.command != "run":
+        p.error(f"--stop-after is for run, not {args.command}")
+    if message := bad_seconds({"--stop-after": args.stop_after, "--grace": args.grace}):
+        raise ConfigError(message)
     if args.command == "tasks":
         print("\n".join(queue_lines(study, args.python, args.order, args.only)))
         return 0
@@ -383,9 +396,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         check_corpus(study)
         path = write_queue(study, args.python, args.order, args.only)
-        return subprocess.run([sys.executable, "scripts/gpu_queue.py", "--tasks", str(path), "--gpus", args.gpus,
-                               "--logs", str(study.run / QUEUE_FOLDER)], cwd=Path(__file__).resolve().parent.parent
-                              ).returncode
+        stop = ["--stop-after", str(args.stop_after)] if args.stop_after is not None else []
+        # The queue takes this process's place, so that a SIGTERM or Ctrl-C meant for it stops its tasks cleanly.
+        sys.stdout.flush()
+        os.chdir(Path(__file__).resolve().parent.parent)
+        os.execv(sys.executable, [sys.executable, "scripts/gpu_queue.py", "--tasks", str(path.resolve()),
+                                  "--gpus", args.gpus, "--logs", str((study.run / QUEUE_FOLDER).resolve()),
+                                  "--grace", str(args.grace), *stop])
     if args.command == "pack":
         return pack(study, args.out or study.run / "pack.tar.gz", args.max_mb)
     report(study, args.out or study.run / "report" / "payoff", args.include, args.device, args.commit)

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
 from gpu_queue import read_tasks, run_queue  # noqa: E402
 
 
@@ -63,8 +67,7 @@ def test_a_malformed_task_line_is_named(tmp_path, line, message):
 
 
 def test_the_long_study_queues_every_arm_of_both_seeds_after_its_stage_1(tmp_path):
-    repo = Path(__file__).resolve().parents[1]
-    listing = subprocess.run(["bash", "scripts/time_to_quality_long.sh", "tasks"], cwd=repo, capture_output=True,
+    listing = subprocess.run(["bash", "scripts/time_to_quality_long.sh", "tasks"], cwd=REPO, capture_output=True,
                              text=True, timeout=60, check=True).stdout
     tasks = {t.name: t for t in read_tasks(tasks_file(tmp_path, listing.splitlines()))}
     for seed in (0, 1):
@@ -75,3 +78,69 @@ def test_the_long_study_queues_every_arm_of_both_seeds_after_its_stage_1(tmp_pat
             assert stage2.after == (f"causal_s{seed}_every4",) and "DENSE_EVERY=4" in stage2.command
             assert f"stage2 causal {seed} {switch}" in stage2.command
     assert len(tasks) == 2 * 6 + 4  # six parts an arm-seed pair, four loss-by-position evaluations
+
+
+def test_a_queue_stopped_by_its_time_signals_the_running_task_and_starts_no_other(tmp_path):
+    """At `stop_after` the running task gets SIGTERM (a trainer saves its step and exits 143), its record says it
+    was stopped, and the tasks not yet started are left (-2) for the next run of the queue, which starts with the
+    stopped task again."""
+    out = tmp_path / "ran"
+    lines = [f"first\t-\techo first >> {out}",
+             f"long\tfirst\ttrap 'echo saved >> {out}; exit 143' TERM; echo long >> {out}; sleep 30 & wait",
+             f"after\tlong\techo after >> {out}", f"other\t-\techo other >> {out}"]
+    tasks = read_tasks(tasks_file(tmp_path, lines))
+    codes = run_queue(tasks, ["0"], tmp_path / "logs", poll_s=0.05, stop_after=1.0, grace_s=20)
+    assert codes == {"first": 0, "long": 143, "after": -2, "other": -2}
+    assert out.read_text().split() == ["first", "long", "saved"]
+    assert json.loads((tmp_path / "logs" / "long.json").read_text())["stopped"] is True
+    assert json.loads((tmp_path / "logs" / "first.json").read_text())["stopped"] is False
+    out.unlink()
+    again = read_tasks(tasks_file(tmp_path, [line.replace("sleep 30 & wait", "true") for line in lines]))
+    assert run_queue(again, ["0"], tmp_path / "logs", poll_s=0.05) == {"first": 0, "long": 0, "after": 0, "other": 0}
+    assert out.read_text().split() == ["long", "after", "other"]
+
+
+def test_a_stopped_task_that_ignores_sigterm_is_killed_with_what_it_started_after_the_grace(tmp_path):
+    child = tmp_path / "child.pid"
+    lines = [f"stubborn\t-\ttrap '' TERM; sleep 60 & echo $! > {child}; wait; wait"]
+    started = time.monotonic()
+    codes = run_queue(read_tasks(tasks_file(tmp_path, lines)), ["0"], tmp_path / "logs", poll_s=0.05,
+                      stop_after=0.5, grace_s=1.0)
+    assert codes == {"stubborn": -signal.SIGKILL} and time.monotonic() - started < 20
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child.read_text().strip()}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the group's SIGKILL reaches the grandchild too; its reaping by init may lag
+    assert not Path(f"/proc/{child.read_text().strip()}").exists(), "the task's own child outlived the kill"
+
+
+def test_a_sigterm_to_the_queue_stops_it_as_its_time_would(tmp_path):
+    out = tmp_path / "ran"
+    tasks = tasks_file(tmp_path, [f"long\t-\ttrap 'echo saved >> {out}; exit 143' TERM; echo long >> {out}; "
+                                  "sleep 60 & wait", f"next\tlong\techo next >> {out}"])
+    queue = subprocess.Popen(queue_command(tasks, tmp_path / "logs"), stdout=subprocess.PIPE, text=True,
+                             env=queue_env())
+    deadline = time.monotonic() + 60
+    while not (out.is_file() and "long" in out.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    queue.send_signal(signal.SIGTERM)
+    stdout, _ = queue.communicate(timeout=60)
+    assert queue.returncode == 1 and out.read_text().split() == ["long", "saved"]
+    assert "[queue] stopping, it got SIGTERM: SIGTERM to long; 1 not started" in stdout
+
+
+@pytest.mark.parametrize("flag", ["--stop-after", "--grace"])
+def test_a_negative_or_infinite_time_is_refused_with_exit_2(tmp_path, flag):
+    for value in ("-1", "inf"):
+        run = subprocess.run(queue_command(tasks_file(tmp_path, ["a\t-\ttrue"]), tmp_path / "logs", flag, value),
+                             capture_output=True, text=True, timeout=60, env=queue_env())
+        assert run.returncode == 2 and f"{flag} {float(value):g} must be a finite number of seconds >= 0" in run.stderr
+        assert not (tmp_path / "logs").exists()
+
+
+def queue_command(tasks: Path, logs: Path, *options: str) -> list[str]:
+    return [sys.executable, str(REPO / "scripts" / "gpu_queue.py"), "--tasks", str(tasks), "--gpus", "0",
+            "--logs", str(logs), *options]
+
+
+def queue_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO)}

@@ -4,14 +4,19 @@ a checkpoint over the size limit stays behind with the task that wrote it and ev
 from that one."""
 import json
 import random
+import shutil
+import signal
+import subprocess
+import sys
 import tarfile
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from recipe.experiments.study_pack import plan_pack, write_pack
-from tests.helpers import child_env, script_exit_code
+from tests.helpers import REPO, child_env, script_exit_code
 from tests.test_payoff_map import EXTENSION_EXAMPLE, example_study
 from tests.warm_python import run_python
 
@@ -101,6 +106,58 @@ def test_a_checkpoint_that_is_not_complete_is_not_taken_and_its_task_trains_agai
     assert plan["left_out"] == {"causal_s0": "causal_s0/checkpoint/step-4 is not a complete checkpoint"}
 
 
+def stopped_part_way(run: Path, name: str, whole: tuple[int, ...], partial: int) -> None:
+    """`name` was stopped: its step folders `whole` were saved whole (manifest written), `partial` was cut off."""
+    shutil.rmtree(run / name / "checkpoint")
+    for step in (*whole, partial):
+        folder = run / name / "checkpoint" / f"step-{step}"
+        folder.mkdir(parents=True)
+        (folder / ".metadata").write_bytes(random.randbytes(16))
+        (folder / "__0_0.distcp").write_bytes(random.randbytes(500_000))
+        if step in whole:
+            (folder / "manifest.json").write_text("{}")
+    (run / "queue" / f"{name}.json").write_text(json.dumps({"name": name, "returncode": 143, "stopped": True}))
+    (run / "queue" / f"{name}.log").write_text(f"{name} stopped\n")
+
+
+def test_a_task_stopped_part_way_goes_with_its_latest_whole_step_and_reads_nothing_else(tmp_path):
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0", "causal_s0_switch4", "anatomy_s0_0"})
+    stopped_part_way(run, "dense_s0", whole=(2, 6), partial=7)
+    plan = write_pack(run, tmp_path / "pack.tar.gz")
+    assert plan["resumed"] == {"dense_s0": run / "dense_s0" / "checkpoint" / "step-6"}
+    assert plan["checkpoints"] == [run / "dense_s0" / "checkpoint" / "step-6"], "stage 0's step is not read again"
+    assert plan["finished"] == ["stage0_s0", "causal_s0", "causal_s0_switch4", "anatomy_s0_0"]
+    packed = members(tmp_path / "pack.tar.gz")
+    assert {"dense_s0/metrics.jsonl", "queue/dense_s0.log", "dense_s0/checkpoint/step-6/manifest.json",
+            "dense_s0/checkpoint/step-6/__0_0.distcp"} <= packed
+    assert not [m for m in packed if m.startswith(("dense_s0/checkpoint/step-2", "dense_s0/checkpoint/step-7",
+                                                   "stage0_s0/checkpoint"))]
+
+
+def test_a_stopped_task_whose_step_is_over_the_limit_trains_again_whole_from_its_parent(tmp_path):
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0", "causal_s0_switch4", "anatomy_s0_0"})
+    stopped_part_way(run, "dense_s0", whole=(6,), partial=7)
+    plan = plan_pack(run, max_mb=0.4)  # its step holds 0.5 MB; stage 0's 1.5 MB is over too
+    assert plan["resumed"] == {} and "dense_s0" in plan["left_out"]
+    assert plan["left_out"]["dense_s0"] == "dense_s0/checkpoint/step-6 holds 0.5 MB, over 0.4: trains again whole"
+    assert plan["left_out"]["stage0_s0"] == "stage0_s0/checkpoint/step-4 holds 1.5 MB, over 0.4"
+    plan = plan_pack(run, max_mb=0.45)
+    assert plan["resumed"] == {} and plan["finished"] == [] and plan["checkpoints"] == []
+
+
+def test_a_stopped_task_whose_parent_trains_again_trains_again_whole_after_it(tmp_path):
+    """The dense run stopped part-way started from stage 0; stage 0 has to train again (the step the stage 1 left
+    to train reads is not whole), so the dense run goes back to its start rather than resume on top of other
+    weights."""
+    run = fake_study(tmp_path, {"stage0_s0"})
+    stopped_part_way(run, "dense_s0", whole=(6,), partial=7)
+    assert plan_pack(run)["resumed"] == {"dense_s0": run / "dense_s0" / "checkpoint" / "step-6"}
+    (run / "stage0_s0" / "checkpoint" / "step-4" / ".metadata").unlink()
+    plan = plan_pack(run)
+    assert plan["resumed"] == {} and plan["finished"] == [] and plan["checkpoints"] == []
+    assert plan["left_out"] == {"stage0_s0": "stage0_s0/checkpoint/step-4 is not a complete checkpoint",
+                                "dense_s0": "it started from stage0_s0, left out"}
+
 def test_pack_where_no_queue_ran_or_with_a_limit_below_zero_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     study = example_study(tmp_path, EXTENSION_EXAMPLE)
     assert script_exit_code("payoff_map.py", ["pack", str(study)], monkeypatch) == 2
@@ -126,8 +183,12 @@ def test_a_queue_packed_part_way_continues_elsewhere_training_only_what_was_left
     first_pass = next(i for i, name in enumerate(names) if name.startswith("anatomy_"))  # the Lighthouse arm's
     left = names[first_pass + 1:]
     assert left[0] == "dense_s0" and "dense_s0_steps4" in left
+    aside = tmp_path / "left"  # a lease that ended before they started leaves neither their records nor folders
+    aside.mkdir()
     for name in left:
         (folder / "queue" / f"{name}.json").unlink()
+        if (folder / name).is_dir():
+            (folder / name).rename(aside / name)
     packed = run("pack", "--out", str(tmp_path / "pack.tar.gz"))
     assert packed.returncode == 0, packed.stderr[-3000:]
     assert "4 finished tasks, 1 checkpoints (stage0_s0/checkpoint/step-4)" in packed.stdout
@@ -147,7 +208,7 @@ def test_a_queue_packed_part_way_continues_elsewhere_training_only_what_was_left
             for key, losses in np.load(first / "anatomy" / dump).items():
                 assert np.array_equal(np.load(folder / "anatomy" / dump)[key], losses)
         else:
-            assert validated(folder / name) == validated(first / name), name
+            assert validated(folder / name) == validated(aside / name), name
     reported = run("report", "--device", "cpu")
     assert reported.returncode == 0, reported.stderr[-3000:]
     assert json.loads((folder / "report" / "payoff.json").read_text())["summary"]["incomplete"] == []
@@ -156,3 +217,52 @@ def test_a_queue_packed_part_way_continues_elsewhere_training_only_what_was_left
 def validated(folder: Path) -> dict[int, float]:
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r["validation/dense_loss"] for r in rows if "validation/dense_loss" in r}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # stage 0 and the dense run of one seed, twice, and the dense run's second part
+def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_uninterrupted_losses(tmp_path):
+    """SIGTERM to `payoff_map.py run` (a lease's or a job's end) while the dense run trains: that run saves the step
+    it is on and the queue stops; packed, removed and unpacked, `run` resumes it there, and it ends with the losses
+    of the same queue run without a stop (a CPU trains bit for bit)."""
+    only = ["--only", "stage0_s0,dense_s0", "--order", "arm-first"]
+    (tmp_path / "whole").mkdir()
+    whole = example_study(tmp_path / "whole", EXTENSION_EXAMPLE, seeds=[0])
+    env = child_env()
+    trained = run_python(["scripts/payoff_map.py", "run", str(whole), *only], env=env, timeout=600)
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+
+    study = example_study(tmp_path, EXTENSION_EXAMPLE, seeds=[0])
+    folder = tmp_path / "run"
+    queue = subprocess.Popen([sys.executable, "scripts/payoff_map.py", "run", str(study), *only], cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not (folder / "dense_s0").is_dir() and queue.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    queue.send_signal(signal.SIGTERM)  # the trainer holds it from its first line and stops after a step
+    out, _ = queue.communicate(timeout=300)
+    assert queue.returncode == 1 and "stopping, it got SIGTERM: SIGTERM to dense_s0" in out, out[-3000:]
+    stopped = json.loads((folder / "queue" / "dense_s0.json").read_text())
+    assert stopped["returncode"] == 143 and stopped["stopped"], stopped
+    packed = run_python(["scripts/payoff_map.py", "pack", str(study), "--out", str(tmp_path / "pack.tar.gz")], env=env,
+                        timeout=300)
+    assert packed.returncode == 0 and ", dense_s0 resumes at dense_s0/checkpoint/step-" in packed.stdout, packed.stdout
+    folder.rename(tmp_path / "first")
+    folder.mkdir()
+    with tarfile.open(tmp_path / "pack.tar.gz") as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "corpus").symlink_to(tmp_path / "first" / "corpus")
+    again = run_python(["scripts/payoff_map.py", "run", str(study), *only], env=env, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    ran = [line.split()[1] for line in again.stdout.splitlines() if line.startswith("[queue]") and "exit" in line]
+    assert ran == ["dense_s0"], "stage 0 is not trained again"
+    assert len(list((folder / "dense_s0" / "runs").iterdir())) == 2, "the dense run resumed: two process starts"
+    resumed, uninterrupted = losses(folder / "dense_s0"), losses(tmp_path / "whole" / "run" / "dense_s0")
+    assert {step for step, _ in uninterrupted} == set(range(1, 9)) and resumed == uninterrupted
+
+
+def losses(folder: Path) -> dict[tuple[int, str], float]:
+    """Every loss a run folder logged, by step and metric, the last record of a step winning (a resumed run logs
+    again the steps after its saved one)."""
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    return {(r["step"], key): value for r in rows if "step" in r for key, value in r.items() if "loss" in key}

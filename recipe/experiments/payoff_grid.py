@@ -358,7 +358,8 @@ def arm_first(runs: list[Run]) -> list[Run]:
 
 
 def train_command(study: Study, run: Run, python: str = "python3") -> str:
-    """The shell command (from the repository root) that trains `run`; rerun, it resumes its latest checkpoint."""
+    """The shell command (from the repository root) that trains `run`; rerun, it resumes its latest checkpoint. A
+    SIGTERM (a stopped queue, a job's time limit) saves the step it is on, so the run resumes there."""
     own = run.kind in ("frontier", "stage0")  # every other run shares the study's schedule
     schedule = run.steps if own else study.steps
     argv = [python, "train.py", "--job.config_file", study.config,
@@ -367,7 +368,7 @@ def train_command(study: Study, run: Run, python: str = "python3") -> str:
             "--lr_scheduler.warmup_steps", str(round(study.warmup_steps * schedule / study.steps)),
             "--lr_scheduler.total_steps", str(schedule),
             "--lighthouse.no-log-stats", "--debug.seed", str(run.seed), "--job.dump_folder", str(study.run / run.name),
-            "--training.steps", str(run.steps)]
+            "--training.steps", str(run.steps), "--resilience.save_on_sigterm", "on"]
     if run.kind == "frontier":
         argv += ["--validation.freq", str(run.steps), "--checkpoint.interval", str(run.steps)]
     if run.kind == "stage0":

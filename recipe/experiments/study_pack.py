@@ -1,6 +1,8 @@
 """What a study's run folder takes to another machine so that its queue continues there: every finished task's
 record, log and run folder without checkpoints, and only the checkpoint steps that an unfinished task reads (stage
 0's weights for a fresh run, stage 1's switch step for its stage 2, a model its per-token pass has yet to score).
+A training task that was stopped part-way (`gpu_queue.py --stop-after`: it saved the step it was on) goes along
+with its folder and its latest whole step, and resumes there; it reads no other checkpoint then.
 
 Unpacked into the run folder of the other machine (`tar xzf <pack> -C <run>`), the same `payoff_map.py run`
 trains what is left and nothing again. A checkpoint over `max_mb` is left out, and so is the task that wrote it:
@@ -17,6 +19,7 @@ from recipe.experiments.task_queue import Task, read_tasks, succeeded
 QUEUE_FOLDER = "queue"  # the queue's logs and exit records, under the run folder
 TASKS_FILE = "tasks.tsv"
 CHECKPOINT_FOLDER = "checkpoint"
+WHOLE_STEP = "manifest.json"  # recipe.resilience.checkpoint_manifest: written last, so a step that has it is whole
 
 
 def read_paths(run: Path, command: str) -> list[Path]:
@@ -48,17 +51,31 @@ def size_mb(folder: Path) -> float:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6
 
 
+def latest_whole_step(folder: Path) -> Path | None:
+    """The last step folder of a run folder that a resume takes whole (its manifest written), or None."""
+    steps = [p for p in (folder / CHECKPOINT_FOLDER).glob("step-*")
+             if p.name.removeprefix("step-").isdigit() and (p / WHOLE_STEP).is_file()]
+    return max(steps, key=lambda p: int(p.name.removeprefix("step-")), default=None)
+
+
 def plan_pack(run: Path, max_mb: float | None = None) -> dict:
-    """{"finished": task names to pack, "checkpoints": step folders to pack, "files": every path the pack holds (the
-    finished tasks' `outputs` and the checkpoints), "left_out": {task: why}} for the queue of `run` (its tasks.tsv
-    and records). A task left out takes every finished task that started from it along: they
-    would otherwise sit beside a new training of their parent, which on a GPU is not the same weights."""
+    """{"finished": task names to pack, "resumed": {task: its latest whole step} for the training tasks stopped
+    part-way, "checkpoints": step folders to pack (those the tasks left read, and the resumed steps), "files": every
+    path the pack holds (the finished and resumed tasks' `outputs` and the checkpoints), "left_out": {task: why}} for
+    the queue of `run` (its tasks.tsv and records). A stopped task whose step is over `max_mb` trains again whole. A
+    task left out takes every finished task that started from it along: they would otherwise sit beside a new
+    training of their parent, which on a GPU is not the same weights."""
     tasks = read_tasks(run / TASKS_FILE)
     finished = {t.name for t in tasks if succeeded(run / QUEUE_FOLDER, t)}
     left_out: dict[str, str] = {}
+    resumed = {t.name: step for t in tasks if t.name not in finished and (step := latest_whole_step(run / t.name))}
+    for name, step in list(resumed.items()):
+        if max_mb is not None and (mb := size_mb(step)) > max_mb:
+            del resumed[name]
+            left_out[name] = f"{step.relative_to(run)} holds {mb:.1f} MB, over {max_mb:g}: trains again whole"
     while True:  # leaving tasks out can make another checkpoint needed: until nothing changes
-        needed = {path for t in tasks if t.name not in finished for path in read_paths(run, t.command)
-                  if path.relative_to(run).parts[0] in finished}
+        needed = {path for t in tasks if t.name not in finished and t.name not in resumed
+                  for path in read_paths(run, t.command) if path.relative_to(run).parts[0] in finished}
         refused = {}
         for path in sorted(needed):
             shown = path.relative_to(run)
@@ -70,13 +87,16 @@ def plan_pack(run: Path, max_mb: float | None = None) -> dict:
             break
         for task in tasks:  # file order: a task's parents come first
             parent = next((p for p in task.after if p in refused), None)
-            if task.name in finished and (task.name in refused or parent):
+            if (task.name in finished or task.name in resumed) and (task.name in refused or parent):
                 finished.discard(task.name)
+                resumed.pop(task.name, None)
                 left_out[task.name] = refused.get(task.name) or f"it started from {parent}, left out"
                 refused.setdefault(task.name, left_out[task.name])
-    packed = [t for t in tasks if t.name in finished]
-    return {"finished": [t.name for t in packed], "checkpoints": sorted(needed),
-            "files": [p for t in packed for p in outputs(run, t)] + sorted(needed), "left_out": left_out}
+    packed = [t for t in tasks if t.name in finished or t.name in resumed]
+    checkpoints = sorted(needed | set(resumed.values()))
+    return {"finished": [t.name for t in packed if t.name in finished], "resumed": resumed,
+            "checkpoints": checkpoints, "files": [p for t in packed for p in outputs(run, t)] + checkpoints,
+            "left_out": left_out}
 
 
 def write_pack(run: Path, out: Path, max_mb: float | None = None) -> dict:

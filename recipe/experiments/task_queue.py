@@ -3,6 +3,7 @@ not succeeded, and by `scripts/payoff_map.py pack`, which takes what has to anot
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,3 +43,12 @@ def succeeded(logs: Path, task: Task) -> bool:
         return False
     ran = json.loads(record.read_text())
     return ran["returncode"] == 0 and ran["command"] == task.command
+
+
+def bad_seconds(flags: dict[str, float | None]) -> str | None:
+    """The message for the first of the queue's time flags (`--stop-after`, `--grace`) that is not a finite number of
+    seconds >= 0 (None: unset), or None if all are."""
+    for flag, value in flags.items():
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            return f"{flag} {value:g} must be a finite number of seconds >= 0"
+    return None
