@@ -37,7 +37,7 @@ from recipe.errors import ConfigError, exit_on_config_error
 from recipe.experiments.corpus import make_corpus
 from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
                                            stage0_name, train_command)
-from recipe.experiments.study_pack import QUEUE_FOLDER, TASKS_FILE, write_pack
+from recipe.experiments.study_pack import QUEUE_FOLDER, TASKS_FILE, missing_inputs, write_pack
 from recipe.experiments.task_queue import bad_seconds
 
 # `tasks`, `run` and `submit` need only the study: the report's modules (torch, torchtitan, matplotlib: seconds to
@@ -396,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         check_corpus(study)
         path = write_queue(study, args.python, args.order, args.only)
+        for name, why in missing_inputs(study.run).items():
+            (study.run / QUEUE_FOLDER / f"{name}.json").unlink()
+            print(f"{name} trains again: {why}", flush=True)
         stop = ["--stop-after", str(args.stop_after)] if args.stop_after is not None else []
         # The queue takes this process's place, so that a SIGTERM or Ctrl-C meant for it stops its tasks cleanly.
         sys.stdout.flush()

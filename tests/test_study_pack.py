@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recipe.experiments.study_pack import plan_pack, write_pack
+from recipe.experiments.study_pack import missing_inputs, plan_pack, write_pack
 from tests.helpers import REPO, child_env, script_exit_code
 from tests.test_payoff_map import EXTENSION_EXAMPLE, example_study
 from tests.warm_python import run_python
@@ -158,6 +158,17 @@ def test_a_stopped_task_whose_parent_trains_again_trains_again_whole_after_it(tm
     assert plan["left_out"] == {"stage0_s0": "stage0_s0/checkpoint/step-4 is not a complete checkpoint",
                                 "dense_s0": "it started from stage0_s0, left out"}
 
+def test_a_finished_task_whose_step_a_task_left_reads_did_not_come_trains_again(tmp_path):
+    """A pack carried without stage 0's weights (to fit a size limit): a run left to train from them makes stage 0
+    train again; a run that resumes its own step reads nothing else."""
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0", "causal_s0_switch4", "anatomy_s0_0"})
+    stopped_part_way(run, "dense_s0", whole=(6,), partial=7)
+    shutil.rmtree(run / "stage0_s0" / "checkpoint")
+    assert missing_inputs(run) == {}
+    shutil.rmtree(run / "dense_s0" / "checkpoint")
+    assert missing_inputs(run) == {"stage0_s0": "dense_s0 reads stage0_s0/checkpoint/step-4, which is not here"}
+
+
 def test_pack_where_no_queue_ran_or_with_a_limit_below_zero_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     study = example_study(tmp_path, EXTENSION_EXAMPLE)
     assert script_exit_code("payoff_map.py", ["pack", str(study)], monkeypatch) == 2
@@ -220,16 +231,18 @@ def validated(folder: Path) -> dict[int, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # stage 0 and the dense run of one seed, twice, and the dense run's second part
+@pytest.mark.timeout(900)  # one seed's stage 0, dense and frontier runs, then the same in three parts
 def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_uninterrupted_losses(tmp_path):
     """SIGTERM to `payoff_map.py run` (a lease's or a job's end) while the dense run trains: that run saves the step
     it is on and the queue stops; packed, removed and unpacked, `run` resumes it there, and it ends with the losses
-    of the same queue run without a stop (a CPU trains bit for bit)."""
+    of the same queue run without a stop (a CPU trains bit for bit). A frontier run queued after it trains stage 0
+    again first, whose weights the pack left behind, to the same losses too."""
     only = ["--only", "stage0_s0,dense_s0", "--order", "arm-first"]
+    then = ["--only", "stage0_s0,dense_s0,dense_s0_steps4", "--order", "arm-first"]
     (tmp_path / "whole").mkdir()
     whole = example_study(tmp_path / "whole", EXTENSION_EXAMPLE, seeds=[0])
     env = child_env()
-    trained = run_python(["scripts/payoff_map.py", "run", str(whole), *only], env=env, timeout=600)
+    trained = run_python(["scripts/payoff_map.py", "run", str(whole), *then], env=env, timeout=600)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
 
     study = example_study(tmp_path, EXTENSION_EXAMPLE, seeds=[0])
@@ -255,10 +268,18 @@ def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_
     again = run_python(["scripts/payoff_map.py", "run", str(study), *only], env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     ran = [line.split()[1] for line in again.stdout.splitlines() if line.startswith("[queue]") and "exit" in line]
-    assert ran == ["dense_s0"], "stage 0 is not trained again"
+    assert ran == ["dense_s0"], "stage 0, whose weights did not travel, is not trained again: nothing left reads them"
     assert len(list((folder / "dense_s0" / "runs").iterdir())) == 2, "the dense run resumed: two process starts"
     resumed, uninterrupted = losses(folder / "dense_s0"), losses(tmp_path / "whole" / "run" / "dense_s0")
     assert {step for step, _ in uninterrupted} == set(range(1, 9)) and resumed == uninterrupted
+
+    more = run_python(["scripts/payoff_map.py", "run", str(study), *then], env=env, timeout=600)
+    assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
+    assert "stage0_s0 trains again: dense_s0_steps4 reads stage0_s0/checkpoint/step-4, which is not here" in more.stdout
+    ran = [line.split()[1] for line in more.stdout.splitlines() if line.startswith("[queue]") and "exit" in line]
+    assert ran == ["stage0_s0", "dense_s0_steps4"]
+    for name in ("stage0_s0", "dense_s0_steps4"):
+        assert losses(folder / name) == losses(tmp_path / "whole" / "run" / name), name
 
 
 def losses(folder: Path) -> dict[tuple[int, str], float]:

@@ -107,3 +107,20 @@ def write_pack(run: Path, out: Path, max_mb: float | None = None) -> dict:
         for path in plan["files"]:
             tar.add(path, arcname=str(path.relative_to(run)))
     return plan
+
+
+def missing_inputs(run: Path) -> dict[str, str]:
+    """{finished task: why it trains again} for the finished tasks of `run`'s queue whose checkpoint step that a
+    task left to train reads is not here (not whole): a pack carried without it, to fit a size limit. A task that
+    resumes its own step reads nothing else."""
+    tasks = read_tasks(run / TASKS_FILE)
+    finished = {t.name for t in tasks if succeeded(run / QUEUE_FOLDER, t)}
+    stale: dict[str, str] = {}
+    for task in tasks:
+        if task.name in finished or latest_whole_step(run / task.name):
+            continue
+        for path in read_paths(run, task.command):
+            writer = path.relative_to(run).parts[0]
+            if writer in finished and writer not in stale and not (path / ".metadata").is_file():
+                stale[writer] = f"{task.name} reads {path.relative_to(run)}, which is not here"
+    return stale
