@@ -312,20 +312,26 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     return summary
 
 
-def pack(study: Study, out: Path, max_mb: float | None) -> int:
+def pack(study: Study, out: Path, max_mb: float | None, without_stage0: bool = False) -> int:
     """Write what the run folder takes to another machine to continue its queue there (recipe.experiments.study_pack)
     and say what it holds and what it leaves to train again."""
     if not (study.run / TASKS_FILE).is_file():
         raise ConfigError(f"{study.run}: no {TASKS_FILE}, so no queue ran there to pack (`run` writes it)")
     if max_mb is not None and max_mb <= 0:
         raise ConfigError(f"--max-mb {max_mb:g} must be above 0")
-    plan = write_pack(study.run, out, max_mb)
+    if without_stage0 and not study.stage0_deterministic:
+        raise ConfigError(f"--without-stage0: {study.path} lacks study.stage0_deterministic = true, so a stage 0 "
+                          "trained again would not be the same weights")
+    behind = frozenset(stage0_name(seed) for seed in study.seeds) if without_stage0 else frozenset()
+    plan = write_pack(study.run, out, max_mb, behind)
     resumed = "".join(f", {name} resumes at {step.relative_to(study.run)}" for name, step in plan["resumed"].items())
     print(f"{out}: {len(plan['finished'])} finished tasks{resumed}, {len(plan['checkpoints'])} checkpoints "
           f"({', '.join(str(p.relative_to(study.run)) for p in plan['checkpoints']) or 'none'}); "
           f"unpack with: tar xzf {out.name} -C {study.run}")
     for name, why in plan["left_out"].items():
         print(f"left out, trains again: {name} ({why})")
+    if without := sorted(behind & set(plan["finished"])):
+        print(f"packed without their weights (trained again where a run left needs them): {', '.join(without)}")
     return 0
 
 
@@ -368,6 +374,9 @@ def main(argv: list[str] | None = None) -> int:
                                     "that names it (default: the study's record)")
     p.add_argument("--out", type=Path, help="report: output prefix (default <run>/report/payoff); pack: the tar.gz "
                                            "(default <run>/pack.tar.gz)")
+    p.add_argument("--without-stage0", action="store_true",
+                   help="pack: leave stage 0's weights behind (a deterministic stage 0 trains again bit for bit where "
+                        "a run left needs them): a pack that must stay small")
     p.add_argument("--max-mb", type=float, help="pack: leave out checkpoints over this size, and the tasks that wrote "
                                                 "them (they train again where the pack is unpacked)")
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -382,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     check_niah_lengths(study)
     if args.only is not None and args.command not in ("tasks", "run", "submit"):
         p.error(f"--only is for tasks, run and submit, not {args.command}")
+    if args.without_stage0 and args.command != "pack":
+        p.error(f"--without-stage0 is for pack, not {args.command}")
     if args.stop_after is not None and args.command != "run":
         p.error(f"--stop-after is for run, not {args.command}")
     if message := bad_seconds({"--stop-after": args.stop_after, "--grace": args.grace}):
@@ -407,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                                   "--gpus", args.gpus, "--logs", str((study.run / QUEUE_FOLDER).resolve()),
                                   "--grace", str(args.grace), *stop])
     if args.command == "pack":
-        return pack(study, args.out or study.run / "pack.tar.gz", args.max_mb)
+        return pack(study, args.out or study.run / "pack.tar.gz", args.max_mb, args.without_stage0)
     report(study, args.out or study.run / "report" / "payoff", args.include, args.device, args.commit)
     return 0
 

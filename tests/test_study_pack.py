@@ -169,6 +169,24 @@ def test_a_finished_task_whose_step_a_task_left_reads_did_not_come_trains_again(
     assert missing_inputs(run) == {"stage0_s0": "dense_s0 reads stage0_s0/checkpoint/step-4, which is not here"}
 
 
+def test_a_stage_0_left_behind_goes_without_its_weights_and_keeps_its_record(tmp_path):
+    run = fake_study(tmp_path, {"stage0_s0"})
+    stopped_part_way(run, "dense_s0", whole=(6,), partial=7)
+    plan = write_pack(run, tmp_path / "pack.tar.gz", behind=frozenset({"stage0_s0"}))
+    assert plan["finished"] == ["stage0_s0"] and plan["left_out"] == {}
+    assert plan["checkpoints"] == [run / "dense_s0" / "checkpoint" / "step-6"], "causal_s0 would read stage 0's"
+    assert "queue/stage0_s0.json" in members(tmp_path / "pack.tar.gz")
+
+
+def test_without_stage0_needs_a_deterministic_stage_0_and_is_for_pack_alone(tmp_path, monkeypatch, capsys):
+    study = example_study(tmp_path, EXTENSION_EXAMPLE)
+    fake_study(tmp_path, set())
+    assert script_exit_code("payoff_map.py", ["pack", str(study), "--without-stage0"], monkeypatch) == 2
+    assert "lacks study.stage0_deterministic = true" in capsys.readouterr().err
+    assert script_exit_code("payoff_map.py", ["tasks", str(study), "--without-stage0"], monkeypatch) == 2
+    assert "--without-stage0 is for pack, not tasks" in capsys.readouterr().err
+
+
 def test_pack_where_no_queue_ran_or_with_a_limit_below_zero_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     study = example_study(tmp_path, EXTENSION_EXAMPLE)
     assert script_exit_code("payoff_map.py", ["pack", str(study)], monkeypatch) == 2
@@ -231,21 +249,20 @@ def validated(folder: Path) -> dict[int, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # one seed's stage 0, dense and frontier runs, then the same in three parts
+@pytest.mark.timeout(900)  # one seed's stage 0, dense and frontier runs, then the same stopped and continued
 def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_uninterrupted_losses(tmp_path):
     """SIGTERM to `payoff_map.py run` (a lease's or a job's end) while the dense run trains: that run saves the step
-    it is on and the queue stops; packed, removed and unpacked, `run` resumes it there, and it ends with the losses
-    of the same queue run without a stop (a CPU trains bit for bit). A frontier run queued after it trains stage 0
-    again first, whose weights the pack left behind, to the same losses too."""
-    only = ["--only", "stage0_s0,dense_s0", "--order", "arm-first"]
-    then = ["--only", "stage0_s0,dense_s0,dense_s0_steps4", "--order", "arm-first"]
+    it is on and the queue stops. Packed without stage 0's weights, removed and unpacked, `run` trains stage 0 again
+    (the frontier run left reads it), resumes the dense run at its step and trains the frontier run: all three end
+    with the losses of the same queue run without a stop (a CPU trains bit for bit)."""
+    only = ["--only", "stage0_s0,dense_s0,dense_s0_steps4", "--order", "arm-first"]
     (tmp_path / "whole").mkdir()
-    whole = example_study(tmp_path / "whole", EXTENSION_EXAMPLE, seeds=[0])
+    whole = example_study(tmp_path / "whole", EXTENSION_EXAMPLE, seeds=[0], stage0_deterministic=True)
     env = child_env()
-    trained = run_python(["scripts/payoff_map.py", "run", str(whole), *then], env=env, timeout=600)
+    trained = run_python(["scripts/payoff_map.py", "run", str(whole), *only], env=env, timeout=600)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
 
-    study = example_study(tmp_path, EXTENSION_EXAMPLE, seeds=[0])
+    study = example_study(tmp_path, EXTENSION_EXAMPLE, seeds=[0], stage0_deterministic=True)
     folder = tmp_path / "run"
     queue = subprocess.Popen([sys.executable, "scripts/payoff_map.py", "run", str(study), *only], cwd=REPO, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -254,12 +271,15 @@ def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_
         time.sleep(0.02)
     queue.send_signal(signal.SIGTERM)  # the trainer holds it from its first line and stops after a step
     out, _ = queue.communicate(timeout=300)
-    assert queue.returncode == 1 and "stopping, it got SIGTERM: SIGTERM to dense_s0" in out, out[-3000:]
+    assert queue.returncode == 1 and "stopping, it got SIGTERM: SIGTERM to dense_s0; 1 not started" in out, out[-3000:]
     stopped = json.loads((folder / "queue" / "dense_s0.json").read_text())
     assert stopped["returncode"] == 143 and stopped["stopped"], stopped
-    packed = run_python(["scripts/payoff_map.py", "pack", str(study), "--out", str(tmp_path / "pack.tar.gz")], env=env,
-                        timeout=300)
-    assert packed.returncode == 0 and ", dense_s0 resumes at dense_s0/checkpoint/step-" in packed.stdout, packed.stdout
+    packed = run_python(["scripts/payoff_map.py", "pack", str(study), "--out", str(tmp_path / "pack.tar.gz"),
+                         "--without-stage0"], env=env, timeout=300)
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    assert "1 finished tasks, dense_s0 resumes at dense_s0/checkpoint/step-" in packed.stdout
+    assert "packed without their weights (trained again where a run left needs them): stage0_s0" in packed.stdout
+    assert not [m for m in members(tmp_path / "pack.tar.gz") if m.startswith("stage0_s0/checkpoint")]
     folder.rename(tmp_path / "first")
     folder.mkdir()
     with tarfile.open(tmp_path / "pack.tar.gz") as tar:
@@ -267,20 +287,15 @@ def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_
     (folder / "corpus").symlink_to(tmp_path / "first" / "corpus")
     again = run_python(["scripts/payoff_map.py", "run", str(study), *only], env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "stage0_s0 trains again: dense_s0_steps4 reads stage0_s0/checkpoint/step-4, which is not here" in again.stdout
     ran = [line.split()[1] for line in again.stdout.splitlines() if line.startswith("[queue]") and "exit" in line]
-    assert ran == ["dense_s0"], "stage 0, whose weights did not travel, is not trained again: nothing left reads them"
+    assert ran == ["stage0_s0", "dense_s0", "dense_s0_steps4"]
     assert len(list((folder / "dense_s0" / "runs").iterdir())) == 2, "the dense run resumed: two process starts"
-    resumed, uninterrupted = losses(folder / "dense_s0"), losses(tmp_path / "whole" / "run" / "dense_s0")
-    assert {step for step, _ in uninterrupted} == set(range(1, 9)) and resumed == uninterrupted
-
-    more = run_python(["scripts/payoff_map.py", "run", str(study), *then], env=env, timeout=600)
-    assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
-    assert "stage0_s0 trains again: dense_s0_steps4 reads stage0_s0/checkpoint/step-4, which is not here" in more.stdout
-    ran = [line.split()[1] for line in more.stdout.splitlines() if line.startswith("[queue]") and "exit" in line]
-    assert ran == ["stage0_s0", "dense_s0_steps4"]
-    for name in ("stage0_s0", "dense_s0_steps4"):
-        assert losses(folder / name) == losses(tmp_path / "whole" / "run" / name), name
-
+    assert f"Loading the checkpoint from {folder}/dense_s0/checkpoint/step-" in (folder / "queue" / "dense_s0.log"
+                                                                                 ).read_text(), "its own step"
+    for name in ("stage0_s0", "dense_s0", "dense_s0_steps4"):
+        continued, uninterrupted = losses(folder / name), losses(tmp_path / "whole" / "run" / name)
+        assert continued and continued == uninterrupted, name
 
 def losses(folder: Path) -> dict[tuple[int, str], float]:
     """Every loss a run folder logged, by step and metric, the last record of a step winning (a resumed run logs

@@ -58,13 +58,15 @@ def latest_whole_step(folder: Path) -> Path | None:
     return max(steps, key=lambda p: int(p.name.removeprefix("step-")), default=None)
 
 
-def plan_pack(run: Path, max_mb: float | None = None) -> dict:
+def plan_pack(run: Path, max_mb: float | None = None, behind: frozenset[str] = frozenset()) -> dict:
     """{"finished": task names to pack, "resumed": {task: its latest whole step} for the training tasks stopped
     part-way, "checkpoints": step folders to pack (those the tasks left read, and the resumed steps), "files": every
     path the pack holds (the finished and resumed tasks' `outputs` and the checkpoints), "left_out": {task: why}} for
     the queue of `run` (its tasks.tsv and records). A stopped task whose step is over `max_mb` trains again whole. A
     task left out takes every finished task that started from it along: they would otherwise sit beside a new
-    training of their parent, which on a GPU is not the same weights."""
+    training of their parent, which on a GPU is not the same weights. The finished tasks named in `behind` go
+    without their checkpoints (`missing_inputs` trains them again where a task left reads one): only for tasks
+    that train again bit for bit."""
     tasks = read_tasks(run / TASKS_FILE)
     finished = {t.name for t in tasks if succeeded(run / QUEUE_FOLDER, t)}
     left_out: dict[str, str] = {}
@@ -75,7 +77,8 @@ def plan_pack(run: Path, max_mb: float | None = None) -> dict:
             left_out[name] = f"{step.relative_to(run)} holds {mb:.1f} MB, over {max_mb:g}: trains again whole"
     while True:  # leaving tasks out can make another checkpoint needed: until nothing changes
         needed = {path for t in tasks if t.name not in finished and t.name not in resumed
-                  for path in read_paths(run, t.command) if path.relative_to(run).parts[0] in finished}
+                  for path in read_paths(run, t.command)
+                  if path.relative_to(run).parts[0] in finished - behind}
         refused = {}
         for path in sorted(needed):
             shown = path.relative_to(run)
@@ -99,9 +102,9 @@ def plan_pack(run: Path, max_mb: float | None = None) -> dict:
             "left_out": left_out}
 
 
-def write_pack(run: Path, out: Path, max_mb: float | None = None) -> dict:
+def write_pack(run: Path, out: Path, max_mb: float | None = None, behind: frozenset[str] = frozenset()) -> dict:
     """Write the tar.gz of `plan_pack` to `out` (paths relative to `run`); returns the plan."""
-    plan = plan_pack(run, max_mb)
+    plan = plan_pack(run, max_mb, behind)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(out, "w:gz") as tar:
         for path in plan["files"]:
