@@ -12,7 +12,8 @@ again, so a stopped queue continues where it stopped; a failed task's dependants
 `--stop-after SECONDS` (a lease or a job of known length), or a SIGTERM or Ctrl-C to the queue, stops it: every
 running task gets SIGTERM (a training run saves the step it is on where `[resilience] save_on_sigterm` says so, and
 exits 143), is killed if it still runs `--grace` seconds later, and no task starts after. Each task runs in a
-process group of its own, so the signal reaches all of it and only it.
+process group of its own, so the signal reaches all of it and only it. A stopped queue exits 1, as one with a failed
+task does: rerun, it starts with the stopped tasks (a training run resumes the step it saved).
 """
 from __future__ import annotations
 
