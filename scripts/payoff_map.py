@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 
 from recipe.errors import ConfigError, exit_on_config_error
-from recipe.experiments.corpus import make_corpus
+from recipe.experiments.corpus import corpus_digest, make_corpus
 from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
                                            stage0_name, train_command)
 from recipe.experiments.study_pack import QUEUE_FOLDER, TASKS_FILE, missing_inputs, write_pack
@@ -145,8 +145,8 @@ def write_queue(study: Study, python: str, order: str = "seed", only: list[str] 
 
 
 def check_corpus(study: Study) -> None:
-    """The study's corpus must exist; with `corpus_sources` a missing one is built first
-    (`recipe.experiments.corpus`)."""
+    """The study's corpus must exist, and give `corpus_digest` where the study pins one; with `corpus_sources` a
+    missing one is built first (`recipe.experiments.corpus`)."""
     missing = [str(study.corpus / part) for part in ("train", "heldout") if not (study.corpus / part).is_dir()]
     if missing and study.corpus_sources:
         if absent := [str(s) for s in study.corpus_sources if not s.is_dir()]:
@@ -154,10 +154,13 @@ def check_corpus(study: Study) -> None:
         manifest = make_corpus(study.corpus_sources, study.corpus, heldout_every=4)
         print(f"built the corpus {study.corpus} from {manifest['sources']}: {manifest['train_documents']} training "
               f"and {manifest['heldout_documents']} held-out documents", flush=True)
-        return
-    if missing:
+    elif missing:
         raise ConfigError(f"{study.path}: study.corpus = {str(study.corpus)!r} lacks {missing}; build it with "
                           f"RUN={study.corpus.parent} scripts/time_to_quality_long.sh corpus, or make_corpus.py")
+    if study.corpus_digest and not (digest := corpus_digest(study.corpus)).startswith(study.corpus_digest):
+        raise ConfigError(f"{study.path}: study.corpus_digest = {study.corpus_digest!r}, but {study.corpus} gives "
+                          f"{digest[:len(study.corpus_digest)]}: runs on another corpus would not join the study's "
+                          "records (built from other sources or another Python?)")
 
 
 def submit(study: Study, python: str, sbatch_options: list[str], order: str = "seed",

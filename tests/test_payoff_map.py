@@ -18,6 +18,7 @@ from torch.distributed.checkpoint import FileSystemReader
 
 from eval.studies import payoff
 from eval.studies.time_to_quality import against_earlier_dense, run_folder
+from recipe.experiments.corpus import corpus_digest
 from recipe.experiments.payoff_grid import (arm_first, load_study, long_first, plan_runs, scored_models,
                                            train_command)
 from recipe.toml_config import dump_toml, load_toml, set_key
@@ -158,6 +159,8 @@ def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
     ('anatomy_windows = 2\nniah_lengths = "8192"\n[[grid]]\n', r"study.niah_lengths = '8192' must be a non-empty"),
     ("anatomy_windows = 2\nniah_lengths = [8192, 262144]\n[[grid]]\n",
      r"study.niah_lengths \[262144\] exceed training.seq_len = 131072 in configs/time_to_quality/tiny_128k.toml"),
+    ('corpus_digest = "F4EB804E"\n[[grid]]\n', r"study.corpus_digest = 'F4EB804E' must be 8 to 64 lowercase hex"),
+    ('corpus_digest = "f4eb"\n[[grid]]\n', r"study.corpus_digest = 'f4eb' must be 8 to 64 lowercase hex"),
 ])
 def test_a_study_mistake_names_the_file_the_key_and_the_value(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
@@ -190,6 +193,29 @@ def test_niah_lengths_too_short_for_the_needle_are_refused_before_anything_runs(
     assert out == ""
     assert err.strip().splitlines() == [f"error: {path}: study.niah_lengths: NIAH lengths [64] are shorter "
                                         "than the needle and question (68 tokens)"]
+
+
+def test_run_refuses_a_corpus_whose_digest_is_not_the_studys_before_it_queues_anything(tmp_path):
+    """The digest is the shell's `find . -type f | sort | xargs sha256sum | sha256sum` over the corpus folder, so
+    the study's pin and a shell check agree; a study pins a prefix of it."""
+    corpus = tmp_path / "run" / "corpus"
+    for split in ("train", "heldout"):
+        (corpus / split).mkdir(parents=True)
+        (corpus / split / "corpus.jsonl").write_bytes(random.randbytes(4096))
+    listing = subprocess.run("find . -type f | sort | xargs sha256sum | sha256sum", shell=True, cwd=corpus,
+                             capture_output=True, text=True, check=True).stdout.split()[0]
+    assert corpus_digest(corpus) == listing
+    other = format(int(listing[:12], 16) ^ 1, "012x")
+    study = example_study(tmp_path, EXTENSION_EXAMPLE, seeds=[0], corpus_digest=other)
+    refused = run_python(["scripts/payoff_map.py", "run", str(study)], env=child_env(), timeout=120)
+    assert refused.returncode == 2 and not (tmp_path / "run" / "tasks.tsv").exists()
+    assert refused.stderr.strip() == (f"error: {study}: study.corpus_digest = {other!r}, but {corpus} gives "
+                                      f"{listing[:12]}: runs on another corpus would not join the study's records "
+                                      "(built from other sources or another Python?)")
+    study = example_study(tmp_path, EXTENSION_EXAMPLE, seeds=[0], corpus_digest=listing[:12])
+    taken = run_python(["scripts/payoff_map.py", "run", str(study), "--stop-after", "0"], env=child_env(),
+                       timeout=120)
+    assert taken.returncode == 1 and "[queue] stopping, its time is up: SIGTERM to no running task" in taken.stdout
 
 
 def basin_untrained(tmp_path: Path) -> str:

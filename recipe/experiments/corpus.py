@@ -84,6 +84,20 @@ def write_jsonl(path: Path, documents: list[Document]) -> None:
             f.write(json.dumps({"text": document.text, "path": document.name}) + "\n")
 
 
+def corpus_digest(folder: Path) -> str:
+    """One SHA-256 for every file under `folder`: that of `sha256sum`'s listing of them in path order, as
+    `(cd <folder> && find . -type f | sort | xargs sha256sum | sha256sum)` prints it, so that a study can pin its
+    corpus and a shell can check it."""
+    listing = []
+    for name in sorted(f"./{p.relative_to(folder).as_posix()}" for p in folder.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with open(folder / name, "rb") as f:
+            while chunk := f.read(1 << 24):
+                digest.update(chunk)
+        listing.append(f"{digest.hexdigest()}  {name}\n")
+    return hashlib.sha256("".join(listing).encode()).hexdigest()
+
+
 def make_corpus(sources: list[Path], out: Path, heldout_every: int = 20, seed: int = 0,
                 documents: str = "files") -> dict:
     """Write the two splits and the manifest under `out`; returns the manifest. `documents`: "files" (one

@@ -8,6 +8,7 @@ block is the product of its values, the study the union of the blocks:
     run = "outputs/payoff/tiny_128k"                     # one folder per run, the queue's logs, the report
     corpus = "outputs/payoff/corpus"                     # <corpus>/train and <corpus>/heldout
     corpus_sources = ["lighthouse", "recipe"]            # optional: `run` builds a missing corpus from these folders
+    corpus_digest = "f4eb804e"                           # optional: `run` refuses a corpus whose digest differs
     steps = 720                                          # every run's steps, on one LR schedule
     warmup_steps = 72
     seeds = [0, 1, 2, 3]
@@ -53,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +64,7 @@ from recipe.toml_config import get_key, load_toml
 
 STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
               "anatomy_windows", "niah_lengths", "reported", "frontier", "corpus_sources",
-              "stage0_seq_len", "stage0_steps", "stage0_deterministic"}
+              "stage0_seq_len", "stage0_steps", "stage0_deterministic", "corpus_digest"}
 GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps", "seeds"}
 
 
@@ -109,6 +111,7 @@ class Study:
     reported: list[str] = field(default_factory=list)
     frontier: list[int] = field(default_factory=list)
     corpus_sources: list[Path] = field(default_factory=list)
+    corpus_digest: str | None = None  # a prefix of `recipe.experiments.corpus.corpus_digest`'s hex digest
     stage0_seq_len: int = 0  # 0: no stage 0, every run starts from initial weights
     stage0_steps: int = 0
     stage0_deterministic: bool = False
@@ -160,6 +163,11 @@ def load_study(path: Path) -> Study:
     if not isinstance(sources, list) or not all(isinstance(v, str) and v for v in sources):
         raise _fail(path, f"study.corpus_sources = {sources!r} must be a list of folder paths")
     parsed.corpus_sources = [Path(v) for v in sources]
+    digest = study.get("corpus_digest")
+    if digest is not None and not (isinstance(digest, str) and re.fullmatch(r"[0-9a-f]{8,64}", digest)):
+        raise _fail(path, f"study.corpus_digest = {digest!r} must be 8 to 64 lowercase hex digits (a prefix of "
+                          "the corpus's SHA-256 digest)")
+    parsed.corpus_digest = digest
     _check_stage0(parsed, study)
     if steps in parsed.frontier:
         raise _fail(path, f"study.frontier = {parsed.frontier} repeats study.steps = {steps}: the dense run of "
