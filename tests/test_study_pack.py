@@ -287,7 +287,8 @@ def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_
     (folder / "corpus").symlink_to(tmp_path / "first" / "corpus")
     again = run_python(["scripts/payoff_map.py", "run", str(study), *only], env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "stage0_s0 trains again: dense_s0_steps4 reads stage0_s0/checkpoint/step-4, which is not here" in again.stdout
+    why = "dense_s0_steps4 reads stage0_s0/checkpoint/step-4, which is not here"
+    assert f"stage0_s0 trains again: {why}" in again.stdout
     ran = [line.split()[1] for line in again.stdout.splitlines() if line.startswith("[queue]") and "exit" in line]
     assert ran == ["stage0_s0", "dense_s0", "dense_s0_steps4"]
     assert len(list((folder / "dense_s0" / "runs").iterdir())) == 2, "the dense run resumed: two process starts"
