@@ -20,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,15 +45,26 @@ class Stop:
             return "its time is up"
         return None
 
+    def sleep(self, seconds: float) -> None:
+        """Wait `seconds`, or less if a signal comes: the queue passes it on at once."""
+        if select.select([self.wakeup], [], [], seconds)[0]:
+            self.wakeup.recv(64)
+
     def __enter__(self) -> "Stop":
         def note(signum, frame):
             self.signalled = f"it got {signal.Signals(signum).name}"
+        self.wakeup, self.woken = socket.socketpair()
+        self.woken.setblocking(False)
+        self.previous_fd = signal.set_wakeup_fd(self.woken.fileno())
         self.previous = {s: signal.signal(s, note) for s in (signal.SIGTERM, signal.SIGINT)}
         return self
 
     def __exit__(self, *exc) -> None:
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+        signal.set_wakeup_fd(self.previous_fd)
+        self.wakeup.close()
+        self.woken.close()
 
 
 def run_queue(tasks: list[Task], gpus: list[str], logs: Path, poll_s: float = 1.0, stop_after: float | None = None,
@@ -103,7 +116,7 @@ def run_queue(tasks: list[Task], gpus: list[str], logs: Path, poll_s: float = 1.
                                                start_new_session=True)
                 running[gpu] = (ready, process, time.time())
                 print(f"[queue] {ready.name} on GPU {gpu}", flush=True)
-            time.sleep(poll_s)
+            stop.sleep(poll_s)
     return codes
 
 

@@ -148,6 +148,23 @@ def test_a_resumed_run_leaves_a_record_per_start_that_trains_and_marks_where_eac
         ["step 1", "step 3"]  # not step 4 for the start with nothing left to train
 
 
+
+@pytest.mark.slow
+def test_a_finished_run_whose_last_save_holds_weights_alone_started_again_has_nothing_left_to_train(tmp_path):
+    """A job started again after its end (a queue stopped as it finished, a requeued job) exits 0 and trains
+    nothing, whether its last save is whole or weights alone (`last_save_model_only`): the weights are not read as
+    a resume point, which would fail on the optimizer and data position they lack."""
+    folder = tmp_path / "run"
+    argv = ["--job.config_file", "configs/debug.toml", "--job.dump_folder", str(folder), "--training.seq_len", "256",
+            "--training.local_batch_size", "1", "--training.steps", "2", "--checkpoint.enable",
+            "--checkpoint.last_save_model_only"]
+    out = train_in_one_process([argv, argv])
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert f"{folder}/checkpoint/step-2 holds the finished run's weights alone" in log
+    assert "Nothing left to train: the job resumed at step 2 of training.steps=2" in log
+    assert len(list((folder / RUNS_FOLDER).iterdir())) == 1, "the second start trained no step"
+
 @pytest.mark.slow
 def test_the_log_is_free_of_colour_codes_and_of_gpu_warnings_on_cpu(started_twice):
     log = started_twice[2]

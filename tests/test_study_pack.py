@@ -255,21 +255,22 @@ def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_
     it is on and the queue stops. Packed without stage 0's weights, removed and unpacked, `run` trains stage 0 again
     (the frontier run left reads it), resumes the dense run at its step and trains the frontier run: all three end
     with the losses of the same queue run without a stop (a CPU trains bit for bit)."""
-    only = ["--only", "stage0_s0,dense_s0,dense_s0_steps4", "--order", "arm-first"]
+    only = ["--only", "stage0_s0,dense_s0,dense_s0_steps16", "--order", "arm-first"]
+    longer = {"seeds": [0], "stage0_deterministic": True, "steps": 32, "warmup_steps": 4, "frontier": [16]}
     (tmp_path / "whole").mkdir()
-    whole = example_study(tmp_path / "whole", EXTENSION_EXAMPLE, seeds=[0], stage0_deterministic=True)
+    whole = example_study(tmp_path / "whole", EXTENSION_EXAMPLE, **longer)
     env = child_env()
     trained = run_python(["scripts/payoff_map.py", "run", str(whole), *only], env=env, timeout=600)
     assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
 
-    study = example_study(tmp_path, EXTENSION_EXAMPLE, seeds=[0], stage0_deterministic=True)
+    study = example_study(tmp_path, EXTENSION_EXAMPLE, **longer)
     folder = tmp_path / "run"
     queue = subprocess.Popen([sys.executable, "scripts/payoff_map.py", "run", str(study), *only], cwd=REPO, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 600
-    while not (folder / "dense_s0").is_dir() and queue.poll() is None and time.monotonic() < deadline:
+    while not trained_a_step(folder / "dense_s0") and queue.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
-    queue.send_signal(signal.SIGTERM)  # the trainer holds it from its first line and stops after a step
+    queue.send_signal(signal.SIGTERM)  # passed on at once: the run stops after the step it is on, of 32
     out, _ = queue.communicate(timeout=300)
     assert queue.returncode == 1 and "stopping, it got SIGTERM: SIGTERM to dense_s0; 1 not started" in out, out[-3000:]
     stopped = json.loads((folder / "queue" / "dense_s0.json").read_text())
@@ -287,16 +288,21 @@ def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_
     (folder / "corpus").symlink_to(tmp_path / "first" / "corpus")
     again = run_python(["scripts/payoff_map.py", "run", str(study), *only], env=env, timeout=600)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    why = "dense_s0_steps4 reads stage0_s0/checkpoint/step-4, which is not here"
+    why = "dense_s0_steps16 reads stage0_s0/checkpoint/step-4, which is not here"
     assert f"stage0_s0 trains again: {why}" in again.stdout
     ran = [line.split()[1] for line in again.stdout.splitlines() if line.startswith("[queue]") and "exit" in line]
-    assert ran == ["stage0_s0", "dense_s0", "dense_s0_steps4"]
+    assert ran == ["stage0_s0", "dense_s0", "dense_s0_steps16"]
     assert len(list((folder / "dense_s0" / "runs").iterdir())) == 2, "the dense run resumed: two process starts"
     assert f"Loading the checkpoint from {folder}/dense_s0/checkpoint/step-" in (folder / "queue" / "dense_s0.log"
                                                                                  ).read_text(), "its own step"
-    for name in ("stage0_s0", "dense_s0", "dense_s0_steps4"):
+    for name in ("stage0_s0", "dense_s0", "dense_s0_steps16"):
         continued, uninterrupted = losses(folder / name), losses(tmp_path / "whole" / "run" / name)
         assert continued and continued == uninterrupted, name
+
+def trained_a_step(folder: Path) -> bool:
+    metrics = folder / "metrics.jsonl"
+    return metrics.is_file() and '"step": 1,' in metrics.read_text()
+
 
 def losses(folder: Path) -> dict[tuple[int, str], float]:
     """Every loss a run folder logged, by step and metric, the last record of a step winning (a resumed run logs

@@ -19,6 +19,7 @@ import shutil
 import warnings
 from typing import Callable
 
+from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torchtitan.tools.logging import logger
 
@@ -75,6 +76,16 @@ def resume_step(folder: str, unverified: bool = False) -> int | None:
     lists every file at its size (checksums are left to the resume); None if there is none. On one rank alone."""
     return next((step for step in complete_steps(folder)
                  if not checkpoint_faults(os.path.join(folder, f"step-{step}"), False, unverified)), None)
+
+
+def finished_weights(folder: str, steps: int, unverified: bool = False) -> bool:
+    """Whether a restart of the job writing `folder` would resume its last step (`steps`) saved as weights alone
+    (`checkpoint.last_save_model_only`): the run finished, and that step has no optimizer, schedule or data position
+    to load, nor anything left to train."""
+    if resume_step(folder, unverified) != steps:
+        return False
+    keys = FileSystemReader(os.path.join(folder, f"step-{steps}")).read_metadata().state_dict_metadata
+    return not any(key.startswith("train_state") for key in keys)
 
 
 def _no_metadata_tracebacks(record: logging.LogRecord) -> bool:

@@ -10,7 +10,7 @@ import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -33,7 +33,8 @@ from recipe.hf.importer import check_hf_import
 from recipe.logs.lighthouse_stats import attach_observers
 from recipe.logs.run_record import run_start_record, write_run_record
 from recipe.progress import first_step_line, slow_step_line
-from recipe.resilience.checkpoint_guard import complete_steps, load_newest_intact, resume_step, save_or_stop
+from recipe.resilience.checkpoint_guard import (complete_steps, finished_weights, load_newest_intact, resume_step,
+                                                save_or_stop)
 from recipe.resilience.checkpoint_manifest import write_manifest
 from recipe.resilience.dump_lock import DumpFolderLock
 from recipe.resilience.finite_guard import (FiniteGuard, NonFiniteStep, checkpoint_due, last_good, non_finite_state,
@@ -208,8 +209,7 @@ class LighthouseTrainer(Trainer):
         self.checkpoint_folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
         initial, checksums = job_config.checkpoint.initial_load_path, job_config.resilience.checksums
         unverified = job_config.checkpoint.load_unverified
-        self.checkpointer.load = lambda step=-1: load_newest_intact(load, self.checkpoint_folder, step, initial,
-                                                                    checksums, unverified)
+        self.checkpointer.load = lambda step=-1: self.load_checkpoint(load, step, initial, checksums, unverified)
         self.checkpointer.save = lambda curr_step, last_step=False: self.save_checkpoint(save, curr_step, last_step)
         self.last_save_s: float | None = None  # how long this process's latest save took
         self.async_save_step: int | None = None  # an asynchronous save still being written (no manifest yet)
@@ -339,6 +339,18 @@ class LighthouseTrainer(Trainer):
             what = f"saved step-{self.step} in {self.last_save_s:.1f} s"
         raise Terminated(f"terminated (SIGTERM) at step {self.step}; {what}; a restart resumes from "
                          f"{restart_point(self.job_config)}")
+
+    def load_checkpoint(self, load: Callable[[int], bool], step: int, initial: str, checksums: bool,
+                        unverified: bool) -> bool:
+        """torchtitan's `load` through `load_newest_intact`; a finished run whose last save holds weights alone is
+        not loaded (nothing in it resumes a run) but taken as at its last step, so that `train` says nothing is left
+        to train and the job exits 0, as it does after a full last save."""
+        steps = self.job_config.training.steps
+        if step == -1 and finished_weights(self.checkpoint_folder, steps, unverified):
+            logger.info(f"{self.checkpoint_folder}/step-{steps} holds the finished run's weights alone")
+            self.step = steps
+            return True
+        return load_newest_intact(load, self.checkpoint_folder, step, initial, checksums, unverified)
 
     def set_lighthouse(self, enabled: bool) -> None:
         """Lighthouse (True) or dense causal SDPA (False) in every Lighthouse layer of every model part."""
