@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import warnings
-from typing import Callable
+from typing import Callable, Iterable
 
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
@@ -78,14 +78,19 @@ def resume_step(folder: str, unverified: bool = False) -> int | None:
                  if not checkpoint_faults(os.path.join(folder, f"step-{step}"), False, unverified)), None)
 
 
+def weights_only(keys: Iterable[str]) -> bool:
+    """Whether a checkpoint's state-dict keys (its `.metadata`) hold model weights alone, as a save with
+    `checkpoint.last_save_model_only` writes them: no train state (step, LR schedule), so nothing resumes from it."""
+    return not any(key.startswith("train_state") for key in keys)
+
+
 def finished_weights(folder: str, steps: int, unverified: bool = False) -> bool:
     """Whether a restart of the job writing `folder` would resume its last step (`steps`) saved as weights alone
     (`checkpoint.last_save_model_only`): the run finished, and that step has no optimizer, schedule or data position
     to load, nor anything left to train."""
     if resume_step(folder, unverified) != steps:
         return False
-    keys = FileSystemReader(os.path.join(folder, f"step-{steps}")).read_metadata().state_dict_metadata
-    return not any(key.startswith("train_state") for key in keys)
+    return weights_only(FileSystemReader(os.path.join(folder, f"step-{steps}")).read_metadata().state_dict_metadata)
 
 
 def _no_metadata_tracebacks(record: logging.LogRecord) -> bool:

@@ -20,7 +20,7 @@ from lighthouse import LighthouseConfig
 from lighthouse.context_parallel import check_context_parallel
 
 from models.llama3_lighthouse.dense import check_dense_backend
-from recipe.resilience.checkpoint_guard import complete_steps, resume_step, unfinished_steps
+from recipe.resilience.checkpoint_guard import complete_steps, resume_step, unfinished_steps, weights_only
 from recipe.train.validation import check_validation
 
 
@@ -286,7 +286,7 @@ def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[in
             raise ValueError(f"checkpoint.initial_load_path={path!r} holds {name} of shape {list(saved)}, but "
                              f"model.flavor={job_config.model.flavor!r} has {list(shape)}: it is another model's "
                              "checkpoint; set model.flavor (and [lighthouse]) to those of the run that wrote it")
-    if not checkpoint.initial_load_model_only and not any(key.startswith("train_state") for key in keys):
+    if not checkpoint.initial_load_model_only and weights_only(keys):
         raise ValueError(
             f"checkpoint.initial_load_path={path!r} holds model weights only (its run saved its last step with "
             "checkpoint.last_save_model_only = true), but checkpoint.initial_load_model_only = false asks for the "
