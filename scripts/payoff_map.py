@@ -212,7 +212,7 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     from eval.records import write_record
     from eval.studies import frontier, loss_by_position, payoff
     from eval.studies.time_to_quality import (against_earlier_dense, final_validation_loss, load_arms, plot_curves,
-                                             plot_steps, report_records, run_folder)
+                                             plot_steps, recorded_starts, report_records, run_folder)
     from recipe.logs.run_record import source_commit
 
     recorded = study.run / "study.json"
@@ -225,9 +225,13 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     records = [{**record, **start} for record in report_records(arms, seq_len, device, commit,
                                                                  f"scripts/payoff_map.py run {study.path}")]
     if study.stage0_seq_len:  # the weights each run started from, comparable across machines that trained them again
-        stage0 = {seed: final_validation_loss(study.run / stage0_name(seed)) for seed in {r["seed"] for r in records}}
+        seeds = {r["seed"] for r in records}
+        stage0 = {seed: final_validation_loss(study.run / stage0_name(seed)) for seed in seeds}
+        stage0_cards = {seed: recorded_starts(study.run / stage0_name(seed), "card") for seed in seeds}
         for record in records:
             record["stage0_final_heldout_loss"] = stage0[record["seed"]]
+            if cards := list(dict.fromkeys(stage0_cards[record["seed"]] + record.get("cards", []))):
+                record["cards"] = cards
     dumps = sorted((study.run / "anatomy").glob("*.npz"))
     windows, losses, niah = loss_anatomy.read_dumps([d.with_suffix("") for d in dumps]) if dumps else (None, {}, {})
     if study.stage0_seq_len:  # a later report that joins these records reads the loss by position from them
@@ -247,14 +251,15 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
             raise ConfigError(f"--include {path}: expected a list of run records or a report's payoff.json")
         earlier += [r for r in loaded if r.get("seq_len") == seq_len and all(r.get(k) == v for k, v in start.items())]
     set_aside = payoff.stage0_confounded(records, earlier)
-    records = [r for r in records if r not in set_aside]
+    mixed = payoff.card_mixed(records, earlier)
+    records = [r for r in records if r not in set_aside and r not in mixed]
     confounded = [run_folder(r["name"], r["seed"]) for r in set_aside]
     records = payoff.join(against_earlier_dense(records, earlier), earlier)
     if not records:
         raise ConfigError(f"no finished run under {study.run} (and none included)")
     summary = payoff.distributions(records, study.group_threshold, study.baseline)
     summary.update({"study": str(study.path), "incomplete": incomplete, "baseline": study.baseline,
-                    "stage0_confounded": confounded})
+                    "stage0_confounded": confounded, "card_mixed": [run_folder(r["name"], r["seed"]) for r in mixed]})
     dense = summary["arms"].get("dense", {}).get("seeds", {})
     curves = payoff.dense_step_curves(records, study.base["validation"]["freq"])
     lower = {seed for seed, row in dense.items() if row.get("group") == "lower"}
@@ -310,6 +315,9 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     if confounded:
         table += (f"\n\nConfounded (left out): {', '.join(confounded)}, whose stage 0 ended at another held-out loss "
                   "than the one its seed's included records started from")
+    if summary["card_mixed"]:
+        table += (f"\n\nOn several cards (left out): {', '.join(summary['card_mixed'])}, whose seed's run records name "
+                  "more than one card")
     out.with_suffix(".md").write_text(table + "\n")
     print(table)
     return summary

@@ -106,3 +106,17 @@ def test_an_extension_run_joins_its_seeds_earlier_records_only_from_the_same_sta
     drifted = {**run("dense_s1_steps400", 1, 2.4, 260.0), "stage0_final_heldout_loss": stage0 + 0.01 + 1e-7}
     new_seed = {**run("dense_s2_steps400", 2, 2.4, 260.0), "stage0_final_heldout_loss": stage0}
     assert payoff.stage0_confounded([same, drifted, new_seed], earlier) == [drifted]
+
+
+def test_a_seed_whose_records_name_two_cards_is_set_aside_whole_and_records_without_cards_are_not_checked():
+    """Addendum 28: each seed is placed against its own dense runs, so all of it must be timed on one card model;
+    another seed may run on another card."""
+    h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+    earlier = [{**run("dense_s2", 2, 2.3, 480.0), "cards": [h200]}, run("dense_s1", 1, 2.3, 480.0)]
+    moved = {**run("dense_s2_steps600", 2, 2.35, 400.0), "cards": [h100]}  # seed 2 went on on another card
+    switched = {**run("dense_s4", 4, 2.3, 480.0), "cards": [h200, h100]}  # one run resumed on another card
+    beside = {**run("causal_s4_switch360", 4, 2.3, 300.0), "cards": [h200]}
+    own_card = [{**run("dense_s3", 3, 2.3, 600.0), "cards": [h100]},
+                {**run("causal_s3_switch360", 3, 2.3, 390.0), "cards": [h100]}]
+    unrecorded = run("dense_s1_steps400", 1, 2.4, 260.0)
+    assert payoff.card_mixed([moved, switched, beside, *own_card, unrecorded], earlier) == [moved, switched, beside]

@@ -75,11 +75,11 @@ def test_each_record_names_its_stage_1_dense_layers_and_topk_from_the_run_record
                         "causal_s1_switch4": (None, None, 4)}
 
 
-def started(folder: Path, start: str, commit: str) -> None:
-    """A process start in `folder` whose run record names the tree `commit`."""
+def started(folder: Path, start: str, commit: str, card: str | None = None) -> None:
+    """A process start in `folder` whose run record names the tree `commit` (and the `card`, where given)."""
     record = folder / "runs" / start
     record.mkdir(parents=True)
-    (record / "run.json").write_text(json.dumps({"start": start, "commit": commit}))
+    (record / "run.json").write_text(json.dumps({"start": start, "commit": commit, **({"card": card} if card else {})}))
 
 
 def test_each_record_names_the_trees_that_trained_its_arm_and_the_given_commit_only_where_no_record_does(tmp_path):
@@ -96,6 +96,24 @@ def test_each_record_names_the_trees_that_trained_its_arm_and_the_given_commit_o
     assert {n: (r["commit"], r.get("commits")) for n, r in records.items()} == {
         "dense": ("aaa1111", None), "causal_s0_switch4": ("bbb2222", ["aaa1111", "bbb2222"]),
         "dense_s1": ("ccc3333", None)}
+
+
+def test_each_record_lists_the_cards_its_stage_1_and_stage_2_starts_recorded_and_none_where_none_did(tmp_path):
+    """The report's `device` is a label; `cards` is what the run records say each process ran on, so a run resumed
+    on another machine is seen to have changed card."""
+    write(tmp_path / "dense_s0", steps(1, 8, 1.0) + shadow((1, 5.0), (8, 2.0)))
+    started(tmp_path / "dense_s0", "20261201-100000", "aaa1111", "NVIDIA H200")
+    started(tmp_path / "dense_s0", "20261201-110000", "aaa1111", "NVIDIA H200")  # resumed on the same card
+    write(tmp_path / "causal_s0", steps(1, 4, 0.5) + shadow((1, 5.0), (4, 3.5)))
+    started(tmp_path / "causal_s0", "20261201-120000", "aaa1111", "NVIDIA H200")
+    write(tmp_path / "causal_s0_switch4", steps(5, 8, 1.0, start=False) + shadow((8, 2.5)))
+    started(tmp_path / "causal_s0_switch4", "20261202-090000", "bbb2222", "NVIDIA H100 80GB HBM3")
+    write(tmp_path / "dense_s1", steps(1, 8, 1.0) + shadow((1, 5.0), (8, 2.1)))
+    started(tmp_path / "dense_s1", "20261201-100000", "aaa1111")  # a record written before cards were
+    records = {r["name"]: r for r in report_records(load_arms(tmp_path), 64, "a label", "ccc3333")}
+    assert {n: r.get("cards") for n, r in records.items()} == {
+        "dense": ["NVIDIA H200"], "causal_s0_switch4": ["NVIDIA H200", "NVIDIA H100 80GB HBM3"], "dense_s1": None}
+    assert {r["device"] for r in records.values()} == {"a label"}
 
 
 def test_exchange_rates_read_the_stage_1_and_final_losses_off_the_dense_curve_in_steps(tmp_path):

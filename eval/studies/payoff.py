@@ -82,6 +82,16 @@ def stage0_confounded(records: list[dict], earlier: list[dict]) -> list[dict]:
     return [r for r in records if r["seed"] in started and r.get("stage0_final_heldout_loss") not in started[r["seed"]]]
 
 
+def card_mixed(records: list[dict], earlier: list[dict]) -> list[dict]:
+    """The `records` of a seed whose runs name more than one card in their `cards` (their run records' cards, its
+    `earlier` records' included): a seed is placed against its own dense runs, so all of it must time on one card
+    model. Records without `cards` (written before runs recorded them) are not checked."""
+    seeds: dict[int, set[str]] = defaultdict(set)
+    for r in records + earlier:
+        seeds[r["seed"]].update(r.get("cards", ()))
+    return [r for r in records if len(seeds[r["seed"]]) > 1]
+
+
 def paired(arms: dict[str, dict[int, dict]], arm: str, reference: str) -> dict:
     """`arm` minus `reference` on the seeds both ran: each seed's difference of final loss, their mean, the
     bootstrap interval and how many are below 0."""

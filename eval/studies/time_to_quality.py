@@ -94,6 +94,8 @@ class Arm:
     """Stage 1's `[lighthouse] topk`, from the same record (None where `dense_layers` is)."""
     commits: tuple[str, ...] = ()
     """The commits of the trees that trained it, from its run records, oldest first (empty: no record)."""
+    cards: tuple[str, ...] = ()
+    """The cards its process starts trained on, from its run records, in order of first use (empty: none named)."""
 
     @property
     def label(self) -> str:
@@ -161,18 +163,20 @@ def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
                 incomplete.append(folder.name)
                 continue
             raise ValueError(f"{folder}: steps 1..{total} are not all logged, or the last step was not validated")
-        commits = tuple(dict.fromkeys(recorded_commits(stage1_folder) + recorded_commits(folder)))
+        commits, cards = (tuple(dict.fromkeys(recorded_starts(stage1_folder, key) + recorded_starts(folder, key)))
+                          for key in ("commit", "card"))
         arms.append(Arm(folder.name, match["selection"], int(match["seed"]), switch, total, seconds, losses, lighthouse,
                         validation_losses(records, DENSE_BITS_PER_BYTE).get(total), *recorded_stage1(stage1_folder),
-                        commits))
+                        commits, cards))
     return arms
 
 
-def recorded_commits(folder: Path) -> list[str]:
-    """The commit of each process start in `folder`'s run records, oldest first: a run folder of a queue that went
-    on over several trees names each."""
-    return [json.loads((p / RUN_FILE).read_text())["commit"] for p in sorted((folder / RUNS_FOLDER).glob("*"))
-            if (p / RUN_FILE).is_file()]
+def recorded_starts(folder: Path, key: str) -> list[str]:
+    """`key` (`commit`, `card`) of each process start in `folder`'s run records, oldest first, where the record
+    names it: a run folder of a queue that went on over several trees or machines names each."""
+    starts = [json.loads((p / RUN_FILE).read_text()) for p in sorted((folder / RUNS_FOLDER).glob("*"))
+              if (p / RUN_FILE).is_file()]
+    return [start[key] for start in starts if start.get(key)]
 
 
 def recorded_stage1(folder: Path) -> tuple[list[int] | None, int | None]:
@@ -265,10 +269,12 @@ def against_earlier_dense(records: list[dict], earlier: list[dict]) -> list[dict
 def report_records(arms: list[Arm], seq_len: int, device: str, commit: str, command: str = ARMS_COMMAND) -> list[dict]:
     """The docs/records/time_to_quality.json list: each arm's record against the dense arm of its seed, with the commit
     of the tree that ran it (its run records' newest, `commits` all of them where several trees did; `commit` for an
-    arm without records) and the command that ran them."""
+    arm without records), the `cards` its run records name (`device` is the label the report was given) and the
+    command that ran them."""
     dense = {a.seed: a for a in arms if a.label == "dense"}  # not a frontier run (`dense_s<seed>_steps<n>`)
     return [{**arm_record(a, dense.get(a.seed), seq_len, device), "commit": a.commits[-1] if a.commits else commit,
-             **({"commits": list(a.commits)} if len(a.commits) > 1 else {}), "command": command} for a in arms]
+             **({"commits": list(a.commits)} if len(a.commits) > 1 else {}),
+             **({"cards": list(a.cards)} if a.cards else {}), "command": command} for a in arms]
 
 
 def markdown_table(records: list[dict]) -> str:
