@@ -30,6 +30,7 @@ class RunStopped(RuntimeError):
 
     exit_code = 1
     every_rank = False  # whether every rank of a job decides this stop at the same step (rank 0 speaks for all)
+    prefix = "error"  # "stopped" for a stop that was asked for (a signal), which is no failure of the job
 
     def __init__(self, *args: object) -> None:
         super().__init__(*args)
@@ -52,8 +53,9 @@ OTHER_RANKS_WAIT_S = 5.0  # how long a rank other than 0 leaves rank 0 to end th
 
 @contextlib.contextmanager
 def exit_on_config_error() -> Iterator[None]:
-    """Print a ConfigError (or RunStopped) raised inside as `error: <message>` on stderr and exit with code 2
-    (or its `exit_code`); outside torchrun every process prints it.
+    """Print a ConfigError (or RunStopped) raised inside as `error: <message>` (a stop that was asked for:
+    `stopped: <message>`) on stderr and exit with code 2 (or its `exit_code`); outside torchrun every process
+    prints it.
 
     Under torchrun (`TORCHELASTIC_ERROR_FILE` set) rank 0 speaks for the job: it prints the line, writes it
     to torchrun's error file, so torchrun's failure summary names it as the root cause in place of "To enable
@@ -70,7 +72,7 @@ def exit_on_config_error() -> Iterator[None]:
     except (ConfigError, RunStopped) as err:
         if debug_enabled():
             raise
-        line = f"error: {err}"
+        line = f"{getattr(err, 'prefix', 'error')}: {err}"
         code = 2 if isinstance(err, ConfigError) else err.exit_code
         rank_0 = os.environ.get("RANK", "0") == "0"
         if speaks_for_the_job():

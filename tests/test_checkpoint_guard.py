@@ -372,7 +372,7 @@ def test_a_signal_at_any_moment_ends_the_job_in_one_line_naming_where_a_restart_
     resumes = {"intact": f"step-{latest}", "none": "the start (no checkpoint yet)",
                "damaged": f"none of the checkpoints in {tmp_path}/run/checkpoint (each is damaged)"}[saved]
     assert exit_info.value.code == code and Job.closed == (before is None)  # a trainer built is closed
-    assert capsys.readouterr().err == f"error: {line.format(step=step)}; a restart resumes from {resumes}\n"
+    assert capsys.readouterr().err == f"stopped: {line.format(step=step)}; a restart resumes from {resumes}\n"
 
 
 @pytest.mark.slow
@@ -386,7 +386,7 @@ def test_ctrl_c_during_training_ends_train_py_in_one_line(tmp_path):
                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal gives it
     _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 3, signal.SIGINT)
     assert job.returncode == 130, err[-3000:]
-    assert re.fullmatch(r"error: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the start \(no "
+    assert re.fullmatch(r"stopped: interrupted \(Ctrl-C\) at step \d+; a restart resumes from the start \(no "
                         r"checkpoint yet\)", err.splitlines()[-1]), err[-3000:]
     assert "Traceback" not in err
 
@@ -424,7 +424,7 @@ def test_sigterm_to_the_launcher_saves_the_step_on_every_rank_ends_in_seconds_wi
 
     _, err = signal_when(job, trained_two_steps, signal.SIGTERM)
     assert time.monotonic() - signalled_at[0] < SIGTERM_TO_END_S, err[-3000:]  # torchrun's SIGKILL comes at 30 s
-    stopped = re.compile(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart "
+    stopped = re.compile(r"stopped: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart "
                          r"resumes from step-\1")
     lines = [line for line in err.splitlines() if stopped.fullmatch(line)]
     assert len(lines) == 1 and job.returncode == 143, err[-3000:]
@@ -473,7 +473,7 @@ def test_sigterm_saves_the_step_and_exits_143_and_ctrl_c_during_a_save_lets_it_f
     _, err = signal_when(job, lambda: metrics.exists() and metrics.read_text().count("\n") > 2, signal.SIGTERM)
     assert job.returncode == 143, err[-3000:]
     line = err.splitlines()[-1]
-    match = re.fullmatch(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart "
+    match = re.fullmatch(r"stopped: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart "
                          r"resumes from step-\1", line)
     assert match and "Traceback" not in err, err[-3000:]
     saved = int(match.group(1))
@@ -485,7 +485,7 @@ def test_sigterm_saves_the_step_and_exits_143_and_ctrl_c_during_a_save_lets_it_f
     assert job.returncode == 130, err[-3000:]
     assert f"Training starts at step {saved + 1}" in out  # resumed from the step SIGTERM saved
     step = saved + 1
-    assert err.splitlines()[-1] == (f"error: interrupted (Ctrl-C) at step {step} (during the save of step {step}, "
+    assert err.splitlines()[-1] == (f"stopped: interrupted (Ctrl-C) at step {step} (during the save of step {step}, "
                                     f"which finished first); a restart resumes from step-{step}")
     assert "Traceback" not in err
     assert complete_steps(str(run / "checkpoint")) == [step, saved]

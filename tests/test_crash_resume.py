@@ -189,12 +189,12 @@ def test_signals_at_start_up_mid_step_and_in_bursts_and_a_manifest_that_cannot_v
 
     starting = Run(folder, tmp_path / "sigterm-at-start-up.log", cold=True)
     assert starting.signal_when(a_second_in(), signal.SIGTERM) == (
-        143, "error: terminated (SIGTERM) at step 0; nothing was trained yet; a restart resumes from the start (no "
+        143, "stopped: terminated (SIGTERM) at step 0; nothing was trained yet; a restart resumes from the start (no "
              "checkpoint yet)")
     mid_step = Run(folder, tmp_path / "ctrl-c-burst.log")
     code, line = mid_step.signal_when(lambda: 5 in mid_step.logged_steps(), signal.SIGINT, times=3)
     newest = max(complete_steps(checkpoints))
-    assert code == 130 and re.fullmatch(rf"error: interrupted \(Ctrl-C\) at step \d+( \(during the save of step \d+, "
+    assert code == 130 and re.fullmatch(rf"stopped: interrupted \(Ctrl-C\) at step \d+( \(during the save of step \d+, "
                                         rf"which finished first\))?; a restart resumes from step-{newest}", line), \
         mid_step.tail()
     shard = checkpoints / f"step-{newest}" / "__0_0.distcp"
@@ -207,7 +207,7 @@ def test_signals_at_start_up_mid_step_and_in_bursts_and_a_manifest_that_cannot_v
     older = f"step-{newest - INTERVAL}"
     burst = Run(folder, tmp_path / "ctrl-c-burst-at-start-up.log", cold=True)
     assert burst.signal_when(a_second_in(), signal.SIGINT, times=3) == (
-        130, f"error: interrupted (Ctrl-C) at step 0 (during start-up); a restart resumes from {older}")
+        130, f"stopped: interrupted (Ctrl-C) at step 0 (during start-up); a restart resumes from {older}")
     last = Run(folder, tmp_path / "last.log")
     last.finish()
     assert f"{checkpoints}/step-{newest} is damaged: {MANIFEST} " in last.log.read_text()

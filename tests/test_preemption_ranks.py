@@ -25,7 +25,7 @@ from recipe.train.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on
 from .helpers import REPO, child_env
 from .warm_python import warm_job
 
-STOPPED = re.compile(r"error: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart resumes "
+STOPPED = re.compile(r"stopped: terminated \(SIGTERM\) at step (\d+); saved step-\1 in [0-9.]+ s; a restart resumes "
                      r"from step-\1")
 
 
@@ -185,7 +185,7 @@ def test_rank_0s_line_is_dated_when_the_stop_was_decided_not_after_the_trainer_c
         raise stop
     record = json.loads(error_file.read_text())["message"]
     assert record["extraInfo"]["timestamp"] == str(int(stop.raised_at)) != str(int(later))
-    assert record["message"] == f"error: {stop}"
+    assert record["message"] == f"stopped: {stop}"
 
 
 def test_the_launcher_names_the_rank_that_recorded_why_and_ends_with_its_exit_code(tmp_path, capsys):

@@ -29,6 +29,7 @@ class Terminated(RunStopped):
 
     exit_code = 143
     every_rank = True
+    prefix = "stopped"
 
 
 def save_on_sigterm(setting: str) -> bool:
@@ -66,7 +67,7 @@ class SigtermFlag:
             self.received_at = time.monotonic()
             return
         if speaks_for_the_job():  # wherever the job is (a save included): no clean-up, no traceback
-            print(f"error: terminated (SIGTERM twice): stopped at once; a restart resumes from {self.resumes()}",
+            print(f"stopped: terminated (SIGTERM twice): stopped at once; a restart resumes from {self.resumes()}",
                   file=sys.stderr, flush=True)
         os._exit(Terminated.exit_code)
 

@@ -135,6 +135,7 @@ class Interrupted(RunStopped):
     """Ctrl-C (SIGINT) during a job."""
 
     exit_code = 130
+    prefix = "stopped"
 
 
 class OutOfMemory(RunStopped):
