@@ -6,7 +6,8 @@ commands it waits for, so independent study arms run side by side (docs/studies/
 `tasks.tsv` holds one task a line, `name<TAB>after<TAB>command`: `after` is `-` or the comma-separated names of
 tasks that must have succeeded first. A free GPU takes the first task in file order whose waits are over; the
 command runs in `bash -c` with `CUDA_VISIBLE_DEVICES` set to that GPU. Each task writes `<logs>/<name>.log` and,
-when it ends, `<logs>/<name>.json` (exit code, GPU, start and end time). A task that already succeeded is not run
+when it ends, `<logs>/<name>.json` (exit code, GPU, start and end time, and `queues`: the command of each queue that
+ran it, `--invoked-as`, a stopped task's earlier ones first). A task that already succeeded is not run
 again, so a stopped queue continues where it stopped; a failed task's dependants are skipped and the queue exits 1.
 
 `--stop-after SECONDS` (a lease or a job of known length), or a SIGTERM or Ctrl-C to the queue, stops it: every
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import select
+import shlex
 import signal
 import socket
 import subprocess
@@ -67,38 +69,49 @@ class Stop:
         self.woken.close()
 
 
+def earlier_queues(logs: Path, task: Task) -> list[str]:
+    """The queue commands of `task`'s exit record in `logs` (a run stopped or failed before: its process starts are
+    in its folder), none where it has no record."""
+    try:
+        return list(json.loads((logs / f"{task.name}.json").read_text()).get("queues", []))
+    except (OSError, ValueError):
+        return []
+
+
 def run_queue(tasks: list[Task], gpus: list[str], logs: Path, poll_s: float = 1.0, stop_after: float | None = None,
-              grace_s: float = 60.0) -> dict[str, int]:
+              grace_s: float = 60.0, invoked_as: str = "") -> dict[str, int]:
     """Run `tasks` on `gpus`; return each task's exit code (-1: skipped because a task it waits for failed; -2: not
-    started because the queue stopped)."""
+    started because the queue stopped). `invoked_as`: the command that started this queue, kept in each task's exit
+    record."""
     logs.mkdir(parents=True, exist_ok=True)
     codes = {t.name: 0 for t in tasks if succeeded(logs, t)}
     todo = [t for t in tasks if t.name not in codes]
-    running: dict[str, tuple[Task, subprocess.Popen, float]] = {}
+    running: dict[str, tuple[Task, subprocess.Popen, float, list[str]]] = {}
     stopped_at, killed = None, False
     with Stop(stop_after) as stop:
         while todo or running:
-            for gpu, (task, process, start) in list(running.items()):
+            for gpu, (task, process, start, queues) in list(running.items()):
                 if process.poll() is None:
                     continue
                 del running[gpu]
                 codes[task.name] = process.returncode
                 (logs / f"{task.name}.json").write_text(json.dumps(
                     {"name": task.name, "gpu": gpu, "returncode": process.returncode, "command": task.command,
-                     "start": start, "end": time.time(), "stopped": stopped_at is not None}) + "\n")
+                     "start": start, "end": time.time(), "stopped": stopped_at is not None,
+                     "queues": queues}) + "\n")
                 print(f"[queue] {task.name} on GPU {gpu}: exit {process.returncode} after {time.time() - start:.0f} s",
                       flush=True)
             if stopped_at is None and (why := stop.why()):
                 stopped_at = time.monotonic()
-                names = ", ".join(t.name for t, _, _ in running.values()) or "no running task"
+                names = ", ".join(t.name for t, *_ in running.values()) or "no running task"
                 print(f"[queue] stopping, {why}: SIGTERM to {names}; {len(todo)} not started", flush=True)
-                for _, process, _ in running.values():
+                for _, process, *_ in running.values():
                     _signal_group(process, signal.SIGTERM)
                 codes.update({t.name: -2 for t in todo})
                 todo = []
             if stopped_at is not None and not killed and time.monotonic() > stopped_at + grace_s:
                 killed = True
-                for task, process, _ in running.values():
+                for task, process, *_ in running.values():
                     print(f"[queue] {task.name}: still running {grace_s:g} s after SIGTERM, killed", flush=True)
                     _signal_group(process, signal.SIGKILL)
             for task in [t for t in todo if any(codes.get(w, 0) != 0 for w in t.after)]:
@@ -114,7 +127,8 @@ def run_queue(tasks: list[Task], gpus: list[str], logs: Path, poll_s: float = 1.
                     process = subprocess.Popen(["bash", "-c", ready.command], stdout=log, stderr=subprocess.STDOUT,
                                                env={**os.environ, "CUDA_VISIBLE_DEVICES": gpu},
                                                start_new_session=True)
-                running[gpu] = (ready, process, time.time())
+                queues = list(dict.fromkeys(earlier_queues(logs, ready) + ([invoked_as] if invoked_as else [])))
+                running[gpu] = (ready, process, time.time(), queues)
                 print(f"[queue] {ready.name} on GPU {gpu}", flush=True)
             stop.sleep(poll_s)
     return codes
@@ -136,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stop-after", type=float, help="seconds after which the running tasks get SIGTERM and no task "
                                                     "starts")
     p.add_argument("--grace", type=float, default=60.0, help="seconds a task has after SIGTERM before it is killed")
+    p.add_argument("--invoked-as", help="the command that started this queue (a study script's), kept in each "
+                                        "task's exit record (default: this one)")
     args = p.parse_args(argv)
     if message := bad_seconds({"--stop-after": args.stop_after, "--grace": args.grace}):
         p.error(message)
@@ -143,8 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         tasks = read_tasks(args.tasks)
     except (OSError, ValueError) as err:
         p.error(str(err))
+    invoked_as = args.invoked_as or shlex.join(["scripts/gpu_queue.py", *(sys.argv[1:] if argv is None else argv)])
     codes = run_queue(tasks, [g for g in args.gpus.split(",") if g], args.logs, stop_after=args.stop_after,
-                      grace_s=args.grace)
+                      grace_s=args.grace, invoked_as=invoked_as)
     return 0 if all(code == 0 for code in codes.values()) else 1
 
 

@@ -204,6 +204,23 @@ def anatomy_pairs(summary: dict, dumps: set[str]) -> list[tuple[str, str]]:
     return pairs
 
 
+def queue_commands(run: Path, record: dict) -> dict:
+    """The `command` of the queue that ran `record`'s tasks (stage 1's, then its own), and `commands`, all of them,
+    where several queues did (a run stopped and continued); nothing where no exit record names one."""
+    from eval.studies.time_to_quality import run_folder
+
+    folder = run_folder(record["name"], record["seed"])
+    names = [folder.rsplit("_switch", 1)[0], folder] if record.get("switch_step") is not None else [folder]
+    queues: list[str] = []
+    for name in names:
+        try:
+            queues += json.loads((run / QUEUE_FOLDER / f"{name}.json").read_text()).get("queues", [])
+        except (OSError, ValueError):
+            continue
+    queues = list(dict.fromkeys(queues))
+    return {"command": queues[-1], **({"commands": queues} if len(queues) > 1 else {})} if queues else {}
+
+
 def report(study: Study, out: Path, includes: list[Path], device: str, commit: str | None) -> dict:
     """The distributions, tables and plots of every finished run (and the earlier records of `includes`); `commit`
     (None: the study's record's, else this tree's) names the runs whose run records name none."""
@@ -222,8 +239,8 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     seq_len = study.base["training"]["seq_len"]
     # None: scratch
     start = {"stage0_seq_len": study.stage0_seq_len or None, "stage0_steps": study.stage0_steps or None}
-    records = [{**record, **start} for record in report_records(arms, seq_len, device, commit,
-                                                                 f"scripts/payoff_map.py run {study.path}")]
+    records = [{**record, **start, **queue_commands(study.run, record)}
+               for record in report_records(arms, seq_len, device, commit, f"scripts/payoff_map.py run {study.path}")]
     if study.stage0_seq_len:  # the weights each run started from, comparable across machines that trained them again
         seeds = {r["seed"] for r in records}
         stage0 = {seed: final_validation_loss(study.run / stage0_name(seed)) for seed in seeds}
@@ -427,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         os.chdir(Path(__file__).resolve().parent.parent)
         os.execv(sys.executable, [sys.executable, "scripts/gpu_queue.py", "--tasks", str(path.resolve()),
                                   "--gpus", args.gpus, "--logs", str((study.run / QUEUE_FOLDER).resolve()),
-                                  "--grace", str(args.grace), *stop])
+                                  "--grace", str(args.grace), *stop, "--invoked-as",
+                                  shlex.join(["scripts/payoff_map.py", *(sys.argv[1:] if argv is None else argv)])])
     if args.command == "pack":
         return pack(study, args.out or study.run / "pack.tar.gz", args.max_mb, args.without_stage0)
     report(study, args.out or study.run / "report" / "payoff", args.include, args.device, args.commit)

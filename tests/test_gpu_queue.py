@@ -89,15 +89,21 @@ def test_a_queue_stopped_by_its_time_signals_the_running_task_and_starts_no_othe
              f"long\tfirst\ttrap 'echo saved >> {out}; exit 143' TERM; echo long >> {out}; sleep 30 & wait",
              f"after\tlong\techo after >> {out}", f"other\t-\techo other >> {out}"]
     tasks = read_tasks(tasks_file(tmp_path, lines))
-    codes = run_queue(tasks, ["0"], tmp_path / "logs", poll_s=0.05, stop_after=1.0, grace_s=20)
+    codes = run_queue(tasks, ["0"], tmp_path / "logs", poll_s=0.05, stop_after=1.0, grace_s=20,
+                      invoked_as="study.py run --stop-after 1")
     assert codes == {"first": 0, "long": 143, "after": -2, "other": -2}
     assert out.read_text().split() == ["first", "long", "saved"]
     assert json.loads((tmp_path / "logs" / "long.json").read_text())["stopped"] is True
     assert json.loads((tmp_path / "logs" / "first.json").read_text())["stopped"] is False
     out.unlink()
     again = read_tasks(tasks_file(tmp_path, [line.replace("sleep 30 & wait", "true") for line in lines]))
-    assert run_queue(again, ["0"], tmp_path / "logs", poll_s=0.05) == {"first": 0, "long": 0, "after": 0, "other": 0}
+    assert run_queue(again, ["0"], tmp_path / "logs", poll_s=0.05, invoked_as="study.py run") == {
+        "first": 0, "long": 0, "after": 0, "other": 0}
     assert out.read_text().split() == ["long", "after", "other"]
+    queues = {name: json.loads((tmp_path / "logs" / f"{name}.json").read_text())["queues"]
+              for name in ("first", "long", "after")}
+    assert queues == {"first": ["study.py run --stop-after 1"], "long": ["study.py run --stop-after 1", "study.py run"],
+                      "after": ["study.py run"]}, "each exit record names the queues that ran its task"
 
 
 def test_a_stopped_task_that_ignores_sigterm_is_killed_with_what_it_started_after_the_grace(tmp_path):

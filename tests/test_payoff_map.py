@@ -394,6 +394,7 @@ def test_the_cpu_extension_example_runs_as_written_and_reports_the_loss_by_posit
     assert all((r["stage0_seq_len"], r["stage0_steps"]) == (64, 4) for r in records)
     assert summary["card_mixed"] == [] and len({card for r in records for card in r["cards"]}) == 1, \
         "every record lists its seed's stage 0 and its own runs' card, here the one CPU"
+    assert {r["command"] for r in records} == {shlex.join(["scripts/payoff_map.py", "run", "--gpus", "0,1", str(study)])}
     for r in records:  # the weights it started from: its seed's stage 0, by its last held-out loss
         logged = (folder / f"stage0_s{r['seed']}" / "metrics.jsonl").read_text().splitlines()
         validated = [m["validation/dense_loss"] for m in map(json.loads, logged) if "validation/dense_loss" in m]

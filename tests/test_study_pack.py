@@ -4,6 +4,7 @@ a checkpoint over the size limit stays behind with the task that wrote it and ev
 from that one."""
 import json
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -293,6 +294,8 @@ def test_a_queue_stopped_mid_run_packs_that_run_and_it_resumes_elsewhere_to_the_
     ran = [line.split()[1] for line in again.stdout.splitlines() if line.startswith("[queue]") and "exit" in line]
     assert ran == ["stage0_s0", "dense_s0", "dense_s0_steps16"]
     assert len(list((folder / "dense_s0" / "runs").iterdir())) == 2, "the dense run resumed: two process starts"
+    assert json.loads((folder / "queue" / "dense_s0.json").read_text())["queues"] == [
+        shlex.join(["scripts/payoff_map.py", "run", str(study), *only])], "both queues, the same command, named once"
     assert f"Loading the checkpoint from {folder}/dense_s0/checkpoint/step-" in (folder / "queue" / "dense_s0.log"
                                                                                  ).read_text(), "its own step"
     for name in ("stage0_s0", "dense_s0", "dense_s0_steps16"):
