@@ -49,8 +49,8 @@ def test_sigterm_that_saves_nothing_still_completes_the_asynchronous_save_and_it
                          signal.SIGTERM)
     assert job.returncode == 143, err[-3000:]
     # the signal lands on a step that saved (asynchronously) or on one between saves
-    match = re.fullmatch(r"stopped: terminated \(SIGTERM\) at step (\d+); (?:step \1 is saved|not saved \(\[resilience\] "
-                         r"save_on_sigterm='auto' outside SLURM\)); a restart resumes from step-(\d+)",
+    match = re.fullmatch(r"stopped: terminated \(SIGTERM\) at step (\d+); (?:step \1 is saved|not saved "
+                         r"\(\[resilience\] save_on_sigterm='auto' outside SLURM\)); a restart resumes from step-(\d+)",
                          err.splitlines()[-1])
     assert match, err[-3000:]
     newest = int(match.group(2))

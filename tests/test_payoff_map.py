@@ -394,7 +394,8 @@ def test_the_cpu_extension_example_runs_as_written_and_reports_the_loss_by_posit
     assert all((r["stage0_seq_len"], r["stage0_steps"]) == (64, 4) for r in records)
     assert summary["card_mixed"] == [] and len({card for r in records for card in r["cards"]}) == 1, \
         "every record lists its seed's stage 0 and its own runs' card, here the one CPU"
-    assert {r["command"] for r in records} == {shlex.join(["scripts/payoff_map.py", "run", "--gpus", "0,1", str(study)])}
+    typed = shlex.join(["scripts/payoff_map.py", "run", "--gpus", "0,1", str(study)])
+    assert {r["command"] for r in records} == {typed}, "the queue command as typed"
     for r in records:  # the weights it started from: its seed's stage 0, by its last held-out loss
         logged = (folder / f"stage0_s{r['seed']}" / "metrics.jsonl").read_text().splitlines()
         validated = [m["validation/dense_loss"] for m in map(json.loads, logged) if "validation/dense_loss" in m]
@@ -592,3 +593,19 @@ def test_a_grid_block_on_some_seeds_only_adds_its_arms_there_and_every_seed_of_a
     assert [r.name for r in plan_runs(study)] == ["causal_s3", "dense_s3", "causal_s3_switch360",
                                                   "causal_s3_switch360_rewarm36", "causal_s4", "dense_s4",
                                                   "causal_s4_switch180"]
+
+
+def test_a_switch_arms_record_names_the_queues_of_its_stage_1_and_stage_2_and_a_run_without_one_keeps_the_default(
+        tmp_path):
+    """A stage 2 often trains in a later queue than its stage 1 (another allocation, another `--only`): the record
+    names both commands, the last as `command`."""
+    queue_commands = runpy.run_path(str(REPO / "scripts" / "payoff_map.py"))["queue_commands"]
+    logs = tmp_path / "queue"
+    logs.mkdir()
+    first, second = "scripts/payoff_map.py run s.toml --only causal_s1", "scripts/payoff_map.py run s.toml"
+    for name, queues in {"causal_s1": [first], "causal_s1_switch360": [first, second], "dense_s0": [second]}.items():
+        (logs / f"{name}.json").write_text(json.dumps({"name": name, "returncode": 0, "queues": queues}))
+    arm = {"name": "causal_s1_switch360", "seed": 1, "switch_step": 360}
+    assert queue_commands(tmp_path, arm) == {"command": second, "commands": [first, second]}
+    assert queue_commands(tmp_path, {"name": "dense", "seed": 0, "switch_step": None}) == {"command": second}
+    assert queue_commands(tmp_path, {"name": "dense_s2", "seed": 2, "switch_step": None}) == {}
