@@ -43,10 +43,10 @@ from pathlib import Path
 
 from eval.benchmarks.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_stage2, measured_runs, plot,
                                 report, stage2_report)
-from eval.benchmarks.throughput import (DEFAULT_CONFIG, WARMUP_STEPS, non_negative_int, positive_int, switch_values,
-                                        too_few_steps)
+from eval.benchmarks.throughput import DEFAULT_CONFIG, WARMUP_STEPS, switch_values, too_few_steps
 from eval.device import require_cuda
 from eval.metrics.cli import OneLineParser
+from eval.options import non_negative_int, positive_int
 from eval.records import write_json
 from recipe.train.cli import exit_on_config_error
 

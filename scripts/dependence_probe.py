@@ -19,7 +19,7 @@ import dataclasses
 import torch
 
 from eval.metrics.dependence import reach
-from eval.options import selection_list
+from eval.options import non_negative_int, positive_int, selection_list
 from lighthouse import select
 from lighthouse.config import SELECTIONS, LighthouseConfig
 
@@ -50,9 +50,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--selection", type=selection_list, default=["causal", "strict"],
                         help=f"comma-separated modes among {','.join(SELECTIONS)}")
-    parser.add_argument("--positions", type=int, default=32, help="later positions j probed per geometry")
+    parser.add_argument("--positions", type=positive_int, default=32, help="later positions j probed per geometry")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs, positions and perturbations")
-    parser.add_argument("--overlap", type=int, default=0, help="N: compare strict's expanded entries with causal's")
+    parser.add_argument("--overlap", type=non_negative_int, default=0,
+                        help="N: compare strict's expanded entries with causal's")
     args = parser.parse_args()
     if args.overlap:
         overlap(args.overlap, args.seed)

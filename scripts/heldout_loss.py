@@ -28,6 +28,7 @@ from pathlib import Path
 from eval.checkpoint_run import check_trained_tokenizer, job_config_of
 from eval.metrics.cli import evaluation_parser, load_checkpoint
 from eval.metrics.heldout import document_loss, heldout_documents, heldout_windows, setting_losses
+from eval.options import positive_int
 from eval.records import provenance, write_record
 from recipe.data.tokenizer import build_tokenizer, tokenizer_fingerprint, tokenizer_setting
 from recipe.train.cli import as_config_error, exit_on_config_error
@@ -37,10 +38,10 @@ def main(argv: list[str] | None = None) -> dict:
     """Score the checkpoint on the held-out windows (or whole documents); write and print the losses."""
     p = evaluation_parser(__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="glob of held-out files (.txt/.jsonl/.json/.parquet)")
-    p.add_argument("--windows", type=int, default=32, help="number of windows to score")
-    p.add_argument("--documents", type=int, help="score this many documents whole, as lm-eval's rolling "
+    p.add_argument("--windows", type=positive_int, default=32, help="number of windows to score")
+    p.add_argument("--documents", type=positive_int, help="score this many documents whole, as lm-eval's rolling "
                    "log-likelihood does (dense attention), instead of windows")
-    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--batch-size", type=positive_int, default=1)
     p.add_argument("--by-position", action="store_true", help="also the loss per log-spaced position bucket")
     args, job_argv = p.parse_known_args(argv)
     if args.documents is not None and args.by_position:

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.metrics import loss_anatomy
-from eval.options import int_list
+from eval.options import int_list, positive_int
 from eval.records import write_record
 from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
 
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
                             epilog="Other arguments are job arguments (the model and the attention setting).")
     d.add_argument("--checkpoint", type=named_path, action="append", required=True, help="NAME=step folder (repeat)")
     d.add_argument("--data", required=True, help="glob of held-out files")
-    d.add_argument("--windows", type=int, default=4, help="number of held-out windows to score")
+    d.add_argument("--windows", type=positive_int, default=4, help="number of held-out windows to score")
     d.add_argument("--niah-lengths", type=int_list, default=[], help="also NIAH at these lengths, e.g. 8192,131072")
     d.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     d.add_argument("--out", type=Path, required=True, help="output path prefix (.npz, .json)")

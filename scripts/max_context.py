@@ -25,9 +25,10 @@ import tempfile
 from pathlib import Path
 
 from eval.benchmarks.max_context import ATTENTIONS, ProbeJob, check_lengths, find_longest, table
-from eval.benchmarks.throughput import positive_int, switch_values
+from eval.benchmarks.throughput import switch_values
 from eval.device import pick_device, require_cuda
 from eval.metrics.cli import OneLineParser
+from eval.options import positive_int
 from eval.records import command_line, environment, shown_path, write_json
 from recipe.logs.run_record import REPO
 from recipe.train.cli import ConfigError, exit_on_config_error, parse_job_config

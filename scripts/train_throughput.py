@@ -55,7 +55,8 @@ from torchtitan.protocols.train_spec import get_train_spec
 from eval.device import require_cuda
 from eval.records import environment, shown_path, write_json
 from eval.benchmarks.throughput import (BACKENDS, DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args,
-                                        positive_int, run_variant, switch_values, too_few_steps)
+                                        run_variant, switch_values, too_few_steps)
+from eval.options import positive_int
 from recipe.data.bpe import train_bpe
 from recipe.data.loader import synthetic_document
 from recipe.data.tokenizer import build_tokenizer, model_vocab_size

@@ -1,8 +1,10 @@
-"""Bad inputs to train.py stop at start-up with one line naming the key, before anything is built or written.
+"""Bad inputs to train.py stop at start-up with one line naming the key, before anything is built or written;
+bad inputs to the scripts under scripts/ end the same way, naming the flag and its value.
 
 Most rows call the trainer's start-up checks in this process (`check_start_up`: what LighthouseTrainer runs
 before it builds or writes anything); a few start train.py itself for the contract around them: exit code 2,
-one line on stderr, no traceback, nothing changed on disk.
+one line on stderr, no traceback, nothing changed on disk. The scripts run in this process to their exit
+(`script_exit_code`).
 """
 import errno
 import fcntl
@@ -33,6 +35,7 @@ from recipe.train.checks import check_launch
 from recipe.train.cli import DEBUG_ENV, ConfigError, parse_job_config
 from recipe.train.trainer import check_start_up
 
+from .helpers import script_exit_code
 from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parent.parent
@@ -575,3 +578,27 @@ def test_a_dump_folder_that_cannot_be_written_is_named_and_one_without_locks_run
     DumpFolderLock(str(tmp_path / "run")).release()
     assert any(r.getMessage() == f"job.dump_folder='{tmp_path}/run' cannot be locked (No locks available); nothing "
                "stops a second job from writing there too" for r in caplog.records)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the scripts
+
+EVALUATION = ["--checkpoint", "{tmp}", "--data", "{tmp}", "--out", "{tmp}/out"]
+
+
+@pytest.mark.parametrize("script, args, refusal", [
+    ("heldout_loss.py", [*EVALUATION, "--batch-size", "-1"], "--batch-size: -1 must be >= 1"),  # scored: loss 0.0
+    ("heldout_loss.py", [*EVALUATION, "--windows", "0"], "--windows: 0 must be >= 1"),
+    ("causality_audit.py", [*EVALUATION, "--samples", "0"], "--samples: 0 must be >= 1"),
+    ("causality_audit.py", [*EVALUATION, "--windows", "1"], "--windows: 1 must be >= 2"),
+    ("loss_anatomy.py", ["dump", "--checkpoint", "a={tmp}", *EVALUATION[2:], "--windows", "0"],
+     "--windows: 0 must be >= 1"),
+    ("dependence_probe.py", ["--positions", "-3"], "--positions: -3 must be >= 1"),  # probed all but the last 3
+], ids=["heldout-batch-size", "heldout-windows", "audit-samples", "audit-one-window", "anatomy-windows",
+        "probe-positions"])
+def test_a_script_count_below_its_least_is_refused_naming_the_flag_before_anything_loads(tmp_path, monkeypatch,
+                                                                                         capsys, script, args,
+                                                                                         refusal):
+    argv = [arg.format(tmp=tmp_path) for arg in args]
+    assert script_exit_code(script, argv, monkeypatch) == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument {refusal}")

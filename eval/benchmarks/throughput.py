@@ -11,7 +11,6 @@ reserved memory is torchtitan's own.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import re
@@ -41,27 +40,6 @@ OOM_LINE = "error: out of memory"  # how recipe.train.trainer reports one
 OOM_MARKERS = ("OutOfMemoryError", "CUDA out of memory", OOM_LINE, *ALLOCATION_FAILURES[1:])
 # The trainer refuses a setting with exit code 2; torchrun then exits 1 and names the rank's exit code.
 REFUSED = re.compile(r"exitcode\s*:\s*2\b")
-
-
-def int_at_least(text: str, low: int) -> int:
-    """`text` as an integer >= `low`, else argparse's usage error (exit code 2) naming the value."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < low:
-        raise argparse.ArgumentTypeError(f"{value} must be >= {low}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """argparse type of counts and lengths: an integer >= 1."""
-    return int_at_least(text, 1)
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type of counts that may be 0 (steps not timed)."""
-    return int_at_least(text, 0)
 
 
 def switch_values(flag: str, text: str) -> list[bool]:
