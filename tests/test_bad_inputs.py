@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import re
+import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -602,3 +603,23 @@ def test_a_script_count_below_its_least_is_refused_naming_the_flag_before_anythi
     argv = [arg.format(tmp=tmp_path) for arg in args]
     assert script_exit_code(script, argv, monkeypatch) == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument {refusal}")
+
+
+def test_make_tokenizer_names_the_documents_it_cannot_read_and_refuses_data_with_no_other(tmp_path, monkeypatch,
+                                                                                          capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"title": "no text field"}\n{"text": unquoted}\n')  # trained on 0 documents, exit code 0
+    argv = ["--data", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok")]
+    assert script_exit_code("make_tokenizer.py", argv, monkeypatch) == 2
+    assert re.fullmatch(rf"error: --data='{corpus}' holds no readable document \(2 document\(s\) that cannot be "
+                        rf"read, the first {corpus}:1 \(byte 0\): expected an object with a string field 'text', "
+                        r"got .*\)\n", capsys.readouterr().err)
+    assert not (tmp_path / "tok").exists()
+    text = "one document the tokenizer can learn from"
+    with corpus.open("a") as f:
+        f.write(json.dumps({"text": text}) + "\n")
+    monkeypatch.setattr(sys, "argv", ["scripts/make_tokenizer.py", *argv])
+    runpy.run_path(str(REPO / "scripts" / "make_tokenizer.py"), run_name="__main__")
+    assert capsys.readouterr().out.endswith(f"trained on 1 documents ({len(text)} bytes); left out 2 document(s) that "
+                                            f"cannot be read, the first {corpus}:1 (byte 0): expected an object "
+                                            "with a string field 'text', got \"{'title': 'no text field'}\"\n")
