@@ -16,6 +16,7 @@ from torch import nn
 from torchtitan.config import ConfigManager, JobConfig
 from torchtitan.protocols.train_spec import get_train_spec
 
+from recipe.resilience.checkpoint_guard import check_entry_shapes, checkpoint_entries
 from recipe.train.loss import uses_fused_loss
 from recipe.train.train_spec import job_model_args  # importing it registers the llama3_lighthouse TrainSpec
 from recipe.train.trainer import check_job
@@ -55,13 +56,21 @@ def build_model(job_config: JobConfig, device: torch.device) -> nn.Module:
     return model.eval()
 
 
-def load_weights(model: nn.Module, step_folder: str | Path) -> None:
-    """Load the model entries of a torchtitan checkpoint step folder (full or model-only) into `model`."""
+def load_weights(model: nn.Module, step_folder: str | Path, key: str = "--checkpoint") -> None:
+    """Load the model entries of a torchtitan checkpoint step folder (full or model-only), the value of the
+    command line's `key`, into `model`; ValueError naming it when it is no checkpoint, a damaged one or another
+    model's (one line, before DCP's tracebacks)."""
     step_folder = Path(step_folder)
     if not (step_folder / ".metadata").is_file():
         raise ValueError(f"{step_folder} is not a DCP checkpoint folder (no .metadata); expected "
                          f"<dump_folder>/<checkpoint.folder>/step-<N>")
     state = model.state_dict()
+    entries = checkpoint_entries(str(step_folder), key)
+    check_entry_shapes(entries, {name: tuple(t.shape) for name, t in state.items()}, str(step_folder), key,
+                       "the job's model")
+    if missing := [name for name in state if name not in entries]:
+        raise ValueError(f"{key}={str(step_folder)!r} holds no {missing[0]} ({len(missing)} of the job's model's "
+                         f"{len(state)} entries missing): it is another model's checkpoint")
     with warnings.catch_warnings():  # DCP warns that it loads in one process, which is what this does
         warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
         dcp.load(state, checkpoint_id=str(step_folder))

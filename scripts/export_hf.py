@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> Path:
     device = torch.device("cpu")
     model = build_model(job_config, device)
     try:
-        load_weights(model, args.checkpoint)
+        load_weights(model, args.checkpoint, "STEP_DIR")
     except ValueError as err:
         fail(str(err))
     record_info = {

@@ -65,7 +65,8 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
     logits = logits_function(model, job_config, device)
     losses, niah, models = {}, {}, {}
     for name, path in args.checkpoint:
-        load_weights(model, path)
+        with as_config_error():
+            load_weights(model, path)
         rows = [token_losses(logits, w[None, :-1].to(device), w[None, 1:])[0] for w in windows]
         losses[name] = torch.stack(rows).numpy().astype(np.float16)
         models[name] = provenance(path, job_config, device)

@@ -126,6 +126,12 @@ def other_flavor_checkpoint(tmp_path: Path) -> None:
              storage_writer=dcp.FileSystemWriter(str(tmp_path / "other")))
 
 
+def one_entry_checkpoint(tmp_path: Path) -> None:
+    """The debug model's embedding, alone, as DCP saves it: a checkpoint of some other model."""
+    dcp.save({"tok_embeddings.weight": torch.randn(258, 128)},
+             storage_writer=dcp.FileSystemWriter(str(tmp_path / "one")))
+
+
 def tokenizer_files(*names: str):
     """A setup: a folder tmp_path/tokenizer with the files `names`, of random bytes."""
     def setup(tmp_path: Path) -> None:
@@ -623,3 +629,18 @@ def test_make_tokenizer_names_the_documents_it_cannot_read_and_refuses_data_with
     assert capsys.readouterr().out.endswith(f"trained on 1 documents ({len(text)} bytes); left out 2 document(s) that "
                                             f"cannot be read, the first {corpus}:1 (byte 0): expected an object "
                                             "with a string field 'text', got \"{'title': 'no text field'}\"\n")
+
+
+@pytest.mark.parametrize("setup, folder, refusal", [
+    (garbage_checkpoint, "garbage", r"has a .metadata that cannot be read \(\w+.*\)"),
+    (other_flavor_checkpoint, "other", r"holds tok_embeddings.weight of shape \[258, 96\], but the job's model has "
+                                       r"\[258, 128\]: it is another model's checkpoint; .*"),
+    (one_entry_checkpoint, "one", r"holds no layers.0.attention.wq.weight \(\d+ of the job's model's \d+ entries "
+                                  r"missing\): it is another model's checkpoint"),
+], ids=["damaged", "other-flavor", "other-model"])
+def test_a_script_given_a_damaged_or_another_models_checkpoint_names_it_in_one_line(tmp_path, monkeypatch, capsys,
+                                                                                     setup, folder, refusal):
+    setup(tmp_path)
+    argv = ["--checkpoint", str(tmp_path / folder), "--job.config_file", DEBUG, "--max-new", "1", "--no-progress"]
+    assert script_exit_code("generate.py", argv, monkeypatch) == 2  # DCP's traceback, exit code 1
+    assert re.fullmatch(rf"error: --checkpoint='{tmp_path / folder}' {refusal}\n", capsys.readouterr().err)

@@ -17,7 +17,7 @@ from torchtitan.config import JobConfig
 from eval.checkpoint import build_model, load_weights, logits_function
 from eval.device import pick_device
 from eval.metrics.heldout import LogitsFn
-from recipe.train.cli import ConfigError
+from recipe.train.cli import ConfigError, as_config_error
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -45,12 +45,13 @@ def evaluation_parser(description: str) -> argparse.ArgumentParser:
 def load_checkpoint(checkpoint: str | Path, device_name: str, job_config: JobConfig
                     ) -> tuple[torch.nn.Module, LogitsFn, torch.device]:
     """(model, logits function, device) for the checkpoint (fused kernels on a GPU, as in training); a
-    `--checkpoint` that is not a folder is a ConfigError. Scripts check their other options before this, so
-    a mistake there is named before any model is built."""
+    `--checkpoint` that is not a folder, or not a checkpoint of this model, is a ConfigError. Scripts check their
+    other options before this, so a mistake there is named before any model is built."""
     if not Path(checkpoint).is_dir():
         raise ConfigError(f"--checkpoint={str(checkpoint)!r} is not a folder (a step folder such as "
                           "outputs/run/checkpoint/step-400)")
     device = pick_device(device_name)
     model = build_model(job_config, device)
-    load_weights(model, checkpoint)
+    with as_config_error():
+        load_weights(model, checkpoint)
     return model, logits_function(model, job_config, device), device

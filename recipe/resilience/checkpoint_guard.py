@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import warnings
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
@@ -82,6 +82,31 @@ def weights_only(keys: Iterable[str]) -> bool:
     """Whether a checkpoint's state-dict keys (its `.metadata`) hold model weights alone, as a save with
     `checkpoint.last_save_model_only` writes them: no train state (step, LR schedule), so nothing resumes from it."""
     return not any(key.startswith("train_state") for key in keys)
+
+
+def checkpoint_entries(path: str, key: str) -> dict[str, Any]:
+    """The state-dict entries (name -> metadata) of the checkpoint folder `path`, the value of `key`, read from its
+    `.metadata` alone; ValueError naming both, in one line, when it has none or one that cannot be read."""
+    try:
+        return FileSystemReader(path).read_metadata().state_dict_metadata
+    except FileNotFoundError as err:
+        raise ValueError(f"{key}={path!r} is not a checkpoint (no .metadata)") from err
+    except Exception as err:  # noqa: BLE001  (a damaged .metadata raises whatever unpickling meets)
+        raise ValueError(f"{key}={path!r} has a .metadata that cannot be read "
+                         f"({type(err).__name__}: {' '.join(str(err).split())})") from err
+
+
+def check_entry_shapes(entries: dict[str, Any], shapes: dict[str, tuple[int, ...]], path: str, key: str,
+                       model: str) -> None:
+    """Every parameter of `shapes` (name -> shape in the model described by `model`) that the checkpoint `path`
+    (the value of `key`) holds has that shape; ValueError naming the first that does not: another model's
+    checkpoint, which DCP would only refuse after loading, with a traceback."""
+    for name, shape in shapes.items():
+        saved = getattr(entries.get(name), "size", None)
+        if saved is not None and tuple(saved) != shape:
+            raise ValueError(f"{key}={path!r} holds {name} of shape {list(saved)}, but {model} has {list(shape)}: "
+                             "it is another model's checkpoint; set model.flavor (and [lighthouse]) to those of the "
+                             "run that wrote it")
 
 
 def finished_weights(folder: str, steps: int, unverified: bool = False) -> bool:

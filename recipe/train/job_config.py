@@ -13,14 +13,14 @@ from typing import Callable, Literal, get_type_hints
 
 import docstring_parser
 
-from torch.distributed.checkpoint import FileSystemReader
 from torchtitan.tools.logging import logger
 
 from lighthouse import LighthouseConfig
 from lighthouse.context_parallel import check_context_parallel
 
 from models.llama3_lighthouse.dense import check_dense_backend
-from recipe.resilience.checkpoint_guard import complete_steps, resume_step, unfinished_steps, weights_only
+from recipe.resilience.checkpoint_guard import (check_entry_shapes, checkpoint_entries, complete_steps, resume_step,
+                                                 unfinished_steps, weights_only)
 from recipe.train.validation import check_validation
 
 
@@ -272,20 +272,10 @@ def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[in
         if hf_import is not None:
             hf_import()
         return
-    try:
-        keys = FileSystemReader(path).read_metadata().state_dict_metadata
-    except FileNotFoundError as err:
-        raise ValueError(f"checkpoint.initial_load_path={path!r} is not a checkpoint (no .metadata)") from err
-    except Exception as err:  # noqa: BLE001  (a damaged .metadata raises whatever unpickling meets)
-        raise ValueError(f"checkpoint.initial_load_path={path!r} has a .metadata that cannot be read "
-                         f"({type(err).__name__}: {' '.join(str(err).split())})") from err  # one line
-    shapes = model_shapes() if model_shapes is not None else {}
-    for name, shape in shapes.items():
-        saved = getattr(keys.get(name), "size", None)
-        if saved is not None and tuple(saved) != shape:
-            raise ValueError(f"checkpoint.initial_load_path={path!r} holds {name} of shape {list(saved)}, but "
-                             f"model.flavor={job_config.model.flavor!r} has {list(shape)}: it is another model's "
-                             "checkpoint; set model.flavor (and [lighthouse]) to those of the run that wrote it")
+    keys = checkpoint_entries(path, "checkpoint.initial_load_path")
+    if model_shapes is not None:
+        check_entry_shapes(keys, model_shapes(), path, "checkpoint.initial_load_path",
+                           f"model.flavor={job_config.model.flavor!r}")
     if not checkpoint.initial_load_model_only and weights_only(keys):
         raise ValueError(
             f"checkpoint.initial_load_path={path!r} holds model weights only (its run saved its last step with "
