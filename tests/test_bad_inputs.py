@@ -644,3 +644,14 @@ def test_a_script_given_a_damaged_or_another_models_checkpoint_names_it_in_one_l
     argv = ["--checkpoint", str(tmp_path / folder), "--job.config_file", DEBUG, "--max-new", "1", "--no-progress"]
     assert script_exit_code("generate.py", argv, monkeypatch) == 2  # DCP's traceback, exit code 1
     assert re.fullmatch(rf"error: --checkpoint='{tmp_path / folder}' {refusal}\n", capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("device, refusal", [
+    ("gpu", "--device='gpu': use auto, cpu, cuda or cuda:<index>"),
+    ("cuda:99", "--device='cuda:99', but torch "),  # sees no CUDA device, or too few: a traceback when the model moves
+])
+def test_a_script_given_a_device_it_cannot_use_names_it_in_one_line(tmp_path, monkeypatch, capsys, device, refusal):
+    argv = ["--checkpoint", str(tmp_path), "--job.config_file", DEBUG, "--device", device, "--no-progress"]
+    assert script_exit_code("generate.py", argv, monkeypatch) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {refusal}")
