@@ -655,3 +655,12 @@ def test_a_script_given_a_device_it_cannot_use_names_it_in_one_line(tmp_path, mo
     assert script_exit_code("generate.py", argv, monkeypatch) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {refusal}")
+
+
+def test_a_held_out_document_that_cannot_be_read_is_named_in_one_line(tmp_path, monkeypatch, capsys):
+    data = tmp_path / "heldout.jsonl"
+    data.write_text('{"text": "a document"}\n{"text": unquoted}\n')  # was: AttributeError, 'BadDocument' ... 'encode'
+    argv = ["--checkpoint", str(tmp_path), "--data", str(data), "--windows", "1", "--out", str(tmp_path / "out"),
+            "--job.config_file", DEBUG]
+    assert script_exit_code("heldout_loss.py", argv, monkeypatch) == 2
+    assert capsys.readouterr().err == f"error: --data='{data}': {data}:2 (byte 32): not a JSON line (Expecting value)\n"

@@ -26,30 +26,36 @@ from recipe.data.tokenizer import ByteTokenizer, utf8_bytes
 
 
 class _OnePass:
-    """The documents of `files` in order, once (the training sources loop forever)."""
+    """The documents of the files matching `pattern`, the value of the command line's `option`, in order, once
+    (the training sources loop forever); ValueError naming the option and the first document that cannot be read."""
 
-    def __init__(self, files: list[str]) -> None:
-        self.files = files
+    def __init__(self, pattern: str, option: str) -> None:
+        self.pattern, self.option = pattern, option
+        self.files = match_local_files(pattern, option)
 
     def __iter__(self):
         for path in self.files:
-            yield from read_documents(path)
+            for document in read_documents(path):
+                if isinstance(document, BadDocument):
+                    raise ValueError(f"{self.option}={self.pattern!r}: {document.where}: {document.reason}")
+                yield document
 
 
 def heldout_windows(pattern: str, seq_len: int, count: int, option: str = "--data",
                     tokenizer: BaseTokenizer | None = None) -> torch.Tensor:
     """The first `count` windows [count, seq_len + 1] of the files matching `pattern`, the value of the command
-    line's `option` (named in a ValueError when it matches nothing usable), tokenized by `tokenizer` (bytes)."""
+    line's `option` (named in a ValueError when it matches nothing usable or a document that cannot be read),
+    tokenized by `tokenizer` (bytes)."""
     if count < 1 or seq_len < 1:
         raise ValueError(f"count={count} and seq_len={seq_len} must be >= 1")
-    files = match_local_files(pattern, option)
+    source = _OnePass(pattern, option)
     windows = []
-    for window, labels in PackedDocuments(_OnePass(files), tokenizer or ByteTokenizer(), seq_len):
+    for window, labels in PackedDocuments(source, tokenizer or ByteTokenizer(), seq_len):
         windows.append(torch.cat([window["input"], labels[-1:]]))
         if len(windows) == count:
             return torch.stack(windows)
-    raise ValueError(f"{option}={pattern!r} ({len(files)} files) holds {len(windows)} windows of {seq_len + 1} "
-                     f"tokens, fewer than count={count}")
+    raise ValueError(f"{option}={pattern!r} ({len(source.files)} files) holds {len(windows)} windows of "
+                     f"{seq_len + 1} tokens, fewer than count={count}")
 
 
 def heldout_documents(pattern: str, count: int, option: str = "--data") -> list[str]:
@@ -57,17 +63,15 @@ def heldout_documents(pattern: str, count: int, option: str = "--data") -> list[
     hold fewer, or naming a document that cannot be read."""
     if count < 1:
         raise ValueError(f"count={count} must be >= 1")
-    files = match_local_files(pattern, option)
+    source = _OnePass(pattern, option)
     documents = []
-    for document in _OnePass(files):
-        if isinstance(document, BadDocument):
-            raise ValueError(f"{option}={pattern!r}: {document.where}: {document.reason}")
+    for document in source:
         if document:
             documents.append(document)
             if len(documents) == count:
                 return documents
-    raise ValueError(f"{option}={pattern!r} ({len(files)} files) holds {len(documents)} non-empty documents, fewer "
-                     f"than count={count}")
+    raise ValueError(f"{option}={pattern!r} ({len(source.files)} files) holds {len(documents)} non-empty documents, "
+                     f"fewer than count={count}")
 
 
 def rolling_windows(tokens: list[int], prefix: int, seq_len: int) -> list[tuple[list[int], int]]:
