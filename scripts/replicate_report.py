@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from eval.studies.replicate import DOCS, tokens_per_step, write_report
+from recipe.errors import ConfigError, exit_on_config_error
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -27,13 +28,19 @@ def main(argv: list[str] | None = None) -> dict:
                    help=f"also write results.json and replicate_loss.png into {DOCS} (tracked files)")
     p.add_argument("--config", default="configs/replicate/small.toml")
     args, extra = p.parse_known_args(argv)
+    if not args.run.is_dir():
+        raise ConfigError(f"--run={str(args.run)!r} is not a folder (the RUN folder of scripts/replicate.sh)")
     out = args.out or args.run
-    results, table = write_report(args.run, args.steps, tokens_per_step(["--job.config_file", args.config, *extra]),
-                                  out, DOCS if args.publish else None)
+    tokens = tokens_per_step(["--job.config_file", args.config, *extra])
+    try:
+        results, table = write_report(args.run, args.steps, tokens, out, DOCS if args.publish else None)
+    except FileNotFoundError as err:  # an arm of the run that did not finish (or never started)
+        raise ConfigError(f"--run={str(args.run)!r} has no {err.filename}: is every arm of the run finished?") from err
     print(table)
     print(f"report: {out}" + (f", published to {DOCS}" if args.publish else ""))
     return results
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with exit_on_config_error():
+        main(sys.argv[1:])

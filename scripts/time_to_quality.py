@@ -17,6 +17,7 @@ from pathlib import Path
 from eval.records import write_record
 from eval.studies.time_to_quality import (ARMS_COMMAND, load_arms, markdown_table, plot_curves, plot_steps,
                                           report_records)
+from recipe.errors import ConfigError, exit_on_config_error
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -29,9 +30,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--commit", default="unknown", help="the commit of the tree the arms ran")
     p.add_argument("--command", default=ARMS_COMMAND, help="the command that ran the arms, for the records")
     args = p.parse_args(argv)
-    arms = load_arms(args.run)
+    if not args.run.is_dir():
+        raise ConfigError(f"--run={str(args.run)!r} is not a folder (the RUN folder of scripts/time_to_quality.sh)")
+    try:
+        arms = load_arms(args.run)
+    except ValueError as err:  # an arm whose steps or validations are not all logged
+        raise ConfigError(f"--run={str(args.run)!r}: {err}") from err
     if not arms:
-        raise SystemExit(f"no complete arm under {args.run}")
+        raise ConfigError(f"--run={str(args.run)!r} holds no complete arm")
     records = report_records(arms, args.seq_len, args.device, args.commit, args.command)
     write_record(args.out, records, indent=1)
     plot_curves(arms, str(args.out.with_suffix(".png")),
@@ -43,4 +49,5 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error():
+        main()

@@ -664,3 +664,26 @@ def test_a_held_out_document_that_cannot_be_read_is_named_in_one_line(tmp_path, 
             "--job.config_file", DEBUG]
     assert script_exit_code("heldout_loss.py", argv, monkeypatch) == 2
     assert capsys.readouterr().err == f"error: --data='{data}': {data}:2 (byte 32): not a JSON line (Expecting value)\n"
+
+
+TIME_TO_QUALITY, REPLICATE = ["time_to_quality.py", "--out", "{tmp}/report"], ["replicate_report.py", "--steps", "80"]
+
+
+@pytest.mark.parametrize("script, run, refusal", [
+    (TIME_TO_QUALITY, "typo", r" is not a folder \(the RUN folder of scripts/time_to_quality.sh\)"),
+    (TIME_TO_QUALITY, "empty", " holds no complete arm"),  # was exit code 1, with no flag named
+    (TIME_TO_QUALITY, "unvalidated", ": .*/dense_s0: steps 1..1 are not all logged, or the last step was not "
+                                     "validated"),
+    (REPLICATE, "typo", r" is not a folder \(the RUN folder of scripts/replicate.sh\)"),
+    (REPLICATE, "empty", r" has no .*/empty/lighthouse/metrics.jsonl: is every arm of the run finished\?"),
+], ids=["time-to-quality-typo", "time-to-quality-empty", "time-to-quality-unvalidated", "replicate-typo",
+        "replicate-empty"])
+def test_a_study_report_names_a_run_folder_it_cannot_report_in_one_line(tmp_path, monkeypatch, capsys, script, run,
+                                                                        refusal):
+    (tmp_path / "empty").mkdir()
+    arm = tmp_path / "unvalidated" / "dense_s0"  # a step logged, none validated
+    arm.mkdir(parents=True)
+    (arm / "metrics.jsonl").write_text(json.dumps({"step": 1, "time_metrics/end_to_end(s)": 1.0}) + "\n")
+    argv = [arg.format(tmp=tmp_path) for arg in script[1:]] + ["--run", str(tmp_path / run)]
+    assert script_exit_code(script[0], argv, monkeypatch) == 2  # tracebacks: FileNotFoundError, ValueError
+    assert re.fullmatch(rf"error: --run='{tmp_path / run}'{refusal}\n", capsys.readouterr().err)
