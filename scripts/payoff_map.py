@@ -221,9 +221,10 @@ def queue_commands(run: Path, record: dict) -> dict:
     return {"command": queues[-1], **({"commands": queues} if len(queues) > 1 else {})} if queues else {}
 
 
-def report(study: Study, out: Path, includes: list[Path], device: str, commit: str | None) -> dict:
-    """The distributions, tables and plots of every finished run (and the earlier records of `includes`); `commit`
-    (None: the study's record's, else this tree's) names the runs whose run records name none."""
+def report(study: Study, out: Path, includes: list[Path], device: str | None, commit: str | None) -> dict:
+    """The distributions, tables and plots of every finished run (and the earlier records of `includes`); `device`
+    labels the runs (None: the cards their run records name); `commit` (None: the study's record's, else this
+    tree's) names the runs whose run records name none."""
     from eval.metrics import loss_anatomy
     from eval.metrics.niah import markdown as niah_markdown
     from eval.records import write_record
@@ -283,7 +284,7 @@ def report(study: Study, out: Path, includes: list[Path], device: str, commit: s
     summary["separation_step"] = payoff.separation_step(curves, lower)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_record(out, {"summary": summary, "records": records}, indent=1)
-    title = f"seq {seq_len:,}, {device}, {commit}"
+    title = f"seq {seq_len:,}, {device or ', '.join(sorted({r['device'] for r in records}))}, {commit}"
     payoff.plot_finals(summary, str(out.with_name(out.name + "_finals.png")), f"final held-out loss by arm, {title}",
                        newest=commit)
     if curves:
@@ -397,7 +398,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--include", type=Path, action="append", default=[],
                    help="report: earlier records of the same study to join (a JSON list, or an earlier "
                         "report's payoff.json)")
-    p.add_argument("--device", default="unknown", help="report: the card the runs ran on")
+    p.add_argument("--device", help="report: a label for the card the runs ran on, such as '4x H200' (default: the "
+                                    "card each run's records name)")
     p.add_argument("--commit", help="report: the commit of the tree that ran them, for runs without a run record "
                                     "that names it (default: the study's record)")
     p.add_argument("--out", type=Path, help="report: output prefix (default <run>/report/payoff); pack: the tar.gz "

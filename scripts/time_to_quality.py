@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--run", type=Path, required=True, help="the RUN folder of scripts/time_to_quality.sh")
     p.add_argument("--out", type=Path, required=True, help="output path prefix (.json, .png)")
     p.add_argument("--seq-len", type=int, default=65536, help="tokens per window of the runs")
-    p.add_argument("--device", default="unknown", help="the card the arms ran on")
+    p.add_argument("--device", help="a label for the card the arms ran on (default: the card each arm's run records "
+                                    "name)")
     p.add_argument("--commit", default="unknown", help="the commit of the tree the arms ran")
     p.add_argument("--command", default=ARMS_COMMAND, help="the command that ran the arms, for the records")
     args = p.parse_args(argv)
@@ -40,10 +41,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         raise ConfigError(f"--run={str(args.run)!r} holds no complete arm")
     records = report_records(arms, args.seq_len, args.device, args.commit, args.command)
     write_record(args.out, records, indent=1)
-    plot_curves(arms, str(args.out.with_suffix(".png")),
-                f"held-out loss vs training seconds, seq {args.seq_len:,}, {args.device}")
-    plot_steps(arms, str(args.out.with_name(args.out.name + "_steps.png")),
-               f"held-out loss vs steps, seq {args.seq_len:,}, {args.device}")
+    where = f"seq {args.seq_len:,}, {args.device or ', '.join(sorted({r['device'] for r in records}))}"
+    plot_curves(arms, str(args.out.with_suffix(".png")), f"held-out loss vs training seconds, {where}")
+    plot_steps(arms, str(args.out.with_name(args.out.name + "_steps.png")), f"held-out loss vs steps, {where}")
     print(markdown_table(records))
     return records
 

@@ -99,8 +99,8 @@ def test_each_record_names_the_trees_that_trained_its_arm_and_the_given_commit_o
 
 
 def test_each_record_lists_the_cards_its_stage_1_and_stage_2_starts_recorded_and_none_where_none_did(tmp_path):
-    """The report's `device` is a label; `cards` is what the run records say each process ran on, so a run resumed
-    on another machine is seen to have changed card."""
+    """`cards` is what the run records say each process ran on, so a run resumed on another machine is seen to have
+    changed card; `device` is the report's label, or those cards where none is given."""
     write(tmp_path / "dense_s0", steps(1, 8, 1.0) + shadow((1, 5.0), (8, 2.0)))
     started(tmp_path / "dense_s0", "20261201-100000", "aaa1111", "NVIDIA H200")
     started(tmp_path / "dense_s0", "20261201-110000", "aaa1111", "NVIDIA H200")  # resumed on the same card
@@ -114,6 +114,9 @@ def test_each_record_lists_the_cards_its_stage_1_and_stage_2_starts_recorded_and
     assert {n: r.get("cards") for n, r in records.items()} == {
         "dense": ["NVIDIA H200"], "causal_s0_switch4": ["NVIDIA H200", "NVIDIA H100 80GB HBM3"], "dense_s1": None}
     assert {r["device"] for r in records.values()} == {"a label"}
+    unlabelled = {r["name"]: r["device"] for r in report_records(load_arms(tmp_path), 64, None, "ccc3333")}
+    assert unlabelled == {"dense": "NVIDIA H200", "causal_s0_switch4": "NVIDIA H200 + NVIDIA H100 80GB HBM3",
+                          "dense_s1": "unknown"}, "without a label, each record's device is what its records name"
 
 
 def test_exchange_rates_read_the_stage_1_and_final_losses_off_the_dense_curve_in_steps(tmp_path):

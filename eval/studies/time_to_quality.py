@@ -266,13 +266,20 @@ def against_earlier_dense(records: list[dict], earlier: list[dict]) -> list[dict
     return out
 
 
-def report_records(arms: list[Arm], seq_len: int, device: str, commit: str, command: str = ARMS_COMMAND) -> list[dict]:
+def recorded_device(arm: Arm) -> str:
+    """The card(s) `arm`'s run records name, as a record's `device` ("unknown" where none does)."""
+    return " + ".join(arm.cards) or "unknown"
+
+
+def report_records(arms: list[Arm], seq_len: int, device: str | None, commit: str, command: str = ARMS_COMMAND
+                   ) -> list[dict]:
     """The docs/records/time_to_quality.json list: each arm's record against the dense arm of its seed, with the commit
     of the tree that ran it (its run records' newest, `commits` all of them where several trees did; `commit` for an
-    arm without records), the `cards` its run records name (`device` is the label the report was given) and the
+    arm without records), the `cards` its run records name, its `device` (the label given, else those cards) and the
     command that ran them."""
     dense = {a.seed: a for a in arms if a.label == "dense"}  # not a frontier run (`dense_s<seed>_steps<n>`)
-    return [{**arm_record(a, dense.get(a.seed), seq_len, device), "commit": a.commits[-1] if a.commits else commit,
+    return [{**arm_record(a, dense.get(a.seed), seq_len, device if device is not None else recorded_device(a)),
+             "commit": a.commits[-1] if a.commits else commit,
              **({"commits": list(a.commits)} if len(a.commits) > 1 else {}),
              **({"cards": list(a.cards)} if a.cards else {}), "command": command} for a in arms]
 
