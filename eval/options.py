@@ -2,15 +2,49 @@
 torch and Triton (the GPU benchmarks) can use them without importing torchtitan."""
 from __future__ import annotations
 
+import os
 from argparse import ArgumentTypeError
+from pathlib import Path
+
+from recipe.errors import file_in_the_way
 
 
 def int_list(text: str) -> list[int]:
-    """Comma-separated integers of a command-line option, e.g. "2048,4096" ("" is the empty list)."""
+    """Comma-separated integers of a command-line option, e.g. "2048,4096" ("" is the empty list); anything else
+    is argparse's usage error (exit code 2) naming the value."""
     try:
         return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError as err:
-        raise SystemExit(f"expected comma-separated integers, got {text!r}") from err
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not comma-separated integers, e.g. 2048,4096") from None
+
+
+def positive_int_list(text: str) -> list[int]:
+    """argparse type of lengths a script needs at least one of: comma-separated integers >= 1."""
+    values = int_list(text)
+    if not values:
+        raise ArgumentTypeError(f"{text!r} names no value: give comma-separated integers >= 1, e.g. 2048,4096")
+    if below := [value for value in values if value < 1]:
+        raise ArgumentTypeError(f"{text!r}: {below} must be >= 1")
+    return values
+
+
+def _no_file_in_the_way(text: str, folder: str) -> Path:
+    """`text` as a Path, else argparse's usage error naming the file that stands where `folder` is to be."""
+    if (blocked := file_in_the_way(folder)) is not None:
+        raise ArgumentTypeError(f"{text!r}: {blocked} is a file, not a folder")
+    return Path(text)
+
+
+def output_folder(text: str) -> Path:
+    """argparse type of a folder a script writes: no file where it or a folder above it is to be, checked at
+    start-up (the first write would fail with NotADirectoryError, after the work)."""
+    return _no_file_in_the_way(text, text)
+
+
+def output_file(text: str) -> Path:
+    """argparse type of a file (or path prefix: `<out>.json`) a script writes: no file where its folder or one
+    above it is to be, checked at start-up (an evaluation writes only after all its work)."""
+    return _no_file_in_the_way(text, os.path.dirname(os.path.abspath(text)))
 
 
 def selection_list(text: str) -> list[str]:

@@ -1,6 +1,7 @@
 """The two ways a job ends on purpose with one line instead of a traceback: a mistake in its settings, found at
 start-up, and a stop after it started; which processes print that line, and `exit_on_config_error`, which prints
-it (and hands it to torchrun). Standard library only (train.py and the scripts use it before anything heavy)."""
+it (and hands it to torchrun); `file_in_the_way`, the start-up check of a folder a job is to write. Standard library
+only (train.py and the scripts use it before anything heavy)."""
 from __future__ import annotations
 
 import contextlib
@@ -21,6 +22,15 @@ class ConfigError(ValueError):
     """A mistake in a job's configuration, reported as one line (exit code 2) rather than a traceback."""
 
     every_rank = False  # a rank may meet it alone (a path missing on its node)
+
+
+def file_in_the_way(path: str) -> str | None:
+    """`path` or the nearest of its parents that exists, if that is not a folder (a file where a folder is to be
+    created: the first save would fail on it with NotADirectoryError)."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    return None if os.path.isdir(probe) else probe
 
 
 class RunStopped(RuntimeError):

@@ -12,13 +12,13 @@ import argparse
 from pathlib import Path
 
 from eval.device import require_cuda
-from eval.options import int_list, selection_list
+from eval.options import int_list, positive_int_list, selection_list
 
 
 def main() -> None:
     """Parse the options and run the benchmark (or the one call of --once)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ns", default=None, type=int_list,
+    parser.add_argument("--ns", default=None, type=positive_int_list,
                         help="comma-separated sequence lengths (default: 8192 to 524288, doubling)")
     parser.add_argument("--stages", default="524288", type=int_list,
                         help="N values for the per-stage breakdown ('' for none)")

@@ -25,7 +25,7 @@ from eval.checkpoint import parse_job_config
 from eval.metrics.causality import causality_audit, checkpoint_steps, combine_records, plot_audit, record_label
 from eval.metrics.cli import evaluation_parser, load_checkpoint
 from eval.metrics.heldout import heldout_windows
-from eval.options import int_at_least, int_list, positive_int
+from eval.options import int_at_least, positive_int, positive_int_list
 from eval.records import provenance, write_record
 from recipe.data.tokenizer import build_tokenizer
 from recipe.train.cli import as_config_error, exit_on_config_error
@@ -39,7 +39,7 @@ def audit(argv: list[str]) -> dict:
                    help="held-out windows to sample from (at least 2: one lends the other its replacement tokens)")
     p.add_argument("--samples", type=positive_int, default=192,
                    help="sampled block starts c (each audited at every lookahead)")
-    p.add_argument("--lookaheads", type=int_list, default=[1, 4, 16, 64, 256])
+    p.add_argument("--lookaheads", type=positive_int_list, default=[1, 4, 16, 64, 256])
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
     p.add_argument("--batch-size", type=positive_int, default=4)
     args, job_argv = p.parse_known_args(argv)

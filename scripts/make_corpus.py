@@ -18,6 +18,7 @@ import json
 import sysconfig
 from pathlib import Path
 
+from eval.options import output_folder
 from recipe.experiments.corpus import DOCUMENTS, make_corpus
 
 
@@ -26,7 +27,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--source", type=Path, action="append",
                    help="a folder of .py files (repeat for several; default: this Python's standard library)")
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=output_folder, required=True)
     p.add_argument("--heldout-every", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--documents", choices=DOCUMENTS, default="files",

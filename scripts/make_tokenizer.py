@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from eval.options import output_folder
 from recipe.data.bpe import train_bpe
 from recipe.data.loader import BadDocument, match_local_files, read_documents
 from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", required=True, help="folder or glob of text files")
     p.add_argument("--vocab-size", type=int, required=True, help="entries, BOS and EOS included")
-    p.add_argument("--out", type=Path, required=True, help="the folder to write")
+    p.add_argument("--out", type=output_folder, required=True, help="the folder to write")
     p.add_argument("--max-bytes", type=int, help="train on the documents in file order up to this many UTF-8 bytes "
                                                  "of text (default: all of --data)")
     args = p.parse_args(argv)

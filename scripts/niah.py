@@ -18,7 +18,7 @@ from eval.checkpoint import check_lengths, parse_job_config
 from eval.checkpoint_record import lighthouse_setting
 from eval.metrics.cli import evaluation_parser, load_checkpoint
 from eval.metrics.niah import DEPTHS, check_grid, plot_heatmap, run_niah, text_encoder
-from eval.options import int_list
+from eval.options import int_list, positive_int_list
 from eval.records import provenance, write_record
 from recipe.data.tokenizer import build_tokenizer
 from recipe.train.cli import as_config_error, exit_on_config_error
@@ -27,7 +27,7 @@ from recipe.train.cli import as_config_error, exit_on_config_error
 def main(argv: list[str] | None = None) -> dict:
     """Run the NIAH grid on the checkpoint; write the record and the heatmap, print the mean."""
     p = evaluation_parser(__doc__.split("\n\n")[0])
-    p.add_argument("--lengths", required=True, type=int_list, help="context lengths in tokens, e.g. 2048,4096")
+    p.add_argument("--lengths", required=True, type=positive_int_list, help="context lengths in tokens, e.g. 2048,4096")
     p.add_argument("--depths", default=list(DEPTHS), type=int_list, help="needle depths in percent")
     p.add_argument("--seed", type=int, default=0, help="seed of the filler text")
     p.add_argument("--title", help="heatmap title (default: checkpoint and attention setting)")

@@ -687,3 +687,40 @@ def test_a_study_report_names_a_run_folder_it_cannot_report_in_one_line(tmp_path
     argv = [arg.format(tmp=tmp_path) for arg in script[1:]] + ["--run", str(tmp_path / run)]
     assert script_exit_code(script[0], argv, monkeypatch) == 2  # tracebacks: FileNotFoundError, ValueError
     assert re.fullmatch(rf"error: --run='{tmp_path / run}'{refusal}\n", capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("script, args, flag", [
+    ("make_corpus.py", ["--source", "{tmp}", "--out", "{tmp}/file/corpus"], "--out"),
+    ("make_tokenizer.py", ["--data", "{tmp}", "--vocab-size", "300", "--out", "{tmp}/file/tok"], "--out"),
+    ("heldout_loss.py", [*EVALUATION[:-1], "{tmp}/file/out"], "--out"),  # written only after every window is scored
+    ("loss_anatomy.py", ["report", "--dump", "{tmp}/d", "--compare", "a,b", "--out", "{tmp}/file/r"], "--out"),
+    ("run_agreement.py", ["{tmp}", "{tmp}", "--json", "{tmp}/file/cmp.json"], "--json"),
+    ("train_throughput.py", ["--allow-cpu", "--json", "{tmp}/file/t.json"], "--json"),
+], ids=["make-corpus", "make-tokenizer", "heldout-loss", "loss-anatomy", "run-agreement", "train-throughput"])
+def test_an_output_path_under_a_file_is_refused_naming_the_flag_before_any_work(tmp_path, monkeypatch, capsys,
+                                                                                script, args, flag):
+    (tmp_path / "file").write_text("x")  # was: NotADirectoryError once the output was written, after the work
+    argv = [arg.format(tmp=tmp_path) for arg in args]
+    out = argv[argv.index(flag) + 1]
+    assert script_exit_code(script, argv, monkeypatch) == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument {flag}: '{out}': {tmp_path / 'file'} "
+                                                             "is a file, not a folder")
+
+
+NIAH = ["niah.py", "--checkpoint", "{tmp}", "--out", "{tmp}/out"]
+
+
+@pytest.mark.parametrize("script, flag, value, refusal", [
+    (NIAH, "--lengths", "2048,4k", " is not comma-separated integers, e.g. 2048,4096"),  # was: exit code 1, no flag
+    (NIAH, "--lengths", "", " names no value: give comma-separated integers >= 1, e.g. 2048,4096"),  # ZeroDivisionError
+    (["causality_audit.py", *EVALUATION], "--lookaheads", "1,four", " is not comma-separated integers, e.g. 2048,4096"),
+    (["causality_audit.py", *EVALUATION], "--lookaheads", "0,4", ": [0] must be >= 1"),  # a traceback after loading
+    (["bench_attention.py"], "--ns", "8192;65536", " is not comma-separated integers, e.g. 2048,4096"),
+    (["loss_anatomy.py", "dump", "--checkpoint", "a={tmp}", *EVALUATION[2:]], "--niah-lengths", "8192 131072",
+     " is not comma-separated integers, e.g. 2048,4096"),
+], ids=["niah-malformed", "niah-empty", "audit-malformed", "audit-zero", "bench-malformed", "anatomy-malformed"])
+def test_a_bad_list_of_integers_is_a_usage_error_naming_the_flag_and_value(tmp_path, monkeypatch, capsys, script, flag,
+                                                                           value, refusal):
+    argv = [arg.format(tmp=tmp_path) for arg in script[1:]] + [flag, value]
+    assert script_exit_code(script[0], argv, monkeypatch) == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument {flag}: {value!r}{refusal}")

@@ -17,6 +17,7 @@ from torchtitan.config import JobConfig
 from eval.checkpoint import build_model, load_weights, logits_function
 from eval.device import pick_device
 from eval.metrics.heldout import LogitsFn
+from eval.options import output_file
 from recipe.train.cli import ConfigError, as_config_error
 
 
@@ -36,7 +37,7 @@ def evaluation_parser(description: str) -> argparse.ArgumentParser:
                                        "--lighthouse.no-enable")
     p.add_argument("--checkpoint", required=True, help="a step folder, e.g. outputs/run/checkpoint/step-400")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
-    p.add_argument("--out", required=True, type=Path, help="output path prefix (.json, and .png where drawn)")
+    p.add_argument("--out", required=True, type=output_file, help="output path prefix (.json, and .png where drawn)")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)")
     return p

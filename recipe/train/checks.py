@@ -24,6 +24,7 @@ from lighthouse.attention import CUDA_ONLY
 
 from recipe.data.loader import check_path_is_read, check_training_data, match_local_files
 from recipe.data.tokenizer import tokenizer_setting
+from recipe.errors import file_in_the_way
 from recipe.logs.run_record import CONFIG_FILE, RUNS_FOLDER, recorded_tokenizer
 from recipe.resilience.checkpoint_guard import complete_steps, resume_step
 from recipe.resilience.checkpoint_manifest import UnreadableManifest, read_manifest
@@ -277,15 +278,6 @@ def latest_checkpoint_step(job_config) -> int | None:
     manifest lists every file at its size: `resume_step`); a damaged one is passed over, so it has no say."""
     folder = os.path.join(job_config.job.dump_folder, job_config.checkpoint.folder)
     return resume_step(folder, job_config.checkpoint.load_unverified)
-
-
-def file_in_the_way(path: str) -> str | None:
-    """`path` or the nearest of its parents that exists, if that is not a folder (a file where a folder is to be
-    created: the first save would fail on it with NotADirectoryError)."""
-    probe = os.path.abspath(path)
-    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
-        probe = os.path.dirname(probe)
-    return None if os.path.isdir(probe) else probe
 
 
 def check_dump_folder(job_config) -> None:
