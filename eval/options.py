@@ -1,12 +1,15 @@
-"""Parsers of command-line values shared by the scripts. Plain Python, so that the scripts that need only
-torch and Triton (the GPU benchmarks) can use them without importing torchtitan."""
+"""Parsers of command-line values shared by the scripts, and the reader of a JSON file an option names. Plain
+Python, so that the scripts that need only torch and Triton (the GPU benchmarks) can use them without importing
+torchtitan."""
 from __future__ import annotations
 
+import json
 import os
 from argparse import ArgumentTypeError
 from pathlib import Path
+from typing import Any, Callable
 
-from recipe.errors import file_in_the_way
+from recipe.errors import ConfigError, file_in_the_way
 
 
 def int_list(text: str) -> list[int]:
@@ -77,3 +80,18 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type of counts that may be 0 (steps not timed)."""
     return int_at_least(text, 0)
+
+
+def read_json(path: Path, flag: str, what: str, fits: Callable[[Any], bool]) -> Any:
+    """The JSON value of `path`, named by `flag`, which must be `what` (`fits` says whether it is); a file that
+    cannot be read, is not JSON or holds something else is a ConfigError naming it and what was expected."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"{flag} {path} cannot be read ({err.strerror}); expected {what}") from None
+    except ValueError as err:  # not JSON, or not UTF-8
+        raise ConfigError(f"{flag} {path} is not JSON ({err}); expected {what}") from None
+    if not fits(value):
+        found = {dict: "object", list: "array"}.get(type(value), type(value).__name__)
+        raise ConfigError(f"{flag} {path} holds a JSON {found}; expected {what}")
+    return value

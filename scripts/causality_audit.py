@@ -17,18 +17,20 @@ selection, steps, lookahead, honest_loss, seen_loss, delta, stderr (plus samples
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from eval.checkpoint import parse_job_config
-from eval.metrics.causality import causality_audit, checkpoint_steps, combine_records, plot_audit, record_label
+from eval.metrics.causality import (causality_audit, checkpoint_steps, combine_records, plot_audit, record_label,
+                                    sample_range)
 from eval.metrics.cli import evaluation_parser, load_checkpoint
 from eval.metrics.heldout import heldout_windows
-from eval.options import int_at_least, positive_int, positive_int_list
+from eval.options import int_at_least, output_file, positive_int, positive_int_list, read_json
 from eval.records import provenance, write_record
 from recipe.data.tokenizer import build_tokenizer
-from recipe.train.cli import as_config_error, exit_on_config_error
+from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
+
+RECORD_KEYS = ("selection", "steps", "results")  # what combine_records and record_label read of a record
 
 
 def audit(argv: list[str]) -> dict:
@@ -44,6 +46,10 @@ def audit(argv: list[str]) -> dict:
     p.add_argument("--batch-size", type=positive_int, default=4)
     args, job_argv = p.parse_known_args(argv)
     job_config = parse_job_config(job_argv)
+    try:
+        sample_range(job_config.training.seq_len, max(args.lookaheads))
+    except ValueError as err:
+        raise ConfigError(f"--lookaheads={','.join(map(str, args.lookaheads))}: {err}") from None
     with as_config_error():
         windows = heldout_windows(args.data, job_config.training.seq_len, args.windows,
                                   tokenizer=build_tokenizer(job_config))
@@ -67,9 +73,11 @@ def combine(argv: list[str]) -> list[dict]:
     """Merge audit records into one list and one plot."""
     p = argparse.ArgumentParser(description="merge audit records into one list and one plot")
     p.add_argument("--combine", nargs="+", required=True, type=Path, help="records written by an audit run")
-    p.add_argument("--out", required=True, type=Path, help="output path prefix (.json and .png)")
+    p.add_argument("--out", required=True, type=output_file, help="output path prefix (.json and .png)")
     args = p.parse_args(argv)
-    records = [json.loads(path.read_text()) for path in args.combine]
+    records = [read_json(path, "--combine", f"an audit record (an object with {', '.join(RECORD_KEYS)})",
+                         lambda value: isinstance(value, dict) and all(key in value for key in RECORD_KEYS))
+               for path in args.combine]
     rows = combine_records(records)
     write_record(args.out, rows)
     plot_audit([{**r, "label": record_label(r)} for r in records], str(args.out.with_suffix(".png")),

@@ -46,7 +46,7 @@ from eval.benchmarks.cp_throughput import (ATTENTIONS, CpThroughputJob, measure,
 from eval.benchmarks.throughput import DEFAULT_CONFIG, WARMUP_STEPS, switch_values, too_few_steps
 from eval.device import require_cuda
 from eval.metrics.cli import OneLineParser
-from eval.options import non_negative_int, positive_int
+from eval.options import non_negative_int, positive_int, read_json
 from eval.records import write_json
 from recipe.train.cli import exit_on_config_error
 
@@ -104,7 +104,9 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     args.train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
 
     if args.records:
-        records = json.loads(args.records.read_text())
+        records = read_json(args.records, "--records", "this script's records (a non-empty array of objects)",
+                            lambda value: isinstance(value, list) and len(value) > 0
+                            and all(isinstance(record, dict) for record in value))
         print(report(records))
         if args.plot:
             plot(records, args.plot)

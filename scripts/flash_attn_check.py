@@ -14,6 +14,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from recipe.errors import exit_on_config_error
+
 
 def main() -> None:
     """Parse the options; run the check (or only draw the plot)."""
@@ -24,12 +26,13 @@ def main() -> None:
                         help="only draw flash_attn_bench.png from the folder's flash_attn_check.json (no GPU)")
     args = parser.parse_args()
     if args.replot:
-        record = args.out / "flash_attn_check.json"
-        if not record.is_file():
-            parser.exit(2, f"error: --replot needs {record}; it is not there\n")
-        from eval.benchmarks.flash_attn_check import replot
+        from eval.benchmarks.flash_attn_check import RECORD_KEYS, replot
+        from eval.options import read_json
 
-        replot(args.out)
+        record = read_json(args.out / "flash_attn_check.json", "--replot --out",
+                           f"a record of this script (an object with {', '.join(RECORD_KEYS)})",
+                           lambda value: isinstance(value, dict) and all(key in value for key in RECORD_KEYS))
+        replot(record, args.out)
         return
     from eval.device import require_cuda
 
@@ -40,4 +43,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with exit_on_config_error():
+        main()

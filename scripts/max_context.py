@@ -19,7 +19,6 @@ records and trains the others.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -28,7 +27,7 @@ from eval.benchmarks.max_context import ATTENTIONS, ProbeJob, check_lengths, fin
 from eval.benchmarks.throughput import switch_values
 from eval.device import pick_device, require_cuda
 from eval.metrics.cli import OneLineParser
-from eval.options import positive_int
+from eval.options import positive_int, read_json
 from eval.records import command_line, environment, shown_path, write_json
 from recipe.logs.run_record import REPO
 from recipe.train.cli import ConfigError, exit_on_config_error, parse_job_config
@@ -91,7 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
     record = {"settings": settings, "command": command_line(), "environment": environment(pick_device("auto")),
               "results": []}
     if args.resume and args.json.exists():
-        before = json.loads(args.json.read_text())
+        before = read_json(args.json, "--resume: --json", "this script's record (an object with settings and results)",
+                           lambda value: isinstance(value, dict) and {"settings", "results"} <= value.keys())
         if before["settings"] != settings:
             parser.error(f"--resume: {args.json} was searched with other settings ({before['settings']}); "
                          "resume with the same ones or write another --json")

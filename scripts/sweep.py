@@ -17,7 +17,7 @@ With --stage2-steps, each point is the two-stage recipe: `<run>.toml` trains wit
 `<run>.stage2.toml` resumes its final checkpoint (model, optimizer, LR schedule, data, step) with dense
 attention in a folder of its own, chained with --dependency=afterok (locally: it runs after stage 1 succeeded).
 `summary` prints the table and exits 0 when at least one run has logged a step, 1 when none has, and 2 when
-a path does not exist or a sweep has no written point.
+a path does not exist, a sweep has no written point or its sweep.json is not a sweep's record.
 Run both subcommands from the repository root: the paths in the TOMLs and commands start there.
 """
 from __future__ import annotations
@@ -26,7 +26,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from recipe.experiments.sweep import LIGHTHOUSE_AXES, create_sweep
+from eval.options import read_json
+from recipe.experiments.sweep import LIGHTHOUSE_AXES, MANIFEST, create_sweep
 from recipe.experiments.sweep_summary import FORMATS, print_summary
 from recipe.logs.run_logs import LOSS_TAG, TPS_TAG
 from recipe.toml_config import tomllib
@@ -80,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         if args.command == "summary":
+            for manifest in (path / MANIFEST for path in args.paths if (path / MANIFEST).is_file()):
+                read_json(manifest, "the sweep record", "an object with points, as sweep.py create writes",
+                          lambda value: isinstance(value, dict) and isinstance(value.get("points"), list))
             return print_summary(args.paths, args.format, args.loss_tag, args.tps_tag)
         return create_sweep(args.base, {name: getattr(args, name) for name in LIGHTHOUSE_AXES}, args.set or [],
                             name=args.name, out=args.out, dump_root=args.dump_root, stage2_steps=args.stage2_steps,

@@ -724,3 +724,45 @@ def test_a_bad_list_of_integers_is_a_usage_error_naming_the_flag_and_value(tmp_p
     argv = [arg.format(tmp=tmp_path) for arg in script[1:]] + [flag, value]
     assert script_exit_code(script[0], argv, monkeypatch) == 2
     assert capsys.readouterr().err.splitlines()[-1].endswith(f"error: argument {flag}: {value!r}{refusal}")
+
+
+def test_a_lookahead_longer_than_the_window_is_refused_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    argv = [arg.format(tmp=tmp_path) for arg in EVALUATION] + ["--lookaheads", "1,1024", "--job.config_file", DEBUG]
+    assert script_exit_code("causality_audit.py", argv, monkeypatch) == 2  # was: a traceback after the model loaded
+    assert capsys.readouterr().err == ("error: --lookaheads=1,1024: lookahead 1024 leaves no position to sample in a "
+                                       "window of 512 tokens (positions start at 32)\n")
+
+
+AUDIT_RECORD = "an audit record (an object with selection, steps, results)"
+SWEEP_RECORD = "an object with points, as sweep.py create writes"
+
+
+@pytest.mark.parametrize("script, argv, contents, refusal", [
+    ("causality_audit.py", ["--combine", "{json}", "--out", "{tmp}/c"], None,
+     f"error: --combine {{json}} cannot be read (No such file or directory); expected {AUDIT_RECORD}"),
+    ("causality_audit.py", ["--combine", "{json}", "--out", "{tmp}/c"], "{",
+     f"error: --combine {{json}} is not JSON (Expecting property name enclosed in double quotes: line 1 column 2 "
+     f"(char 1)); expected {AUDIT_RECORD}"),
+    ("causality_audit.py", ["--combine", "{json}", "--out", "{tmp}/c"], "[]",
+     f"error: --combine {{json}} holds a JSON array; expected {AUDIT_RECORD}"),
+    ("cp_throughput.py", ["--records", "{json}"], "{}",
+     "error: --records {json} holds a JSON object; expected this script's records (a non-empty array of objects)"),
+    ("max_context.py", ["--config", DEBUG, "--gpus", "1", "--start", "512", "--resolution", "256", "--max-len", "1024",
+                        "--compile", "off", "--allow-cpu", "--json", "{json}", "--resume"], "[]",
+     "error: --resume: --json {json} holds a JSON array; expected this script's record (an object with settings and "
+     "results)"),
+    ("flash_attn_check.py", ["--replot", "--out", "{tmp}"], "not json",
+     "error: --replot --out {json} is not JSON (Expecting value: line 1 column 1 (char 0)); expected a record of "
+     "this script (an object with bench, device, flash_attn)"),
+    ("sweep.py", ["summary", "{tmp}"], "[]",
+     f"sweep.py summary: the sweep record {{json}} holds a JSON array; expected {SWEEP_RECORD}"),
+], ids=["audit-combine-missing", "audit-combine-not-json", "audit-combine-list", "cp-throughput-records",
+        "max-context-resume", "flash-attn-replot", "sweep-summary"])
+def test_a_json_input_of_another_shape_is_named_in_one_line_with_what_was_expected(tmp_path, monkeypatch, capsys,
+                                                                                    script, argv, contents, refusal):
+    json_file = tmp_path / ("sweep.json" if script == "sweep.py" else "flash_attn_check.json")
+    if contents is not None:
+        json_file.write_text(contents)  # was: a traceback (FileNotFoundError, JSONDecodeError, TypeError, KeyError)
+    argv = [arg.format(tmp=tmp_path, json=json_file) for arg in argv]
+    assert script_exit_code(script, argv, monkeypatch) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == refusal.format(json=json_file)

@@ -310,15 +310,17 @@ def run_check(out: Path) -> bool:
             print({key: record[key] for key in ("auto_from", "auto_ok", "auto_from_in_use")}, flush=True)
         (out / "flash_attn_check.json").write_text(json.dumps(record, indent=1) + "\n")
     try:
-        replot(out)
+        replot(record, out)
     except ImportError as err:
         print(f"no plot ({err}): run scripts/flash_attn_check.py --replot --out on the record's folder", flush=True)
     print(f"flash_attn parity {'OK' if ok else 'FAILED'}", flush=True)
     return ok
 
 
-def replot(out: Path) -> None:
-    """Draw out/flash_attn_bench.png from the benchmark of out/flash_attn_check.json."""
-    record = json.loads((out / "flash_attn_check.json").read_text())
+RECORD_KEYS = ("bench", "device", "flash_attn")  # what replot reads of a record
+
+
+def replot(record: dict, out: Path) -> None:
+    """Draw out/flash_attn_bench.png from the benchmark of `record` (out/flash_attn_check.json)."""
     plot(record["bench"], f"{record['device']}: one Lighthouse layer (B=1, H=G=8, D=128, bf16, L=3, p=4), "
          f"{record['flash_attn']} vs cuDNN", out / "flash_attn_bench.png")

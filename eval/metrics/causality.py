@@ -41,17 +41,24 @@ class LookaheadResult:
         return asdict(self)
 
 
-def sample_positions(windows: int, seq_len: int, samples: int, max_lookahead: int, seed: int,
-                     min_context: int | None = None) -> list[tuple[int, int]]:
-    """`samples` (window, c) pairs, c uniform in [min_context, seq_len - max_lookahead] (default min_context:
-    seq_len / 16, so every block has some context before it)."""
+def sample_range(seq_len: int, max_lookahead: int, min_context: int | None = None) -> tuple[int, int]:
+    """The block starts c the audit draws from, [min_context, seq_len - max_lookahead] (default min_context:
+    seq_len / 16, so every block has some context before it); ValueError when that holds none. The script checks
+    its lookaheads with it before it loads a model."""
     low = seq_len // 16 if min_context is None else min_context
     high = seq_len - max_lookahead
-    if windows < 2:
-        raise ValueError(f"the audit needs at least 2 windows (one lends the replacement tokens); got {windows}")
     if high < low:
         raise ValueError(f"lookahead {max_lookahead} leaves no position to sample in a window of {seq_len} tokens "
                          f"(positions start at {low})")
+    return low, high
+
+
+def sample_positions(windows: int, seq_len: int, samples: int, max_lookahead: int, seed: int,
+                     min_context: int | None = None) -> list[tuple[int, int]]:
+    """`samples` (window, c) pairs, c uniform in `sample_range`."""
+    if windows < 2:
+        raise ValueError(f"the audit needs at least 2 windows (one lends the replacement tokens); got {windows}")
+    low, high = sample_range(seq_len, max_lookahead, min_context)
     gen = torch.Generator().manual_seed(seed)
     which = torch.randint(0, windows, (samples,), generator=gen)
     where = torch.randint(low, high + 1, (samples,), generator=gen)
