@@ -46,10 +46,12 @@ import json
 import sys
 import tempfile
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import recipe.train.train_spec  # noqa: F401  (registers the llama3_lighthouse TrainSpec)
 import torch
 from torchtitan.config import ConfigManager
+from torchtitan.config.job_config import ActivationCheckpoint
 from torchtitan.protocols.train_spec import get_train_spec
 
 from eval.device import require_cuda
@@ -60,7 +62,7 @@ from eval.options import output_file, positive_int
 from recipe.data.bpe import train_bpe
 from recipe.data.loader import synthetic_document
 from recipe.data.tokenizer import build_tokenizer, model_vocab_size
-from recipe.train.cli import exit_on_config_error
+from recipe.train.cli import exit_on_config_error, parse_job_config
 
 CPU_STEPS = 3  # the first two are not timed
 
@@ -115,13 +117,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
     backends = args.backend.split(",") if args.backend else [None]
     if not set(backends) <= {None, *BACKENDS}:
         parser.error(f"--backend={args.backend!r}: comma-separated values of {', '.join(BACKENDS)}")
+    ac_modes = get_args(get_type_hints(ActivationCheckpoint)["mode"])
+    if bad := [mode for mode in args.ac.split(",") if mode not in ac_modes]:
+        parser.error(f"--ac={args.ac!r}: {bad[0]!r} is no activation checkpointing mode; comma-separated values of "
+                     f"{', '.join(ac_modes)}")
+    if args.tokenizer is not None and not (args.tokenizer / "tokenizer.json").is_file():
+        parser.error(f"--tokenizer={str(args.tokenizer)!r} holds no tokenizer.json (a Hugging Face tokenizer folder, "
+                     "such as scripts/make_tokenizer.py writes)")
     modes = [(ac, c, h, b) for ac in args.ac.split(",") for c in switches["compile"]
              for h in switches["colocate_autograd"] for b in backends]
+    job = parse_job_config(["--job.config_file", args.config,  # a mistake in it is named before CUDA is asked for
+                            *(["--training.seq_len", str(args.seq_len)] if args.seq_len else [])])
     if not args.allow_cpu:
         require_cuda("--allow-cpu runs a smoke run of a small config (--config configs/debug.toml)")
 
-    job = ConfigManager().parse_args(["--job.config_file", args.config,
-                                      *(["--training.seq_len", str(args.seq_len)] if args.seq_len else [])])
     args.seq_len = job.training.seq_len
     choices = args.dense_layers or [list(job.lighthouse.dense_layers)]
     spec = get_train_spec("llama3_lighthouse")

@@ -766,3 +766,18 @@ def test_a_json_input_of_another_shape_is_named_in_one_line_with_what_was_expect
     argv = [arg.format(tmp=tmp_path, json=json_file) for arg in argv]
     assert script_exit_code(script, argv, monkeypatch) == 2
     assert capsys.readouterr().err.splitlines()[-1] == refusal.format(json=json_file)
+
+
+@pytest.mark.parametrize("args, refusal", [
+    (["--ac", "full,bogus"], r"train_throughput\.py: error: --ac='full,bogus': 'bogus' is no activation checkpointing "
+                             r"mode; comma-separated values of .*full.*"),  # was: torchtitan's error box, exit 1
+    (["--tokenizer", "{tmp}/none"], r"train_throughput\.py: error: --tokenizer='{tmp}/none' holds no tokenizer\.json "
+                                    r"\(.*\)"),  # was: a traceback when the tokenizer was built
+    (["--config", "{tmp}/none.toml"], r"error: cannot read config file {tmp}/none\.toml: No such file or directory"),
+], ids=["ac-mode", "tokenizer-folder", "config-file"])
+def test_train_throughput_names_a_bad_mode_tokenizer_or_config_before_it_asks_for_cuda(tmp_path, monkeypatch, capsys,
+                                                                                      args, refusal):
+    """Without --allow-cpu on a CPU the script would stop at its CUDA check: each mistake is named before that."""
+    argv = [arg.format(tmp=tmp_path) for arg in args]
+    assert script_exit_code("train_throughput.py", argv, monkeypatch) == 2
+    assert re.fullmatch(refusal.format(tmp=re.escape(str(tmp_path))), capsys.readouterr().err.splitlines()[-1])
