@@ -207,12 +207,11 @@ def anatomy_pairs(summary: dict, dumps: set[str]) -> list[tuple[str, str]]:
 def queue_commands(run: Path, record: dict) -> dict:
     """The `command` of the queue that ran `record`'s tasks (stage 1's, then its own), and `commands`, all of them,
     where several queues did (a run stopped and continued); nothing where no exit record names one."""
-    from eval.studies.time_to_quality import run_folder
+    from eval.studies.time_to_quality import run_folder, stage1_name
 
     folder = run_folder(record["name"], record["seed"])
-    names = [folder.rsplit("_switch", 1)[0], folder] if record.get("switch_step") is not None else [folder]
     queues: list[str] = []
-    for name in names:
+    for name in dict.fromkeys([stage1_name(folder), folder]):
         try:
             queues += json.loads((run / QUEUE_FOLDER / f"{name}.json").read_text()).get("queues", [])
         except (OSError, ValueError):

@@ -136,6 +136,15 @@ class Arm:
         return statistics.median(steps)
 
 
+def stage1_name(folder: str) -> str:
+    """The run folder of the stage 1 that the stage-2 folder `folder` resumes (`causal_s0_every4` for
+    `causal_s0_every4_switch360_rewarm36`); any other folder is its own stage 1 (a dense arm)."""
+    match = _FOLDER.fullmatch(folder)
+    if match is None or match["switch"] is None:
+        return folder
+    return f"{match['selection']}_s{match['seed']}{match['variant'] or ''}"
+
+
 def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
     """Every complete arm under `run` (dense arms and each stage-2 folder with its stage 1). A folder whose steps
     are not all logged, whose last step was not validated or (stage 2) that trained no step raises ValueError, or with
@@ -148,10 +157,9 @@ def load_arms(run: Path, incomplete: list[str] | None = None) -> list[Arm]:
             continue
         records = read_metrics(str(folder / METRICS_FILE), events=True)
         seconds, losses, lighthouse, switch = step_seconds(records), validation_losses(records), {}, None
-        stage1_folder = folder  # a dense arm is its own stage 1
+        stage1_folder = run / stage1_name(folder.name)
         if match["switch"] is not None:
             switch = int(match["switch"])
-            stage1_folder = run / f"{match['selection']}_s{match['seed']}{match['variant'] or ''}"
             stage1 = read_metrics(str(stage1_folder / METRICS_FILE), events=True)
             seconds = {**{s: t for s, t in step_seconds(stage1).items() if s <= switch}, **seconds}
             losses = {**{s: v for s, v in validation_losses(stage1).items() if s <= switch}, **losses}

@@ -115,7 +115,7 @@ def finished_weights(folder: str, steps: int, unverified: bool = False) -> bool:
     to load, nor anything left to train."""
     if resume_step(folder, unverified) != steps:
         return False
-    return weights_only(FileSystemReader(os.path.join(folder, f"step-{steps}")).read_metadata().state_dict_metadata)
+    return weights_only(checkpoint_entries(os.path.join(folder, f"step-{steps}"), "checkpoint.folder"))
 
 
 def _no_metadata_tracebacks(record: logging.LogRecord) -> bool:
