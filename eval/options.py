@@ -50,6 +50,14 @@ def output_file(text: str) -> Path:
     return _no_file_in_the_way(text, os.path.dirname(os.path.abspath(text)))
 
 
+def file_to_write(text: str) -> Path:
+    """argparse type of a file a script writes under exactly this name (not a path prefix): `output_file`, and
+    not an existing folder (the write would fail with IsADirectoryError, after the work)."""
+    if os.path.isdir(text):
+        raise ArgumentTypeError(f"{text!r} is a folder, not a file")
+    return output_file(text)
+
+
 def selection_list(text: str) -> list[str]:
     """Comma-separated selection modes of a command-line option, each one of `LighthouseConfig`'s, e.g.
     "paper,causal,strict"; anything else is a usage error naming the allowed modes."""
@@ -92,6 +100,19 @@ def read_json(path: Path, flag: str, what: str, fits: Callable[[Any], bool]) -> 
     except ValueError as err:  # not JSON, or not UTF-8
         raise ConfigError(f"{flag} {path} is not JSON ({err}); expected {what}") from None
     if not fits(value):
-        found = {dict: "object", list: "array"}.get(type(value), type(value).__name__)
-        raise ConfigError(f"{flag} {path} holds a JSON {found}; expected {what}")
+        raise ConfigError(f"{flag} {path} holds a JSON {_json_kind(value)}; expected {what}")
     return value
+
+
+# The JSON names of the Python types json.loads returns.
+_JSON_NAMES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+               type(None): "null"}
+
+
+def _json_kind(value: Any) -> str:
+    """What `value` is in JSON's words; a non-empty array with the kinds of its items ("array of number, object"),
+    which are what is wrong when an array was expected."""
+    kind = _JSON_NAMES[type(value)]
+    if isinstance(value, list) and value:
+        kind += " of " + ", ".join(dict.fromkeys(_JSON_NAMES[type(item)] for item in value))
+    return kind

@@ -9,10 +9,9 @@ Usage: python scripts/bench_attention.py [--ns 8192,65536] [--selection paper,ca
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from eval.device import require_cuda
-from eval.options import int_list, positive_int_list, selection_list
+from eval.options import int_list, output_folder, positive_int_list, selection_list
 
 
 def main() -> None:
@@ -28,7 +27,7 @@ def main() -> None:
     parser.add_argument("--extras", action="store_true", help="pooling vs torch.compile, gather vs torch.gather")
     parser.add_argument("--selection", default=["paper"], type=selection_list,
                         help="comma-separated selection modes to time (paper,causal,strict)")
-    parser.add_argument("--out", default="outputs/bench_attention",
+    parser.add_argument("--out", default="outputs/bench_attention", type=output_folder,
                         help="folder for bench_attention.json, tables and plots (docs/records/ to publish)")
     parser.add_argument("--once", type=int, default=0, help="only run one fwd+bwd at this N, k=2048 (for ncu)")
     parser.add_argument("--colocate-autograd", action="store_true",
@@ -42,7 +41,7 @@ def main() -> None:
         run_once(args.once)
         return
     run_benchmark(DEFAULT_NS if args.ns is None else args.ns, args.selection, args.graphs, args.stages, args.checks,
-                  args.extras, Path(args.out), args.colocate_autograd)
+                  args.extras, args.out, args.colocate_autograd)
 
 
 if __name__ == "__main__":

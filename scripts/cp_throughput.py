@@ -38,7 +38,6 @@ at the one degree in `--cp`, and records both.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from eval.benchmarks.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_stage2, measured_runs, plot,
@@ -46,9 +45,12 @@ from eval.benchmarks.cp_throughput import (ATTENTIONS, CpThroughputJob, measure,
 from eval.benchmarks.throughput import DEFAULT_CONFIG, WARMUP_STEPS, switch_values, too_few_steps
 from eval.device import require_cuda
 from eval.metrics.cli import OneLineParser
-from eval.options import non_negative_int, positive_int, read_json
+from eval.options import file_to_write, non_negative_int, output_file, positive_int, read_json
 from eval.records import write_json
-from recipe.train.cli import exit_on_config_error
+from recipe.train.cli import ConfigError, exit_on_config_error
+
+# What `--resume` reads of each earlier record besides the settings it compares (`measured_runs`).
+RESUMED_KEYS = ("cp_degree", "compile", "runs")
 
 
 def dense_layer_set(text: str) -> tuple[int, ...] | None:
@@ -65,6 +67,23 @@ def dense_layer_set(text: str) -> tuple[int, ...] | None:
     if any(layer < 0 for layer in layers):
         raise argparse.ArgumentTypeError(f"{text!r}: layer numbers are >= 0")
     return layers
+
+
+def resumed_records(path: Path) -> list[dict]:
+    """The earlier records `--resume` reads from `path` (its --json): an array of objects with `RESUMED_KEYS`,
+    whose runs are objects; anything else is a ConfigError naming the file and, for a record, its number and key
+    (not a traceback from `measured_runs`)."""
+    records = read_json(path, "--resume: --json", "this script's records (an array of objects)",
+                        lambda value: isinstance(value, list) and all(isinstance(record, dict) for record in value))
+    for number, record in enumerate(records, 1):
+        if missing := [key for key in RESUMED_KEYS if key not in record]:
+            raise ConfigError(f"--resume: --json {path}: record {number} has no {missing[0]!r}; --resume reads "
+                              f"{', '.join(RESUMED_KEYS)} of every record")
+        runs = record["runs"]
+        if not isinstance(runs, dict) or not all(isinstance(run, dict) for run in runs.values()):
+            raise ConfigError(f"--resume: --json {path}: record {number}'s 'runs' is not an object of runs (each "
+                              "an object)")
+    return records
 
 
 def main(argv: list[str] | None = None) -> list[dict] | dict:
@@ -90,9 +109,9 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
                         help="time every block in the job: dense layers, Lighthouse layers, the rest")
     parser.add_argument("--stage2", type=positive_int, metavar="STEPS",
                         help="train Lighthouse --steps steps, then STEPS dense steps resumed from its checkpoint")
-    parser.add_argument("--json", type=Path, help="write the records here (after every variant)")
+    parser.add_argument("--json", type=file_to_write, help="write the records here (after every variant)")
     parser.add_argument("--resume", action="store_true", help="keep the variants --json already records")
-    parser.add_argument("--plot", type=Path, help="write a PNG bar chart here")
+    parser.add_argument("--plot", type=output_file, help="write a PNG bar chart here")
     parser.add_argument("--records", type=Path, help="read records from this JSON instead of training")
     parser.add_argument("--attentions", default=",".join(ATTENTIONS), help="comma-separated subset of "
                         f"{ATTENTIONS}")
@@ -132,10 +151,17 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
             parser.error(f"--stage2={args.stage2} records the two runs only: leave out --plot, --resume, --layer-times")
     if args.resume and not args.json:
         parser.error("--resume keeps the variants of --json: name it")
-    if not args.allow_cpu:
-        require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
     job = CpThroughputJob(args.config, args.tokens_per_rank, args.steps, args.ac, args.topk, compile_modes,
                           tuple(args.dense_layers or [None]), args.layer_times, args.train_args, args.warmup)
+    done = {}
+    if args.resume and args.json.exists():
+        records = resumed_records(args.json)
+        try:
+            done = measured_runs(records, job)
+        except ValueError as err:
+            parser.error(f"--resume: {args.json}: {err}")
+    if not args.allow_cpu:
+        require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
 
     if args.stage2 is not None:
         record = measure_stage2(job, degrees[0], args.stage2)
@@ -144,12 +170,6 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
             write_json(args.json, record)
         return record
 
-    done = {}
-    if args.resume and args.json.exists():
-        try:
-            done = measured_runs(json.loads(args.json.read_text()), job)
-        except ValueError as err:
-            parser.error(f"--resume: {args.json}: {err}")
     save = (lambda records: write_json(args.json, records)) if args.json else None
     records = measure(job, degrees, attentions, done, save)
     print(report(records))

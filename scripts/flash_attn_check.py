@@ -12,22 +12,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
+from eval.options import output_folder, read_json
 from recipe.errors import exit_on_config_error
 
 
 def main() -> None:
     """Parse the options; run the check (or only draw the plot)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True,
+    parser.add_argument("--out", type=output_folder, required=True,
                         help="folder for flash_attn_check.json and flash_attn_bench.png")
     parser.add_argument("--replot", action="store_true",
                         help="only draw flash_attn_bench.png from the folder's flash_attn_check.json (no GPU)")
     args = parser.parse_args()
     if args.replot:
         from eval.benchmarks.flash_attn_check import RECORD_KEYS, replot
-        from eval.options import read_json
 
         record = read_json(args.out / "flash_attn_check.json", "--replot --out",
                            f"a record of this script (an object with {', '.join(RECORD_KEYS)})",

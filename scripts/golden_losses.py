@@ -14,13 +14,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from eval.options import file_to_write
 from recipe.logs.debug_run import golden_record
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the debug config (`recipe.logs.debug_run`) and print its record or write it to --write."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--write", type=Path, help="write the record to this JSON file (else print it)")
+    parser.add_argument("--write", type=file_to_write, help="write the record to this JSON file (else print it)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         record = golden_record(Path(tmp) / "run")

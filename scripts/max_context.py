@@ -27,7 +27,7 @@ from eval.benchmarks.max_context import ATTENTIONS, ProbeJob, check_lengths, fin
 from eval.benchmarks.throughput import switch_values
 from eval.device import pick_device, require_cuda
 from eval.metrics.cli import OneLineParser
-from eval.options import positive_int, read_json
+from eval.options import file_to_write, positive_int, read_json
 from eval.records import command_line, environment, shown_path, write_json
 from recipe.logs.run_record import REPO
 from recipe.train.cli import ConfigError, exit_on_config_error, parse_job_config
@@ -49,9 +49,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--timeout", type=positive_int, default=1800, help="seconds a probe may take")
     parser.add_argument("--ac", default="full", choices=("none", "selective", "full"))
     parser.add_argument("--compile", default="on", help="on or off: torch.compile the model")
-    parser.add_argument("--json", type=Path, help="write the record here (after every probe)")
+    parser.add_argument("--json", type=file_to_write, help="write the record here (after every probe)")
     parser.add_argument("--resume", action="store_true", help="keep the probes --json already records")
-    parser.add_argument("--markdown", type=Path, help="write the table here")
+    parser.add_argument("--markdown", type=file_to_write, help="write the table here")
     parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA too (gloo): a smoke run of a "
                         "small config (otherwise the script needs CUDA)")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py arguments for every probe")
