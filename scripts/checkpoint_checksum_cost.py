@@ -19,6 +19,7 @@ import warnings
 
 import torch
 
+from eval.options import output_folder
 from recipe.resilience.checkpoint_manifest import manifest_faults, read_manifest, write_manifest
 
 PAPER_PARAMETERS = 267_977_728
@@ -29,12 +30,14 @@ TENSOR_ELEMENTS = 2**22  # a 16 MiB tensor per entry, about the size of the pape
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--fraction", type=float, default=0.125, help="share of the paper checkpoint to write")
-    parser.add_argument("--folder", default="ckpt-cost", help="where to write it (removed at the end)")
+    parser.add_argument("--folder", type=output_folder, default="ckpt-cost",
+                        help="where to write it (removed at the end)")
     args = parser.parse_args()
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction={args.fraction} must be in (0, 1]")
-    if os.path.exists(args.folder):
-        parser.error(f"--folder={args.folder!r} exists; name a new folder (it is removed at the end)")
+    folder = str(args.folder)
+    if os.path.exists(folder):
+        parser.error(f"--folder={folder!r} exists; name a new folder (it is removed at the end)")
     import torch.distributed.checkpoint as dcp
 
     warnings.filterwarnings("ignore", message="torch.distributed is disabled")  # one process, on purpose
@@ -43,17 +46,17 @@ def main() -> None:
     state = {f"entry_{i}": torch.randn(TENSOR_ELEMENTS) for i in range(max(1, total // (4 * TENSOR_ELEMENTS)))}
     try:
         begin = time.perf_counter()
-        dcp.save(state, storage_writer=dcp.FileSystemWriter(args.folder))
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(folder))
         saved = time.perf_counter() - begin
-        size = sum(os.path.getsize(os.path.join(args.folder, name)) for name in os.listdir(args.folder))
+        size = sum(os.path.getsize(os.path.join(folder, name)) for name in os.listdir(folder))
         begin = time.perf_counter()
-        write_manifest(args.folder, data_parallel_degree=1)
+        write_manifest(folder, data_parallel_degree=1)
         written = time.perf_counter() - begin
         begin = time.perf_counter()
-        faults = manifest_faults(args.folder, read_manifest(args.folder))
+        faults = manifest_faults(folder, read_manifest(folder))
         verified = time.perf_counter() - begin
     finally:
-        shutil.rmtree(args.folder, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)
     assert not faults, faults
     scale = PAPER_PARAMETERS * BYTES_PER_PARAMETER / size
     print(f"wrote {size / 2**30:.3f} GiB ({args.fraction:g} of the paper checkpoint, "

@@ -34,13 +34,31 @@ GEOMETRIES = [
 ]
 
 
+# The selection --overlap runs on N tokens, once "causal" and once "strict".
+OVERLAP_CONFIG = LighthouseConfig(levels=3, pool=4, topk=512, tile_budget=128, selection="causal")
+
+
+def overlap_length(text: str) -> int:
+    """argparse type of --overlap: 0 (no comparison) or a length N that OVERLAP_CONFIG can select on (a multiple of
+    pool**(levels-1) = 16 whose coarsest entries fill topk/tile_budget tiles of at least tile_budget entries);
+    another failed with LighthouseConfig's traceback once the inputs were drawn."""
+    n = non_negative_int(text)
+    if n:
+        try:
+            OVERLAP_CONFIG.validate(n)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(f"N={n} does not fit the selection it compares (L3 p4 k512 m128): "
+                                             f"{err}") from None
+    return n
+
+
 def overlap(n: int, seed: int) -> None:
     """Per level, the share of causal's expanded entries of one (batch, kv-head) row that strict expands too."""
-    config = LighthouseConfig(levels=3, pool=4, topk=512, tile_budget=128, selection="causal")
     gen = torch.Generator().manual_seed(seed)
     q, k = torch.randn(1, n, 4, 16, generator=gen), torch.randn(1, n, 2, 16, generator=gen)
-    causal, strict = (select(q, k, dataclasses.replace(config, selection=mode)) for mode in ("causal", "strict"))
-    for lvl in range(1, config.levels):
+    causal, strict = (select(q, k, dataclasses.replace(OVERLAP_CONFIG, selection=mode))
+                      for mode in ("causal", "strict"))
+    for lvl in range(1, OVERLAP_CONFIG.levels):
         a, b = (set(s.index[0, 0][(s.level[0, 0] == lvl) & s.expanded[0, 0]].tolist()) for s in (causal, strict))
         print(f"level {lvl}: {len(a & b) / len(a):.3f} of causal's {len(a)} expanded entries also expanded by strict")
 
@@ -52,8 +70,8 @@ def main() -> None:
                         help=f"comma-separated modes among {','.join(SELECTIONS)}")
     parser.add_argument("--positions", type=positive_int, default=32, help="later positions j probed per geometry")
     parser.add_argument("--seed", type=int, default=0, help="seed of the inputs, positions and perturbations")
-    parser.add_argument("--overlap", type=non_negative_int, default=0,
-                        help="N: compare strict's expanded entries with causal's")
+    parser.add_argument("--overlap", type=overlap_length, default=0,
+                        help="N: compare strict's expanded entries with causal's (N a multiple of 64, >= 8192)")
     args = parser.parse_args()
     if args.overlap:
         overlap(args.overlap, args.seed)

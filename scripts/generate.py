@@ -15,6 +15,7 @@ not UTF-8 print as U+FFFD.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from eval.checkpoint import autocast_dtype
 from eval.checkpoint_run import job_config_of
 from eval.metrics.cli import load_checkpoint
 from eval.metrics.decode import KVCacheDecoder, NextLogits
+from eval.options import positive_int
 from recipe.data.tokenizer import build_tokenizer
 from recipe.progress import progress_bar
 from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
@@ -47,13 +49,28 @@ def sample(next_logits: NextLogits, prompt: list[int], max_new: int, tokenizer, 
         else:
             if top_k is not None:
                 logits[logits < logits.topk(top_k).values[-1]] = -torch.inf
-            token = int(torch.multinomial(torch.softmax(logits / temperature, dim=-1), 1, generator=generator))
+            # in float64, the largest logit taken off first: every finite temperature > 0 then leaves softmax
+            # finite (a tiny one sends the others to -inf, a huge one to about 0; 1e300 is inf in float32)
+            scaled = (logits.double() - logits.max()) / temperature
+            token = int(torch.multinomial(torch.softmax(scaled, dim=-1), 1, generator=generator))
         ids.append(token)
         bar.update()
         if token == tokenizer.eos_id:
             break
     bar.close()
     return ids[len(prompt):]
+
+
+def sampling_temperature(text: str) -> float:
+    """argparse type of --temperature: a finite number >= 0 (0 is greedy); NaN, an infinity or a negative one
+    has no sampling meaning (softmax(logits / temperature) held NaN and the draw failed with a traceback)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a finite number >= 0 (0 is greedy)")
+    return value
 
 
 def main(argv: list[str] | None = None) -> list[int]:
@@ -63,17 +80,14 @@ def main(argv: list[str] | None = None) -> list[int]:
                                 epilog="Other arguments are job arguments, e.g. --job.config_file configs/debug.toml")
     p.add_argument("--checkpoint", required=True, help="a step folder, e.g. outputs/debug/checkpoint/step-20")
     p.add_argument("--prompt", default="", help="text the sample continues (default: none, after BOS)")
-    p.add_argument("--max-new", type=int, default=200, help="tokens to sample (default 200)")
-    p.add_argument("--temperature", type=float, default=0.8, help="0 is greedy (default 0.8)")
-    p.add_argument("--top-k", type=int, default=40, help="sample among this many tokens (default 40)")
+    p.add_argument("--max-new", type=positive_int, default=200, help="tokens to sample (default 200)")
+    p.add_argument("--temperature", type=sampling_temperature, default=0.8, help="0 is greedy (default 0.8)")
+    p.add_argument("--top-k", type=positive_int, default=40, help="sample among this many tokens (default 40)")
     p.add_argument("--seed", type=int, help="the sampling seed (default: a fresh one)")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)")
     args, job_argv = p.parse_known_args(argv)
-    if args.max_new < 1 or args.temperature < 0 or args.top_k < 1:
-        p.error(f"--max-new={args.max_new} must be >= 1, --temperature={args.temperature} >= 0 and "
-                f"--top-k={args.top_k} >= 1")
     job_config, _ = job_config_of(Path(args.checkpoint), job_argv)
     with as_config_error():
         tokenizer = build_tokenizer(job_config)

@@ -26,11 +26,19 @@ import argparse
 import sys
 from pathlib import Path
 
-from eval.options import read_json
+from eval.options import output_folder, read_json
 from recipe.experiments.sweep import LIGHTHOUSE_AXES, MANIFEST, create_sweep
 from recipe.experiments.sweep_summary import FORMATS, print_summary
 from recipe.logs.run_logs import LOSS_TAG, TPS_TAG
 from recipe.toml_config import tomllib
+
+
+def base_config(text: str) -> Path:
+    """argparse type of create's base config: no folder (reading one ended in IsADirectoryError's traceback); one
+    that does not exist or cannot be read is named when the sweep reads it."""
+    if Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; name the TOML file every point starts from")
+    return Path(text)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -39,14 +47,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("create", help="write one validated TOML per grid point and the submit commands")
-    make.add_argument("base", type=Path, help="the TOML every point starts from")
+    make.add_argument("base", type=base_config, help="the TOML every point starts from")
     for name, kind in LIGHTHOUSE_AXES.items():
         make.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, nargs="+",
                           help=f"values of [lighthouse] {name}")
     make.add_argument("--set", nargs="+", action="append", metavar=("SECTION.KEY", "VALUE"),
                       help="sweep any key: --set training.seq_len 65536 98304 (TOML literals; repeatable)")
     make.add_argument("--name", help="sweep name, the prefix of every run name (default: the base file's stem)")
-    make.add_argument("--out", type=Path, help="folder of the TOMLs and sweep.json (default: sweeps/<name>)")
+    make.add_argument("--out", type=output_folder,
+                      help="folder of the TOMLs and sweep.json (default: sweeps/<name>)")
     make.add_argument("--dump-root",
                       help="runs go to <dump-root>/<point>[.stage2] (default: <base dump_folder>/<name>)")
     make.add_argument("--stage2-steps", type=int, help="add a dense stage 2 of this many steps to every point")
@@ -89,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                             name=args.name, out=args.out, dump_root=args.dump_root, stage2_steps=args.stage2_steps,
                             sbatch=args.sbatch, submit=args.submit, local=args.local, launcher=args.launcher,
                             force=args.force, check_with_torchtitan=not args.no_torchtitan_check)
-    except (ValueError, RuntimeError, FileNotFoundError, tomllib.TOMLDecodeError) as err:
+    except (ValueError, RuntimeError, OSError, tomllib.TOMLDecodeError) as err:
         print(f"sweep.py {args.command}: {err}", file=sys.stderr)
         return 2
 

@@ -9,10 +9,13 @@ summed difference, so the shares of a partition add up to 1.
 """
 from __future__ import annotations
 
-import json
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
+
+from eval.options import read_json
 
 POSITION_EDGES = (0, 1024, 8192, 32768, 131072)
 DISTANCE_BINS = (("local <1K", 1, 1024), ("1K-8K", 1024, 8192), ("8K-131K", 8192, None))
@@ -174,20 +177,56 @@ def plot(differences: list[dict], path: str, title: str,
     plt.close(fig)
 
 
+# What a dump's two files must hold, as the messages about one that does not say.
+DUMP = "the dump command's .npz (its windows and a loss/<model> array per model)"
+DUMP_RECORD = "the dump command's record (an object, its niah an object)"
+
+
+def _dump_record(value: object) -> bool:
+    """Whether the JSON `value` is a dump's record: an object whose niah, if any, is an object."""
+    return isinstance(value, dict) and isinstance(value.get("niah", {}), dict)
+
+
+def read_dump(path: Path) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The windows and each model's losses of the dump at path prefix `path`; an .npz that cannot be read or that
+    holds other arrays is a ValueError naming --dump and the file (it ended in a traceback, or a message that
+    named neither)."""
+    npz = path.with_suffix(".npz")
+    where = f"--dump {str(path)!r}: {npz}"
+    if not npz.is_file():
+        raise ValueError(f"--dump {str(path)!r}: no {npz.name} (write it with the dump command)")
+    if not zipfile.is_zipfile(npz):  # np.load would read it as a pickle and talk of allow_pickle
+        raise ValueError(f"{where} is not an .npz (a zip archive); expected {DUMP}")
+    try:
+        with np.load(npz) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as err:  # a damaged member
+        raise ValueError(f"{where} cannot be read ({err}); expected {DUMP}") from None
+    windows = arrays.get("windows")
+    if windows is None or windows.ndim != 2 or windows.shape[1] < 2 or windows.dtype.kind not in "iu":
+        raise ValueError(f"{where} holds no windows array of token ids; expected {DUMP}")
+    losses = {key.split("/", 1)[1]: value for key, value in arrays.items() if key.startswith("loss/")}
+    if not losses:
+        raise ValueError(f"{where} holds no loss/<model> array; expected {DUMP}")
+    shape = (windows.shape[0], windows.shape[1] - 1)
+    for name, loss in losses.items():
+        if loss.shape != shape or loss.dtype.kind != "f":
+            raise ValueError(f"{where}: loss/{name} is {loss.dtype} of shape {list(loss.shape)}, but its windows "
+                             f"{list(windows.shape)} need floats of shape {list(shape)}")
+    return windows, losses
+
+
 def read_dumps(paths: list[Path]) -> tuple[np.ndarray, dict[str, np.ndarray], dict]:
     """The windows and every model's losses of the dumps (which must hold the same windows), and their NIAH."""
     windows, losses, niah = None, {}, {}
     for path in paths:
-        if not path.with_suffix(".npz").is_file():
-            raise ValueError(f"--dump {str(path)!r}: no {path.with_suffix('.npz').name} "
-                             "(write it with the dump command)")
-        data = np.load(path.with_suffix(".npz"))
+        dumped, dumped_losses = read_dump(path)
         if windows is None:
-            windows = data["windows"]
-        elif not np.array_equal(windows, data["windows"]):
+            windows = dumped
+        elif not np.array_equal(windows, dumped):
             raise ValueError(f"--dump {str(path)!r} holds other windows than {str(paths[0])!r}")
-        losses.update({key.split("/", 1)[1]: data[key] for key in data.files if key.startswith("loss/")})
+        losses.update(dumped_losses)
         record = path.with_suffix(".json")
         if record.is_file():
-            niah.update(json.loads(record.read_text()).get("niah", {}))
+            niah.update(read_json(record, f"--dump {str(path)!r}:", DUMP_RECORD, _dump_record).get("niah", {}))
     return windows, losses, niah

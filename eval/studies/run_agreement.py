@@ -4,18 +4,44 @@ machine, or after its weights were lost) can stand in for the first (docs/studie
 addenda 6 and 8)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from eval.studies.time_to_quality import DENSE_LOSS, validation_losses
-from recipe.logs.layout import METRICS_FILE, read_metrics
+from eval.studies.time_to_quality import DENSE_LOSS
+from recipe.logs.layout import METRICS_FILE
 from recipe.logs.run_logs import LOSS_TAG
 
 TAGS = (LOSS_TAG, "grad_norm", DENSE_LOSS)  # the training loss, the gradient norm, the held-out loss
 
 
-def logged(folder: Path, tag: str) -> dict[int, float]:
-    """step -> `tag` as the run in `folder` logged it; a step logged again after a resume keeps its last value."""
-    return validation_losses(read_metrics(str(folder / METRICS_FILE)), tag)
+def logged(folder: Path, tags: tuple[str, ...]) -> dict[str, dict[int, float]]:
+    """tag -> (step -> value) for each of `tags` as the run in `folder` logged it in its metrics.jsonl (event
+    records left out); a step logged again after a resume keeps its last value. A line that is not a JSON object,
+    or that logs one of `tags` without an integer step or with a value that is not a number, is a ValueError naming
+    the file and line (it ended in a traceback, or in a message that named neither)."""
+    path = folder / METRICS_FILE
+    values: dict[str, dict[int, float]] = {tag: {} for tag in tags}
+    for number, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}:{number}: not UTF-8 text") from None
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{number}: not a JSON line ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:{number}: a JSON {type(record).__name__}, not an object")
+        if "event" in record:
+            continue
+        for tag in [tag for tag in tags if tag in record]:
+            step, value = record.get("step"), record[tag]
+            if not isinstance(step, int) or isinstance(step, bool):
+                raise ValueError(f"{path}:{number}: logs {tag} at step {step!r}, not an integer step")
+            if not isinstance(value, (int, float)) or isinstance(value, bool):
+                raise ValueError(f"{path}:{number}: {tag}={value!r} is not a number")
+            values[tag][step] = value
+    return values
 
 
 def agreement(first: dict[int, float], second: dict[int, float]) -> dict:
@@ -35,5 +61,5 @@ def agreement(first: dict[int, float], second: dict[int, float]) -> dict:
 
 def compare_runs(first: Path, second: Path, tags: tuple[str, ...] = TAGS) -> dict[str, dict]:
     """tag -> `agreement` of the runs in the two folders, for each of `tags` that both logged."""
-    found = {tag: (logged(first, tag), logged(second, tag)) for tag in tags}
-    return {tag: agreement(a, b) for tag, (a, b) in found.items() if a and b}
+    a, b = logged(first, tags), logged(second, tags)
+    return {tag: agreement(a[tag], b[tag]) for tag in tags if a[tag] and b[tag]}

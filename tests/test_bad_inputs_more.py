@@ -1,0 +1,126 @@
+"""Bad inputs to more of the scripts under scripts/ end as those of tests/test_bad_inputs.py do: exit code 2 and a
+last line on stderr naming the flag (or the file) and the value, with no traceback, before anything heavy runs.
+
+Each script runs as a fresh Python process (`run_python`), so that its exit code and stderr are what a user sees.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from recipe.data.tokenizer import ByteTokenizer
+
+from .helpers import REPO, child_env
+from .warm_python import run_python
+
+DEBUG = str(REPO / "configs" / "debug.toml")
+LOSS = "loss_metrics/global_avg_loss"
+
+
+def refusal(script: str, *argv: str) -> str:
+    """The last line on stderr of `python scripts/<script> ARGV`, which must exit with code 2 and no traceback."""
+    run = run_python([f"scripts/{script}", *argv], env=child_env(), timeout=120)
+    assert run.returncode == 2, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr, run.stderr[-2000:]
+    return run.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-0.5"])
+def test_generate_refuses_a_temperature_that_is_not_a_finite_number_at_least_0(tmp_path, value):
+    # was: nan and inf drew from NaN probabilities (torch's traceback), a negative one named every flag
+    line = refusal("generate.py", "--checkpoint", str(tmp_path), f"--temperature={value}")
+    assert line.endswith(f"error: argument --temperature: {value!r} must be a finite number >= 0 (0 is greedy)")
+
+
+@pytest.mark.parametrize("temperature", [5e-324, 1e-40, 1e300])
+def test_generate_samples_at_any_finite_temperature_above_0(temperature):
+    """A tiny temperature takes the most likely token, as 0 does; a huge one draws among the allowed tokens (the
+    division held NaN in float32: a traceback)."""
+    sample = runpy.run_path(str(REPO / "scripts" / "generate.py"))["sample"]
+    tokenizer, logits = ByteTokenizer(), torch.randn(258)
+    drawn = sample(lambda ids: logits.clone(), [tokenizer.bos_id], 8, tokenizer, temperature, top_k=40)
+    assert all(token < tokenizer.get_vocab_size() and token != tokenizer.bos_id for token in drawn)
+    if temperature < 1:
+        assert drawn == sample(lambda ids: logits.clone(), [tokenizer.bos_id], 8, tokenizer, temperature=0)
+
+
+@pytest.mark.parametrize("n, rule", [
+    (100, "seq_len=100 is not divisible by pool**(levels-1)=16 (pool=4, levels=3)"),
+    (16, "seq_len/pool**(levels-1)=1 coarsest entries do not split into topk/tile_budget=4 equal tiles (topk=512, "
+         "tile_budget=128)"),
+    (1024, "each tile has 16 coarsest entries (seq_len=1024, pool**(levels-1)=16, tiles=4) but needs at least "
+           "tile_budget=128"),
+], ids=["not-a-multiple-of-16", "too-few-coarsest-entries", "too-few-per-tile"])
+def test_dependence_probe_refuses_an_overlap_length_its_selection_cannot_run_on(n, rule):
+    line = refusal("dependence_probe.py", "--overlap", str(n))  # was: LighthouseConfig's traceback
+    assert line == (f"dependence_probe.py: error: argument --overlap: N={n} does not fit the selection it compares "
+                    f"(L3 p4 k512 m128): {rule}")
+
+
+@pytest.mark.parametrize("folder", ["file/ckpt", "file"])
+def test_checkpoint_checksum_cost_refuses_a_folder_under_a_file_or_a_file(tmp_path, folder):
+    (tmp_path / "file").write_text("x")  # was: NotADirectoryError when DCP made the folder
+    line = refusal("checkpoint_checksum_cost.py", "--fraction", "0.0001", "--folder", str(tmp_path / folder))
+    assert line.endswith(f"error: argument --folder: '{tmp_path / folder}': {tmp_path / 'file'} is a file, not a "
+                         "folder")
+
+
+def test_sweep_create_refuses_a_folder_as_its_base_config_and_a_file_as_its_out(tmp_path):
+    line = refusal("sweep.py", "create", str(tmp_path), "--topk", "32", "--out", str(tmp_path / "s"))
+    assert line.endswith(f"error: argument base: '{tmp_path}' is a folder; name the TOML file every point starts "
+                         "from")  # was: IsADirectoryError
+    (tmp_path / "file").write_text("x")
+    line = refusal("sweep.py", "create", DEBUG, "--topk", "32", "--out", str(tmp_path / "file"))
+    assert line.endswith(f"error: argument --out: '{tmp_path / 'file'}': {tmp_path / 'file'} is a file, not a "
+                         "folder")  # was: FileExistsError once every point was checked
+    assert (tmp_path / "file").read_text() == "x"
+
+
+@pytest.mark.parametrize("line, fault", [
+    ("not json", "not a JSON line (Expecting value)"),  # was: exit code 2, naming neither file nor line
+    ('[1, 2]', "a JSON list, not an object"),  # was: "share no logged tag"
+    (json.dumps({LOSS: 2.5}), f"logs {LOSS} at step None, not an integer step"),  # was: KeyError: 'step'
+    (json.dumps({"step": 2, LOSS: "2.5"}), f"{LOSS}='2.5' is not a number"),  # was: TypeError
+], ids=["not-json", "not-an-object", "no-step", "not-a-number"])
+def test_run_agreement_names_the_file_and_line_of_a_malformed_metrics_record(tmp_path, line, fault):
+    first, second = tmp_path / "a", tmp_path / "b"
+    for folder, last in ((first, json.dumps({"step": 2, LOSS: 2.5})), (second, line)):
+        folder.mkdir()
+        (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, LOSS: 3.0}) + "\n" + last + "\n")
+    assert refusal("run_agreement.py", str(first), str(second)).endswith(f"{second / 'metrics.jsonl'}:2: {fault}")
+
+
+def windows_and_losses(rows: int = 2, tokens: int = 33) -> dict[str, np.ndarray]:
+    """The arrays of a dump of one model `a`: random token windows and per-token losses."""
+    rng = np.random.default_rng()
+    return {"windows": rng.integers(0, 256, size=(rows, tokens)).astype(np.uint16),
+            "loss/a": rng.random((rows, tokens - 1)).astype(np.float16)}
+
+
+def unreadable_record(npz: Path) -> None:
+    """A dump whose arrays are sound and whose record (.json) is not JSON."""
+    np.savez(npz, **windows_and_losses())
+    npz.with_suffix(".json").write_text("{")
+
+
+@pytest.mark.parametrize("write, fault", [
+    (lambda npz: npz.write_bytes(os.urandom(random.randrange(16, 512))), ".npz is not an .npz (a zip archive)"),
+    (lambda npz: np.savez(npz, **{"loss/a": windows_and_losses()["loss/a"]}),
+     ".npz holds no windows array of token ids"),
+    (lambda npz: np.savez(npz, windows=windows_and_losses()["windows"]), ".npz holds no loss/<model> array"),
+    (lambda npz: np.savez(npz, **windows_and_losses(tokens=17), **{"loss/b": np.zeros((2, 32), np.float16)}),
+     ".npz: loss/b is float16 of shape [2, 32], but its windows [2, 17] need floats of shape [2, 16]"),
+    (unreadable_record, ".json is not JSON"),
+], ids=["random-bytes", "no-windows", "no-losses", "losses-of-other-windows", "record-not-json"])
+def test_loss_anatomy_report_names_a_dump_it_cannot_read(tmp_path, write, fault):
+    prefix = tmp_path / "dump"
+    write(prefix.with_suffix(".npz"))  # was: exit code 2 naming no file, KeyError, or IndexError from the report
+    line = refusal("loss_anatomy.py", "report", "--dump", str(prefix), "--compare", "a,b", "--out", str(tmp_path / "r"))
+    assert line.startswith(f"error: --dump '{prefix}': {prefix}{fault}")
