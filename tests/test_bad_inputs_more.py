@@ -84,17 +84,17 @@ def test_sweep_create_refuses_a_folder_as_its_base_config_and_a_file_as_its_out(
 
 
 @pytest.mark.parametrize("line, fault", [
-    ("not json", "not a JSON line (Expecting value)"),  # was: exit code 2, naming neither file nor line
-    ('[1, 2]', "a JSON list, not an object"),  # was: "share no logged tag"
-    (json.dumps({LOSS: 2.5}), f"logs {LOSS} at step None, not an integer step"),  # was: KeyError: 'step'
-    (json.dumps({"step": 2, LOSS: "2.5"}), f"{LOSS}='2.5' is not a number"),  # was: TypeError
+    ("not json", ":2: not a JSON line (Expecting value)"),  # was: exit code 2, naming neither file nor line
+    ('[1, 2]', ":2: a JSON list, not an object"),  # was: "share no logged tag"
+    (json.dumps({LOSS: 2.5}), ": record 2 is at step None, not an integer step"),  # was: KeyError: 'step'
+    (json.dumps({"step": 2, LOSS: "2.5"}), f": {LOSS}='2.5' at step 2 is not a number"),  # was: TypeError
 ], ids=["not-json", "not-an-object", "no-step", "not-a-number"])
-def test_run_agreement_names_the_file_and_line_of_a_malformed_metrics_record(tmp_path, line, fault):
+def test_run_agreement_names_the_file_of_a_malformed_metrics_record_and_its_line(tmp_path, line, fault):
     first, second = tmp_path / "a", tmp_path / "b"
     for folder, last in ((first, json.dumps({"step": 2, LOSS: 2.5})), (second, line)):
         folder.mkdir()
         (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, LOSS: 3.0}) + "\n" + last + "\n")
-    assert refusal("run_agreement.py", str(first), str(second)).endswith(f"{second / 'metrics.jsonl'}:2: {fault}")
+    assert refusal("run_agreement.py", str(first), str(second)).endswith(f"{second / 'metrics.jsonl'}{fault}")
 
 
 def windows_and_losses(rows: int = 2, tokens: int = 33) -> dict[str, np.ndarray]:

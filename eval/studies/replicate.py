@@ -23,7 +23,7 @@ from pathlib import Path
 
 from torchtitan.config import ConfigManager
 
-from recipe.logs.layout import METRICS_FILE, read_metrics
+from recipe.logs.layout import METRICS_FILE, read_json_lines, read_metrics
 from recipe.logs.run_logs import LOSS_TAG, TPS_TAG
 from recipe.logs.run_record import REPO
 
@@ -127,7 +127,7 @@ def summarize(run: Path, steps: int, tokens_per_step: int) -> dict:
     missing = [(a.name, s) for a in arms for s in range(a.lighthouse_steps + 1, steps + 1) if s not in a.losses]
     if missing:
         raise ValueError(f"dense steps without a logged loss (log every dense step): {missing[:5]}")
-    walltimes = {w["name"]: w["end"] - w["start"] for w in read_metrics(str(run / "walltime.jsonl"), events=True)}
+    walltimes = {w["name"]: w["end"] - w["start"] for w in read_json_lines(str(run / "walltime.jsonl"))}
     dense = arms[0].losses
     results = []
     for arm in arms:

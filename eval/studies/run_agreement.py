@@ -4,11 +4,10 @@ machine, or after its weights were lost) can stand in for the first (docs/studie
 addenda 6 and 8)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from eval.studies.time_to_quality import DENSE_LOSS
-from recipe.logs.layout import METRICS_FILE
+from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.logs.run_logs import LOSS_TAG
 
 TAGS = (LOSS_TAG, "grad_norm", DENSE_LOSS)  # the training loss, the gradient norm, the held-out loss
@@ -16,31 +15,16 @@ TAGS = (LOSS_TAG, "grad_norm", DENSE_LOSS)  # the training loss, the gradient no
 
 def logged(folder: Path, tags: tuple[str, ...]) -> dict[str, dict[int, float]]:
     """tag -> (step -> value) for each of `tags` as the run in `folder` logged it in its metrics.jsonl (event
-    records left out); a step logged again after a resume keeps its last value. A line that is not a JSON object,
-    or that logs one of `tags` without an integer step or with a value that is not a number, is a ValueError naming
-    the file and line (it ended in a traceback, or in a message that named neither)."""
+    records left out); a step logged again after a resume keeps its last value. A malformed line (read_metrics),
+    or a value of `tags` that is not a number, is a ValueError naming the file (it ended in a traceback, or in a
+    message that named neither)."""
     path = folder / METRICS_FILE
     values: dict[str, dict[int, float]] = {tag: {} for tag in tags}
-    for number, line in enumerate(path.read_bytes().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line.decode("utf-8"))
-        except UnicodeDecodeError:
-            raise ValueError(f"{path}:{number}: not UTF-8 text") from None
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{number}: not a JSON line ({err.msg})") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}:{number}: a JSON {type(record).__name__}, not an object")
-        if "event" in record:
-            continue
+    for record in read_metrics(str(path)):
         for tag in [tag for tag in tags if tag in record]:
-            step, value = record.get("step"), record[tag]
-            if not isinstance(step, int) or isinstance(step, bool):
-                raise ValueError(f"{path}:{number}: logs {tag} at step {step!r}, not an integer step")
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise ValueError(f"{path}:{number}: {tag}={value!r} is not a number")
-            values[tag][step] = value
+            if not isinstance(value := record[tag], (int, float)) or isinstance(value, bool):
+                raise ValueError(f"{path}: {tag}={value!r} at step {record['step']} is not a number")
+            values[tag][record["step"]] = value
     return values
 
 
