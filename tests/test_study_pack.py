@@ -179,6 +179,22 @@ def test_a_stage_0_left_behind_goes_without_its_weights_and_keeps_its_record(tmp
     assert "queue/stage0_s0.json" in members(tmp_path / "pack.tar.gz")
 
 
+def test_a_task_an_earlier_queue_of_the_folder_finished_goes_along_though_the_last_queue_does_not_name_it(tmp_path):
+    """`run --only A`, then `run --only B` in the same folder: the pack holds A's records too (they were dropped
+    unsaid); a task an earlier queue stopped part-way and the last one does not name is named as left behind."""
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0", "causal_s0_switch4", "anatomy_s0_0"})
+    stopped_part_way(run, "dense_s0", whole=(6,), partial=7)
+    last_queue = [line for line in (run / "tasks.tsv").read_text().splitlines() if line.startswith("stage0_s0\t")]
+    (run / "tasks.tsv").write_text("\n".join(last_queue) + "\n")
+    plan = write_pack(run, tmp_path / "pack.tar.gz")
+    assert plan["finished"] == ["stage0_s0", "anatomy_s0_0", "causal_s0", "causal_s0_switch4"]
+    assert plan["checkpoints"] == [] and plan["resumed"] == {}
+    assert plan["left_out"] == {"dense_s0": "not in the queue of the last `run` (tasks.tsv), stopped part-way"}
+    packed = members(tmp_path / "pack.tar.gz")
+    assert {"queue/causal_s0_switch4.json", "causal_s0_switch4/metrics.jsonl", "anatomy/s0_0.npz"} <= packed
+    assert not any(name.startswith("dense_s0/") for name in packed)
+
+
 def test_without_stage0_needs_a_deterministic_stage_0_and_is_for_pack_alone(tmp_path, monkeypatch, capsys):
     study = example_study(tmp_path, EXTENSION_EXAMPLE)
     fake_study(tmp_path, set())

@@ -10,6 +10,7 @@ that task trains again there, so nothing waits for weights that did not come. St
 """
 from __future__ import annotations
 
+import json
 import shlex
 import tarfile
 from pathlib import Path
@@ -58,8 +59,24 @@ def latest_whole_step(folder: Path) -> Path | None:
     return max(steps, key=lambda p: int(p.name.removeprefix("step-")), default=None)
 
 
+def earlier_tasks(run: Path, queued: set[str]) -> tuple[list[Task], dict[str, str]]:
+    """The tasks of `run`'s queue records that an earlier `run` (another `--only`) finished and the last queue does
+    not name, as tasks waiting for nothing (their records go along; they were dropped from a pack unsaid), and
+    {task: why} for those it stopped part-way (their steps stay behind: a queue that names them trains them again)."""
+    finished, stopped = [], {}
+    for record in sorted((run / QUEUE_FOLDER).glob("*.json")):
+        if record.stem in queued:
+            continue
+        ran = json.loads(record.read_text())
+        if ran.get("returncode") == 0 and ran.get("command"):
+            finished.append(Task(record.stem, (), ran["command"]))
+        else:
+            stopped[record.stem] = f"not in the queue of the last `run` ({TASKS_FILE}), stopped part-way"
+    return finished, stopped
+
+
 def plan_pack(run: Path, max_mb: float | None = None, behind: frozenset[str] = frozenset()) -> dict:
-    """{"finished": task names to pack, "resumed": {task: its latest whole step} for the training tasks stopped
+    """{"finished": task names to pack (the last queue's, then those an earlier queue of the folder finished), "resumed": {task: its latest whole step} for the training tasks stopped
     part-way, "checkpoints": step folders to pack (those the tasks left read, and the resumed steps), "files": every
     path the pack holds (the finished and resumed tasks' `outputs` and the checkpoints), "left_out": {task: why}} for
     the queue of `run` (its tasks.tsv and records). A stopped task whose step is over `max_mb` trains again whole. A
@@ -69,7 +86,9 @@ def plan_pack(run: Path, max_mb: float | None = None, behind: frozenset[str] = f
     that train again bit for bit."""
     tasks = read_tasks(run / TASKS_FILE)
     finished = {t.name for t in tasks if succeeded(run / QUEUE_FOLDER, t)}
-    left_out: dict[str, str] = {}
+    earlier, left_out = earlier_tasks(run, {t.name for t in tasks})
+    tasks += earlier
+    finished |= {t.name for t in earlier}
     resumed = {t.name: step for t in tasks if t.name not in finished and (step := latest_whole_step(run / t.name))}
     for name, step in list(resumed.items()):
         if max_mb is not None and (mb := size_mb(step)) > max_mb:
