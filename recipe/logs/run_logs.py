@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from recipe.logs.layout import METRICS_FILE
+from recipe.logs.layout import METRICS_FILE, read_metrics
 
 LOSS_TAG = "loss_metrics/global_avg_loss"
 TPS_TAG = "throughput(tps)"
@@ -116,14 +116,11 @@ def read_wandb(path: Path) -> LogFile:
 def read_jsonl(path: Path) -> list[LogFile]:
     """The recipe's `metrics.jsonl` (one {"step": n, tag: value, ...} per logged step, appended by every
     process start), cut into one LogFile per start where the step stops increasing. Lines carry no time,
-    so a point's `wall_time` is its line number."""
+    so a point's `wall_time` is its record's number in the file."""
     logs: list[LogFile] = []
     previous = None
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        step = int(record.pop("step"))
+    for number, record in enumerate(read_metrics(str(path), events=True)):
+        step = record.pop("step")
         if previous is None or step <= previous:
             logs.append(LogFile(path))
         previous = step
