@@ -40,8 +40,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eval.benchmarks.cp_throughput import (ATTENTIONS, CpThroughputJob, measure, measure_stage2, measured_runs, plot,
-                                report, stage2_report)
+from eval.benchmarks.cp_throughput import (ATTENTIONS, REPORT_KEYS, CpThroughputJob, measure, measure_stage2,
+                                measured_runs, plot, report, stage2_report)
 from eval.benchmarks.throughput import DEFAULT_CONFIG, WARMUP_STEPS, switch_values, too_few_steps
 from eval.device import require_cuda
 from eval.metrics.cli import OneLineParser
@@ -69,20 +69,20 @@ def dense_layer_set(text: str) -> tuple[int, ...] | None:
     return layers
 
 
-def resumed_records(path: Path) -> list[dict]:
-    """The earlier records `--resume` reads from `path` (its --json): an array of objects with `RESUMED_KEYS`,
-    whose runs are objects; anything else is a ConfigError naming the file and, for a record, its number and key
-    (not a traceback from `measured_runs`)."""
-    records = read_json(path, "--resume: --json", "this script's records (an array of objects)",
-                        lambda value: isinstance(value, list) and all(isinstance(record, dict) for record in value))
+def read_records(path: Path, flag: str, reader: str, keys: tuple[str, ...], non_empty: bool = False) -> list[dict]:
+    """This script's records in `path`, named by `flag`: an array (`non_empty`: of at least one) of objects with
+    `keys` (what `reader` reads; 'runs' among them), whose runs are objects; anything else is a ConfigError
+    naming the file and, for a record, its number and key (not a traceback from whatever reads them)."""
+    what = f"this script's records ({'a non-empty' if non_empty else 'an'} array of objects)"
+    records = read_json(path, flag, what, lambda value: isinstance(value, list) and (len(value) > 0 or not non_empty)
+                        and all(isinstance(record, dict) for record in value))
     for number, record in enumerate(records, 1):
-        if missing := [key for key in RESUMED_KEYS if key not in record]:
-            raise ConfigError(f"--resume: --json {path}: record {number} has no {missing[0]!r}; --resume reads "
-                              f"{', '.join(RESUMED_KEYS)} of every record")
+        if missing := [key for key in keys if key not in record]:
+            raise ConfigError(f"{flag} {path}: record {number} has no {missing[0]!r}; {reader} reads "
+                              f"{', '.join(keys)} of every record")
         runs = record["runs"]
         if not isinstance(runs, dict) or not all(isinstance(run, dict) for run in runs.values()):
-            raise ConfigError(f"--resume: --json {path}: record {number}'s 'runs' is not an object of runs (each "
-                              "an object)")
+            raise ConfigError(f"{flag} {path}: record {number}'s 'runs' is not an object of runs (each an object)")
     return records
 
 
@@ -123,9 +123,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     args.train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
 
     if args.records:
-        records = read_json(args.records, "--records", "this script's records (a non-empty array of objects)",
-                            lambda value: isinstance(value, list) and len(value) > 0
-                            and all(isinstance(record, dict) for record in value))
+        records = read_records(args.records, "--records", "--records", REPORT_KEYS, non_empty=True)
         print(report(records))
         if args.plot:
             plot(records, args.plot)
@@ -155,7 +153,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
                           tuple(args.dense_layers or [None]), args.layer_times, args.train_args, args.warmup)
     done = {}
     if args.resume and args.json.exists():
-        records = resumed_records(args.json)
+        records = read_records(args.json, "--resume: --json", "--resume", RESUMED_KEYS)
         try:
             done = measured_runs(records, job)
         except ValueError as err:

@@ -33,6 +33,40 @@ from recipe.logs.run_record import REPO
 from recipe.train.cli import ConfigError, exit_on_config_error, parse_job_config
 
 DEFAULT_CONFIG = REPO / "configs" / "paper" / "stage1_L3_p4_k2048_norm.toml"
+# What `--resume` reads of each search in --json (the finished ones under 'results', the one under way under
+# 'searching') and of each of its probes; of a finished search the table reads its outcome too.
+SEARCH_KEYS = ("gpus", "attention", "probes")
+FINISHED_KEYS = (*SEARCH_KEYS, "longest", "shortest_failed", "failed_because")
+PROBE_KEYS = ("seq_len", "fits")
+
+
+def resumed_record(path: Path) -> dict:
+    """The earlier record `--resume` reads from `path` (its --json): an object with settings, finished searches
+    (`results`) and perhaps the one under way (`searching`), each an object with its keys whose probes are objects
+    with `PROBE_KEYS`; anything else is a ConfigError naming the file, the search or probe, and the key (not a
+    KeyError once the search starts)."""
+    record = read_json(path, "--resume: --json", "this script's record (an object with settings and results)",
+                       lambda value: isinstance(value, dict) and {"settings", "results"} <= value.keys())
+
+    def check(value: object, where: str, keys: tuple[str, ...]) -> None:
+        """A ConfigError naming `where` unless `value` is an object with `keys`."""
+        if not isinstance(value, dict):
+            raise ConfigError(f"--resume: --json {path}: {where} is not an object")
+        if missing := [key for key in keys if key not in value]:
+            raise ConfigError(f"--resume: --json {path}: {where} has no {missing[0]!r}; --resume reads "
+                              f"{', '.join(keys)} of it")
+
+    if not isinstance(record["results"], list):
+        raise ConfigError(f"--resume: --json {path}: 'results' is not an array of searches")
+    searches = [(f"results[{i}]", result, FINISHED_KEYS) for i, result in enumerate(record["results"])]
+    searches += [("searching", record["searching"], SEARCH_KEYS)] if "searching" in record else []
+    for where, search, keys in searches:
+        check(search, where, keys)
+        if not isinstance(search["probes"], list):
+            raise ConfigError(f"--resume: --json {path}: {where}.probes is not an array of probes")
+        for i, probe in enumerate(search["probes"]):
+            check(probe, f"{where}.probes[{i}]", PROBE_KEYS)
+    return record
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -78,20 +112,14 @@ def main(argv: list[str] | None = None) -> dict:
         check_lengths(layer, args.start, args.resolution, gpus)
     except (ConfigError, ValueError) as err:
         parser.error(str(err))
-    if not args.allow_cpu:
-        require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
-
-    job = ProbeJob(args.config, args.ac, compile_on, args.steps, args.timeout, args.train_args)
     settings = {"config": shown_path(args.config), "activation_checkpointing": args.ac, "compile": compile_on,
                 "steps": args.steps, "timeout_s": args.timeout, "train_args": args.train_args,
                 "start": args.start, "resolution": args.resolution, "max_len": args.max_len}
     plan = [(w, attention) for w in gpus for attention in attentions]
     known: dict[tuple[int, str], dict[int, dict]] = {pair: {} for pair in plan}
-    record = {"settings": settings, "command": command_line(), "environment": environment(pick_device("auto")),
-              "results": []}
+    kept: list[dict] = []  # finished searches of other calls, kept in the file
     if args.resume and args.json.exists():
-        before = read_json(args.json, "--resume: --json", "this script's record (an object with settings and results)",
-                           lambda value: isinstance(value, dict) and {"settings", "results"} <= value.keys())
+        before = resumed_record(args.json)
         if before["settings"] != settings:
             parser.error(f"--resume: {args.json} was searched with other settings ({before['settings']}); "
                          "resume with the same ones or write another --json")
@@ -99,8 +127,14 @@ def main(argv: list[str] | None = None) -> dict:
             pair = (result["gpus"], result["attention"])
             if pair in known:
                 known[pair] = {p["seq_len"]: p for p in result["probes"]}
-            elif "longest" in result:  # a search of another call, kept in the file
-                record["results"].append(result)
+            elif "longest" in result:
+                kept.append(result)
+    if not args.allow_cpu:
+        require_cuda("--allow-cpu runs a smoke run of a small config with gloo (--config configs/debug.toml)")
+
+    job = ProbeJob(args.config, args.ac, compile_on, args.steps, args.timeout, args.train_args)
+    record = {"settings": settings, "command": command_line(), "environment": environment(pick_device("auto")),
+              "results": kept}
 
     def save() -> None:
         shown = sorted(set(gpus) | {r["gpus"] for r in record["results"]})

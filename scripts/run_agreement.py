@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eval.options import output_file
+from eval.options import file_to_write
 from eval.records import command_line, shown_path, write_json
 from eval.studies.run_agreement import compare_runs
 from recipe.logs.layout import METRICS_FILE
@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("second", type=Path, help="the other run's dump folder")
     parser.add_argument("--device", default="unknown", help="the card the runs ran on, for the record")
     parser.add_argument("--commit", default="unknown", help="the commit of the tree that ran them, for the record")
-    parser.add_argument("--json", type=output_file, help="write the record here")
+    parser.add_argument("--json", type=file_to_write, help="write the record here")
     args = parser.parse_args(argv)
     for folder in (args.first, args.second):
         if not (folder / METRICS_FILE).is_file():

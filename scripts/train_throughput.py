@@ -58,7 +58,7 @@ from eval.device import require_cuda
 from eval.records import environment, shown_path, write_json
 from eval.benchmarks.throughput import (BACKENDS, DEFAULT_CONFIG, WARMUP_STEPS, amdahl, attention_times, fmt, job_args,
                                         run_variant, switch_values, too_few_steps)
-from eval.options import output_file, positive_int
+from eval.options import file_to_write, positive_int
 from recipe.data.bpe import train_bpe
 from recipe.data.loader import synthetic_document
 from recipe.data.tokenizer import build_tokenizer, model_vocab_size
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         help='Lighthouse variants by [lighthouse] dense_layers, ";"-separated lists '
                              '(e.g. "0,1,28,29;0;" '
                              "for those, [0] and []); default: the config's")
-    parser.add_argument("--json", type=output_file, help="write the records here")
+    parser.add_argument("--json", type=file_to_write, help="write the records here")
     parser.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: train.py arguments for every variant")
     parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA too: a smoke run of a small config "
                         "(otherwise the script needs CUDA, so the paper model is never trained on a CPU by mistake)")

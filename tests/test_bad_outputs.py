@@ -1,6 +1,7 @@
-"""The GPU scripts' output paths and cp_throughput.py's --resume file are checked at start-up: a bad one ends the
-script with exit code 2 and a last line on stderr naming the flag and the path, no traceback, before the script
-asks for CUDA (these tests run where there is none) or does any work; each script runs in a process of its own.
+"""The GPU scripts' output paths, cp_throughput.py's --resume and --records files and max_context.py's --resume file
+are checked at start-up: a bad one ends the script with exit code 2 and a last line on stderr naming the flag and
+the path, no traceback, before the script asks for CUDA (these tests run where there is none) or does any work;
+each script runs in a process of its own.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import child_env
+from .helpers import REPO, child_env
 from .warm_python import run_python
 
 DEBUG = "configs/debug.toml"
@@ -53,7 +54,10 @@ def test_an_output_path_under_a_file_is_refused_naming_the_flag_before_cuda_or_a
     ([*MAX_CONTEXT, "--json", "{tmp}/folder"], "--json"),
     ([*MAX_CONTEXT, "--markdown", "{tmp}/folder"], "--markdown"),
     (["golden_losses.py", "--write", "{tmp}/folder"], "--write"),  # was: IsADirectoryError after the training run
-], ids=["cp-throughput-json", "max-context-json", "max-context-markdown", "golden-losses"])
+    (["run_agreement.py", "{tmp}", "{tmp}", "--json", "{tmp}/folder"], "--json"),  # was: after the comparison
+    (["train_throughput.py", "--allow-cpu", "--json", "{tmp}/folder"], "--json"),  # was: after every variant
+], ids=["cp-throughput-json", "max-context-json", "max-context-markdown", "golden-losses", "run-agreement",
+        "train-throughput"])
 def test_an_existing_folder_named_as_the_file_to_write_is_refused_naming_the_flag(tmp_path, args, flag):
     (tmp_path / "folder").mkdir()
     line = refused(script(tmp_path, *args))
@@ -71,3 +75,42 @@ def test_cp_throughput_resume_names_a_json_file_that_is_not_its_records_before_c
     earlier.write_text(json.dumps(records))
     line = refused(script(tmp_path, "cp_throughput.py", "--json", str(earlier), "--resume"))
     assert line == f"error: --resume: --json {earlier}{refusal}"
+
+
+REPORTED = json.loads((REPO / "docs/records/cp_throughput_k1536.json").read_text())  # two records the report reads
+
+
+@pytest.mark.parametrize("records, refusal", [
+    ([{}], "record 1 has no 'config'"),  # was: KeyError in the report
+    ([REPORTED[0], {k: v for k, v in REPORTED[1].items() if k != "seq_len"}], "record 2 has no 'seq_len'"),
+    ([REPORTED[0], {k: v for k, v in REPORTED[1].items() if k != "runs"}], "record 2 has no 'runs'"),  # read by plot
+], ids=["empty-record", "no-seq-len", "no-runs"])
+def test_cp_throughput_records_names_a_record_without_a_key_the_report_or_plot_reads(tmp_path, records, refusal):
+    given = tmp_path / "cp.json"
+    given.write_text(json.dumps(records))
+    line = refused(script(tmp_path, "cp_throughput.py", "--records", str(given)))
+    assert line.startswith(f"error: --records {given}: {refusal}; --records reads config, tokens_per_rank, ")
+    assert line.endswith(", runs of every record")
+
+
+MAX_CONTEXT_SETTINGS = {"config": DEBUG, "activation_checkpointing": "full", "compile": False, "steps": 2,
+                        "timeout_s": 1800, "train_args": [], "start": 512, "resolution": 256, "max_len": 512}
+SEARCH = {"gpus": 1, "attention": "dense", "probes": [{"seq_len": 512, "fits": True}]}
+
+
+@pytest.mark.parametrize("searches, refusal", [
+    ({"results": [{}]}, "results[0] has no 'gpus'; --resume reads gpus, attention, probes, longest, shortest_failed, "
+                        "failed_because of it"),  # was: KeyError after the CUDA check
+    ({"results": [], "searching": {"gpus": 1, "attention": "dense"}},
+     "searching has no 'probes'; --resume reads gpus, attention, probes of it"),
+    ({"results": [], "searching": {**SEARCH, "probes": [{"seq_len": 512}]}},
+     "searching.probes[0] has no 'fits'; --resume reads seq_len, fits of it"),
+    ({"results": [], "searching": {**SEARCH, "probes": 512}}, "searching.probes is not an array of probes"),
+    ({"results": {}}, "'results' is not an array of searches"),
+], ids=["result-without-gpus", "search-without-probes", "probe-without-fits", "probes-not-an-array",
+        "results-not-an-array"])
+def test_max_context_resume_names_the_search_and_key_its_json_lacks_before_cuda(tmp_path, searches, refusal):
+    earlier = tmp_path / "max.json"
+    earlier.write_text(json.dumps({"settings": MAX_CONTEXT_SETTINGS, **searches}))
+    line = refused(script(tmp_path, *MAX_CONTEXT, "--json", str(earlier), "--resume"))
+    assert line == f"error: --resume: --json {earlier}: {refusal}"
