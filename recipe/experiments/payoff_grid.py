@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -130,6 +131,29 @@ def _int_list(path: Path, key: str, value: Any, minimum: int) -> list[int]:
     return value
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_values(path: Path, study: dict) -> None:
+    """The `[study]` values whose type alone can be wrong: paths are non-empty strings, `warmup_steps` a count,
+    `dense` true or false, `group_threshold` a finite number and `baseline` a run name (a wrong one ended in a
+    traceback, or was taken as something else: "yes" for true, a negative warm-up)."""
+    for key in ("config", "run", "corpus"):
+        if not isinstance(study[key], str) or not study[key]:
+            raise _fail(path, f"study.{key} = {study[key]!r} must be a non-empty path")
+    if "warmup_steps" in study and not (_is_int(study["warmup_steps"]) and study["warmup_steps"] >= 0):
+        raise _fail(path, f"study.warmup_steps = {study['warmup_steps']!r} must be an integer >= 0")
+    if not isinstance(study.get("dense", True), bool):
+        raise _fail(path, f"study.dense = {study['dense']!r} must be true or false")
+    threshold = study.get("group_threshold")
+    if threshold is not None and not (isinstance(threshold, (int, float)) and not isinstance(threshold, bool)
+                                      and math.isfinite(threshold)):
+        raise _fail(path, f"study.group_threshold = {threshold!r} must be a finite number (a held-out loss)")
+    if not isinstance(study.get("baseline", ""), str):
+        raise _fail(path, f"study.baseline = {study['baseline']!r} must be a run name")
+
+
 def load_study(path: Path) -> Study:
     """The study of a TOML file; ValueError naming the file, the key and the value of any mistake."""
     try:
@@ -144,13 +168,17 @@ def load_study(path: Path) -> Study:
     for key in ("config", "run", "corpus", "steps", "seeds"):
         if key not in study:
             raise _fail(path, f"[study] needs {key}")
+    _check_values(path, study)
     config = Path(study["config"])
     if not config.is_file():
         raise _fail(path, f"study.config = {str(config)!r} is not a file")
     steps = study["steps"]
     if not isinstance(steps, int) or steps < 2:
         raise _fail(path, f"study.steps = {steps!r} must be an integer >= 2")
-    base = load_toml(config)
+    try:
+        base = load_toml(config)
+    except (OSError, ValueError) as err:
+        raise _fail(path, f"study.config = {str(config)!r} cannot be read as TOML: {err}") from err
     parsed = Study(
         path=path, config=str(config), run=Path(study["run"]), corpus=Path(study["corpus"]), steps=steps,
         warmup_steps=study.get("warmup_steps", get_key(base, "lr_scheduler.warmup_steps", 0)),
@@ -169,9 +197,9 @@ def load_study(path: Path) -> Study:
                           "the corpus's SHA-256 digest)")
     parsed.corpus_digest = digest
     _check_stage0(parsed, study)
-    if steps in parsed.frontier:
-        raise _fail(path, f"study.frontier = {parsed.frontier} repeats study.steps = {steps}: the dense run of "
-                          "study.dense is that length")
+    if long := [n for n in parsed.frontier if n >= steps]:
+        raise _fail(path, f"study.frontier {long} must be below study.steps = {steps}: a frontier run is a dense run "
+                          "whose schedule ends sooner (the dense run of study.dense is study.steps long)")
     interval = get_key(base, "checkpoint.interval", 0)
     for number, block in enumerate(blocks, 1):
         if unknown := sorted(set(block) - GRID_KEYS):
@@ -191,8 +219,9 @@ def load_study(path: Path) -> Study:
         if interval and (off := [s for s in axes["switch"] if s % interval]):
             raise _fail(path, f"grid {number} switch {off} must be multiples of checkpoint.interval = {interval} "
                               f"in {config} (stage 2 resumes the checkpoint saved at the switch)")
-        if any(not isinstance(d, list) for d in axes["dense_layers"]):
-            raise _fail(path, f"grid {number} dense_layers = {axes['dense_layers']!r} must be a list of lists")
+        if any(not isinstance(d, list) or not all(_is_int(i) and i >= 0 for i in d) for d in axes["dense_layers"]):
+            raise _fail(path, f"grid {number} dense_layers = {axes['dense_layers']!r} must be a list of lists of "
+                              "layer indices >= 0")
         parsed.grid.append(axes)
     if not parsed.dense and (idle := [s for s in parsed.seeds if not any(s in axes["seeds"] for axes in parsed.grid)]):
         raise _fail(path, f"study.seeds {idle} are in no [[grid]] block's seeds and study.dense = false: nothing "

@@ -1,0 +1,70 @@
+"""Bad values in the config files the user-facing commands read (a pay-off study TOML, ...) end as the bad inputs
+of tests/test_bad_inputs.py do: exit code 2 and one line on stderr naming the file, the key and the value, with no
+traceback, before any run starts.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .helpers import REPO, script_exit_code
+
+EXAMPLE_STUDY = REPO / "configs" / "payoff" / "example_cpu.toml"  # steps = 8, frontier = [4]
+
+
+def study_with(tmp_path: Path, study: str = "", grid: str = "") -> Path:
+    """The CPU example study with `study` lines added to [study] (a key given twice keeps the one added: TOML
+    refuses a repeated key, so a replaced key's line is dropped) and `grid` lines to its first [[grid]] block."""
+    head, blocks = EXAMPLE_STUDY.read_text().split("[[grid]]", 1)
+    replaced = {line.split("=")[0].strip() for line in study.splitlines() if "=" in line}
+    head = "\n".join(line for line in head.splitlines() if line.split("=")[0].strip() not in replaced)
+    path = tmp_path / "study.toml"
+    path.write_text(head.replace("[study]", f"[study]\n{study}") + f"\n[[grid]]\n{grid}" + blocks)
+    return path
+
+
+def refused_line(script: str, argv: list[str], monkeypatch, capsys) -> str:
+    """The one line on stderr of `scripts/<script> ARGV` run in this process, which must exit with code 2."""
+    assert script_exit_code(script, argv, monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err.strip()
+
+
+@pytest.mark.parametrize("study, grid, message", [
+    # was: TypeError tracebacks (a path of another type, a warm-up that is a string)
+    ("config = 3", "", "study.config = 3 must be a non-empty path"),
+    ('run = ""', "", "study.run = '' must be a non-empty path"),
+    ('warmup_steps = "x"', "", "study.warmup_steps = 'x' must be an integer >= 0"),
+    # was: accepted, each run then handed a negative warm-up to train.py, or "yes" read as true
+    ("warmup_steps = -1", "", "study.warmup_steps = -1 must be an integer >= 0"),
+    ('dense = "yes"', "", "study.dense = 'yes' must be true or false"),
+    # was: accepted, and the report failed on them after every run had trained
+    ('group_threshold = "x"', "", "study.group_threshold = 'x' must be a finite number (a held-out loss)"),
+    ("group_threshold = nan", "", "study.group_threshold = nan must be a finite number (a held-out loss)"),
+    ("baseline = 3", "", "study.baseline = 3 must be a run name"),
+    # was: a frontier run longer than the study it is the time-matched reference of
+    ("frontier = [4, 20]", "", "study.frontier [20] must be below study.steps = 8: a frontier run is a dense run"),
+    # was: accepted, and named a stage-1 run 'causal_s0_dla' whose train.py refused its dense layers
+    ("", 'dense_layers = [["a"]]', "grid 1 dense_layers = [['a']] must be a list of lists of layer indices >= 0"),
+])
+def test_payoff_map_names_a_bad_study_value_in_one_line_before_any_run(tmp_path, monkeypatch, capsys, study, grid,
+                                                                        message):
+    path = study_with(tmp_path, study, grid)
+    line = refused_line("payoff_map.py", ["tasks", str(path)], monkeypatch, capsys)
+    assert line.startswith(f"error: {path}: {message}")
+
+
+def test_payoff_map_names_a_study_config_that_is_no_toml(tmp_path, monkeypatch, capsys):
+    # was: "error: Invalid value (at line 1, column 5)", naming neither the study nor its config
+    config = tmp_path / "job.toml"
+    config.write_text("x = = 1\n")
+    path = study_with(tmp_path, f'config = "{config}"')
+    line = refused_line("payoff_map.py", ["tasks", str(path)], monkeypatch, capsys)
+    assert line.startswith(f"error: {path}: study.config = '{config}' cannot be read as TOML: Invalid value")
+
+
+def test_the_example_study_still_plans_its_queue(tmp_path, monkeypatch, capsys):
+    assert script_exit_code("payoff_map.py", ["tasks", str(study_with(tmp_path))], monkeypatch) in (0, None)
+    assert "dense_s0_steps4" in capsys.readouterr().out
