@@ -5,11 +5,11 @@
       [--sbatch "--nodes=2 --partition=gpu"] [--submit | --local [--launcher "torchrun --nproc_per_node=8"]]
   python scripts/sweep.py summary sweeps/<name> [other sweeps or run dump folders] [--format md|csv|json]
 
-`create` writes `sweeps/<name>/<run>.toml` for every point that passes `LighthouseConfig.validate(seq_len)`
-and torchtitan's own config parsing (invalid points are reported with the reason and not written; with no
-valid point nothing is written, sweep.json included), gives each run its own `[job] dump_folder` (so its
-own checkpoint and log folders), records the sweep in `sweeps/<name>/sweep.json`, and prints (or, with
---submit, runs) one `slurm/submit.sh` line per point.
+`create` writes `sweeps/<name>/<run>.toml` for every point that passes `LighthouseConfig.validate(seq_len)`,
+torchtitan's own config parsing and train.py's start-up checks of the settings (invalid points are reported
+with the reason and not written; with no valid point nothing is written, sweep.json included), gives each run
+its own `[job] dump_folder` (so its own checkpoint and log folders), records the sweep in
+`sweeps/<name>/sweep.json`, and prints (or, with --submit, runs) one `slurm/submit.sh` line per point.
 With --local it trains the points here instead, one stage after another (`<launcher> train.py
 --job.config_file <stage>.toml`), records each stage's exit code and times in sweep.json as it ends, and
 stops at the first failure, exiting with its code.
@@ -41,6 +41,15 @@ def base_config(text: str) -> Path:
     return Path(text)
 
 
+def sweep_name(text: str) -> str:
+    """argparse type of --name: it prefixes every run's file name, so a '/' (or a name of '.' or '..') would put
+    the points' TOMLs in another folder, which the check of each point failed on with a scratch path's
+    FileNotFoundError."""
+    if "/" in text or text in (".", ".."):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a file name, without '/' (it prefixes every run's TOML)")
+    return text
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The subcommand and its options; exits with code 2 on options that do not go together."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -53,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           help=f"values of [lighthouse] {name}")
     make.add_argument("--set", nargs="+", action="append", metavar=("SECTION.KEY", "VALUE"),
                       help="sweep any key: --set training.seq_len 65536 98304 (TOML literals; repeatable)")
-    make.add_argument("--name", help="sweep name, the prefix of every run name (default: the base file's stem)")
+    make.add_argument("--name", type=sweep_name, help="sweep name, the prefix of every run name (default: the base file's stem)")
     make.add_argument("--out", type=output_folder,
                       help="folder of the TOMLs and sweep.json (default: sweeps/<name>)")
     make.add_argument("--dump-root",
@@ -68,7 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       "(default: this Python)")
     make.add_argument("--force", action="store_true", help="write over an existing sweep of the same name")
     make.add_argument("--no-torchtitan-check", action="store_true",
-                      help="skip parsing each TOML with torchtitan's ConfigManager (LighthouseConfig checks remain)")
+                      help="skip parsing each TOML with torchtitan's ConfigManager and train.py's checks of its settings "
+                      "(LighthouseConfig checks remain)")
     report = commands.add_parser("summary", help="one table of final loss and tok/s over sweeps or run folders")
     report.add_argument("paths", type=Path, nargs="+", help="sweep folders (with sweep.json) or run dump folders")
     report.add_argument("--format", choices=FORMATS, default="md")

@@ -68,3 +68,26 @@ def test_payoff_map_names_a_study_config_that_is_no_toml(tmp_path, monkeypatch, 
 def test_the_example_study_still_plans_its_queue(tmp_path, monkeypatch, capsys):
     assert script_exit_code("payoff_map.py", ["tasks", str(study_with(tmp_path))], monkeypatch) in (0, None)
     assert "dense_s0_steps4" in capsys.readouterr().out
+
+
+def test_sweep_create_writes_no_point_that_train_py_would_refuse_at_start_up(tmp_path, monkeypatch, capsys):
+    # was: "ok steps-1", a TOML written and its job submitted, for train.py to refuse when it started
+    out = tmp_path / "sweep"
+    code = script_exit_code("sweep.py", ["create", str(REPO / "configs" / "debug.toml"), "--out", str(out),
+                                         "--set", "training.steps", "-1", "1"], monkeypatch)
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "invalid  steps-1  train.py would refuse it: training.steps=-1 must be >= 1" in printed
+    assert sorted(path.name for path in out.glob("*.toml")) == ["debug-steps1.toml"]
+
+
+@pytest.mark.parametrize("name", ["a/b", ".."])
+def test_sweep_create_refuses_a_name_that_is_no_file_name(tmp_path, monkeypatch, capsys, name):
+    # was: "sweep.py create: [Errno 2] No such file or directory: '/tmp/sweep-check-.../a/b-L3.toml'"
+    argv = ["create", str(REPO / "configs" / "debug.toml"), "--out", str(tmp_path / "sweep"), "--levels", "3",
+            "--name", name]
+    assert script_exit_code("sweep.py", argv, monkeypatch) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"sweep.py create: error: argument --name: {name!r} must be a file name, without '/' (it prefixes every "
+        "run's TOML)")
+    assert not (tmp_path / "sweep").exists()

@@ -1,7 +1,7 @@
 """Sweeps over Lighthouse settings: one validated TOML per grid point, then SLURM jobs or local runs.
 
-`create_sweep` writes `<out>/<run>.toml` for every point that passes `LighthouseConfig.validate(seq_len)` and
-torchtitan's own config parsing (invalid points are reported with the reason and not written; with no valid
+`create_sweep` writes `<out>/<run>.toml` for every point that passes `LighthouseConfig.validate(seq_len)`,
+torchtitan's own config parsing and train.py's checks of the settings (invalid points are reported with the reason and not written; with no valid
 point nothing is written), gives each run its own `[job] dump_folder` (so its own checkpoint and log folders),
 records the sweep in `<out>/sweep.json`, and prints (or submits) one `slurm/submit.sh` line per point, or
 trains the points on this machine.
@@ -157,18 +157,27 @@ def build_stages(base: dict[str, Any], point: dict[str, Any], run: str, dump_fol
 
 
 def torchtitan_check(path: Path) -> None:
-    """Parse `path` the way train.py will (JobConfig plus its custom_config_module); ValueError if rejected."""
+    """Parse `path` the way train.py will (JobConfig plus its custom_config_module), then run train.py's checks of
+    the settings alone (`recipe.train.trainer.check_job`: no device, no data); ValueError if either rejects it, so a
+    point train.py would refuse at start-up (training.steps = -1, loss.chunk_tokens = 0) is not written."""
     from torchtitan.config import ConfigManager
+
+    from recipe.train.trainer import check_job
 
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)  # torchtitan warns about unrelated paths (hf_assets_path) while parsing
     try:
-        ConfigManager().parse_args(["--job.config_file", str(path)])
-    except SystemExit as err:
-        raise ValueError(f"torchtitan's parser rejected it (exit {err.code})") from None
-    except Exception as err:  # the custom module may raise anything while importing or building
-        raise ValueError(f"torchtitan's parser rejected it: {str(err).splitlines()[0]}") from err
+        try:
+            job_config = ConfigManager().parse_args(["--job.config_file", str(path)])
+        except SystemExit as err:
+            raise ValueError(f"torchtitan's parser rejected it (exit {err.code})") from None
+        except Exception as err:  # the custom module may raise anything while importing or building
+            raise ValueError(f"torchtitan's parser rejected it: {str(err).splitlines()[0]}") from err
+        try:
+            check_job(job_config)
+        except ValueError as err:
+            raise ValueError(f"train.py would refuse it: {err}") from None
     finally:
         root.setLevel(level)
 
