@@ -24,6 +24,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
+from eval.options import output_folder
 from recipe.errors import ConfigError
 
 
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> Path:
                                        "e.g. --training.seq_len 8192")
     p.add_argument("checkpoint", metavar="STEP_DIR", type=Path,
                    help="a step folder, e.g. outputs/run/checkpoint/step-400")
-    p.add_argument("out", metavar="OUT", type=Path, help="the folder to write")
+    p.add_argument("out", metavar="OUT", type=output_folder, help="the folder to write")
     p.add_argument("--force", action="store_true", help="write into OUT even if it is not empty")
     p.add_argument("--allow-stage1", action="store_true",
                    help="export a checkpoint whose last steps trained with Lighthouse (its dense logits differ)")
@@ -43,8 +44,6 @@ def main(argv: list[str] | None = None) -> Path:
     def fail(message: str) -> None:
         p.exit(2, f"export_hf.py: error: {message}\n")
 
-    if args.out.exists() and not args.out.is_dir():
-        fail(f"OUT {args.out} exists and is not a folder")
     if args.out.is_dir() and any(args.out.iterdir()) and not args.force:
         fail(f"OUT {args.out} is not empty; pass --force to write into it")
     if not (args.checkpoint / ".metadata").is_file():

@@ -91,3 +91,15 @@ def test_sweep_create_refuses_a_name_that_is_no_file_name(tmp_path, monkeypatch,
         f"sweep.py create: error: argument --name: {name!r} must be a file name, without '/' (it prefixes every "
         "run's TOML)")
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.mark.parametrize("under", ["", "x"])
+def test_export_hf_refuses_an_out_folder_that_is_or_lies_under_a_file(tmp_path, monkeypatch, capsys, under):
+    # was: NotADirectoryError's traceback for OUT under a file, after the checkpoint was read
+    blocking = tmp_path / "file"
+    blocking.write_text("")
+    out = blocking / under if under else blocking
+    argv = [str(tmp_path / "step-1"), str(out), "--allow-stage1"]
+    assert script_exit_code("export_hf.py", argv, monkeypatch) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"export_hf.py: error: argument OUT: '{out}': {blocking} is a file, not a folder")
