@@ -62,7 +62,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                           help=f"values of [lighthouse] {name}")
     make.add_argument("--set", nargs="+", action="append", metavar=("SECTION.KEY", "VALUE"),
                       help="sweep any key: --set training.seq_len 65536 98304 (TOML literals; repeatable)")
-    make.add_argument("--name", type=sweep_name, help="sweep name, the prefix of every run name (default: the base file's stem)")
+    make.add_argument("--name", type=sweep_name,
+                      help="sweep name, the prefix of every run name (default: the base file's stem)")
     make.add_argument("--out", type=output_folder,
                       help="folder of the TOMLs and sweep.json (default: sweeps/<name>)")
     make.add_argument("--dump-root",
@@ -77,8 +78,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                       "(default: this Python)")
     make.add_argument("--force", action="store_true", help="write over an existing sweep of the same name")
     make.add_argument("--no-torchtitan-check", action="store_true",
-                      help="skip parsing each TOML with torchtitan's ConfigManager and train.py's checks of its settings "
-                      "(LighthouseConfig checks remain)")
+                      help="skip parsing each TOML with torchtitan's ConfigManager and train.py's checks of its "
+                           "settings (LighthouseConfig checks remain)")
     report = commands.add_parser("summary", help="one table of final loss and tok/s over sweeps or run folders")
     report.add_argument("paths", type=Path, nargs="+", help="sweep folders (with sweep.json) or run dump folders")
     report.add_argument("--format", choices=FORMATS, default="md")

@@ -1,10 +1,10 @@
 """Sweeps over Lighthouse settings: one validated TOML per grid point, then SLURM jobs or local runs.
 
 `create_sweep` writes `<out>/<run>.toml` for every point that passes `LighthouseConfig.validate(seq_len)`,
-torchtitan's own config parsing and train.py's checks of the settings (invalid points are reported with the reason and not written; with no valid
-point nothing is written), gives each run its own `[job] dump_folder` (so its own checkpoint and log folders),
-records the sweep in `<out>/sweep.json`, and prints (or submits) one `slurm/submit.sh` line per point, or
-trains the points on this machine.
+torchtitan's own config parsing and train.py's checks of the settings (invalid points are reported with the
+reason and not written; with no valid point nothing is written), gives each run its own `[job] dump_folder` (so
+its own checkpoint and log folders), records the sweep in `<out>/sweep.json`, and prints (or submits) one
+`slurm/submit.sh` line per point, or trains the points on this machine.
 With `stage2_steps`, each point is the two-stage recipe: `<run>.toml` trains with Lighthouse and
 `<run>.stage2.toml` resumes its final checkpoint (model, optimizer, LR schedule, data, step) with dense
 attention in a folder of its own. Paths in the TOMLs and commands start at the repository root.
