@@ -31,6 +31,17 @@ def positive_int_list(text: str) -> list[int]:
     return values
 
 
+def gpu_list(text: str) -> str:
+    """argparse type of the GPUs a queue runs on: comma-separated indices >= 0, at least one, none twice, given back
+    as "0,1" (an empty list left a queue waiting for a GPU forever, a repeated one ran two tasks on one card)."""
+    values = int_list(text)
+    if not values or any(value < 0 for value in values):
+        raise ArgumentTypeError(f"{text!r}: give comma-separated GPU indices >= 0, e.g. 0,1")
+    if len(set(values)) != len(values):
+        raise ArgumentTypeError(f"{text!r} repeats a GPU")
+    return ",".join(map(str, values))
+
+
 def _no_file_in_the_way(text: str, folder: str) -> Path:
     """`text` as a Path, else argparse's usage error naming the file that stands where `folder` is to be."""
     if (blocked := file_in_the_way(folder)) is not None:

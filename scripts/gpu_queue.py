@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from eval.options import gpu_list
 from recipe.experiments.task_queue import Task, bad_seconds, read_tasks, succeeded
 
 
@@ -145,7 +146,8 @@ def _signal_group(process: subprocess.Popen, signum: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", type=Path, required=True, help="name<TAB>after<TAB>command, one task a line")
-    p.add_argument("--gpus", required=True, help="comma-separated GPU indices, one task at a time on each")
+    p.add_argument("--gpus", type=gpu_list, required=True,
+                   help="comma-separated GPU indices, one task at a time on each")
     p.add_argument("--logs", type=Path, required=True, help="folder of each task's log and exit record")
     p.add_argument("--stop-after", type=float, help="seconds after which the running tasks get SIGTERM and no task "
                                                     "starts")
@@ -160,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as err:
         p.error(str(err))
     invoked_as = args.invoked_as or shlex.join(["scripts/gpu_queue.py", *(sys.argv[1:] if argv is None else argv)])
-    codes = run_queue(tasks, [g for g in args.gpus.split(",") if g], args.logs, stop_after=args.stop_after,
+    codes = run_queue(tasks, args.gpus.split(","), args.logs, stop_after=args.stop_after,
                       grace_s=args.grace, invoked_as=invoked_as)
     return 0 if all(code == 0 for code in codes.values()) else 1
 

@@ -33,6 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from eval.options import gpu_list
 from recipe.errors import ConfigError, exit_on_config_error
 from recipe.experiments.corpus import corpus_digest, make_corpus
 from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
@@ -62,6 +63,16 @@ ORDERS = ("seed", "long-first", "arm-first")
 
 
 Task = tuple[str, tuple[str, ...], str]  # name, the tasks it waits for, command
+
+
+def task_names(text: str) -> list[str]:
+    """argparse type of --only: comma-separated task names, at least one (an empty --only, such as an unset shell
+    variable, queued the whole study)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r} names no task: give comma-separated task names "
+                                         "(`tasks` lists them)")
+    return names
 
 
 def keep_only(tasks: list[Task], names: list[str]) -> list[Task]:
@@ -379,13 +390,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("command", choices=["tasks", "run", "submit", "report", "pack"])
     p.add_argument("study", type=Path, help="the study TOML (configs/payoff/)")
-    p.add_argument("--gpus", default="0", help="run: comma-separated GPU indices, one run at a time on each")
+    p.add_argument("--gpus", type=gpu_list, default="0",
+                   help="run: comma-separated GPU indices, one run at a time on each")
     p.add_argument("--python", default="python3", help="the interpreter of every run")
     p.add_argument("--order", choices=ORDERS, default="seed",
                    help="tasks, run, submit: seed by seed (default); long-first: dense, then stage 1, then stage 2 "
                         "by its dense steps, most first (packs a lease of fixed length); arm-first: seed by seed with "
                         "each stage 2 right after its stage 1 (one GPU: whole arms first)")
-    p.add_argument("--only", type=lambda s: [n for n in s.split(",") if n],
+    p.add_argument("--only", type=task_names,
                    help="tasks, run, submit: only these comma-separated tasks of the queue, in its order (each with "
                         "the tasks it waits for named too): the part of a queue that fits a lease of known length")
     p.add_argument("--stop-after", type=float,

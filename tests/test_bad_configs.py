@@ -25,11 +25,12 @@ def study_with(tmp_path: Path, study: str = "", grid: str = "") -> Path:
 
 
 def refused_line(script: str, argv: list[str], monkeypatch, capsys) -> str:
-    """The one line on stderr of `scripts/<script> ARGV` run in this process, which must exit with code 2."""
+    """The last line on stderr of `scripts/<script> ARGV` run in this process, which must exit with code 2 without a
+    traceback (argparse's usage lines may come first)."""
     assert script_exit_code(script, argv, monkeypatch) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    return err.strip()
+    assert "Traceback" not in err, err
+    return err.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("study, grid, message", [
@@ -103,3 +104,30 @@ def test_export_hf_refuses_an_out_folder_that_is_or_lies_under_a_file(tmp_path, 
     assert script_exit_code("export_hf.py", argv, monkeypatch) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"export_hf.py: error: argument OUT: '{out}': {blocking} is a file, not a folder")
+
+
+@pytest.mark.parametrize("value", ["", ","])
+def test_payoff_map_refuses_an_only_that_names_no_task(monkeypatch, capsys, value):
+    # was: an empty --only (an unset shell variable) listed, and `run` queued, the whole study
+    line = refused_line("payoff_map.py", ["tasks", str(EXAMPLE_STUDY), "--only", value], monkeypatch, capsys)
+    assert line.endswith(f"error: argument --only: {value!r} names no task: give comma-separated task names "
+                         "(`tasks` lists them)")
+
+
+@pytest.mark.parametrize("script", ["payoff_map.py", "gpu_queue.py"])
+@pytest.mark.parametrize("value, fault", [
+    ("", "'': give comma-separated GPU indices >= 0, e.g. 0,1"),  # was: a queue waiting for a GPU forever
+    ("-1", "'-1': give comma-separated GPU indices >= 0, e.g. 0,1"),
+    ("0,0", "'0,0' repeats a GPU"),  # was: two runs at a time on one card
+])
+def test_a_queue_refuses_gpus_that_are_not_distinct_indices(tmp_path, monkeypatch, capsys, script, value, fault):
+    def no_queue(*args: object) -> None:
+        raise AssertionError("the queue started")
+
+    monkeypatch.setattr("os.execv", no_queue)  # `run` hands its process to the queue
+    study = study_with(tmp_path, f'run = "{tmp_path / "run"}"\ncorpus = "{tmp_path / "corpus"}"')
+    argv = (["run", str(study)] if script == "payoff_map.py"
+            else ["--tasks", str(tmp_path / "tasks.tsv"), "--logs", str(tmp_path / "logs")])
+    line = refused_line(script, [*argv, f"--gpus={value}"], monkeypatch, capsys)
+    assert line.endswith(f"error: argument --gpus: {fault}")
+    assert not (tmp_path / "logs").exists()
