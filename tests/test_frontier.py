@@ -205,11 +205,12 @@ def test_frontier_runs_follow_each_seeds_dense_run_longest_first_with_the_schedu
 
 
 @pytest.mark.parametrize("extra, message", [
-    ("frontier = [400, 720]", "repeats study.steps = 720"),
+    ("frontier = [400, 720]", r"frontier \[720\] must be below study.steps = 720"),
+    ("frontier = [800]", r"frontier \[800\] must be below study.steps = 720"),
     ("frontier = [400, 400]", "repeats a value"),
     ("frontier = [1]", "integers >= 2"),
     ('corpus_sources = "lighthouse"', "must be a list of folder paths"),
-], ids=["steps", "repeat", "too-short", "sources"])
+], ids=["steps", "past-steps", "repeat", "too-short", "sources"])
 def test_a_frontier_or_corpus_source_mistake_names_the_key_and_value(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         load_study(study_with(tmp_path, extra))
