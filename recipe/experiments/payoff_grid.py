@@ -122,17 +122,17 @@ def _fail(path: Path, message: str) -> ValueError:
     return ValueError(f"{path}: {message}")
 
 
+def _is_int(value: Any) -> bool:
+    """Whether a TOML value is an integer (TOML's true and false are Python ints too)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _int_list(path: Path, key: str, value: Any, minimum: int) -> list[int]:
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v >= minimum for v in value)):
+    if not isinstance(value, list) or not value or not all(_is_int(v) and v >= minimum for v in value):
         raise _fail(path, f"{key} = {value!r} must be a non-empty list of integers >= {minimum}")
     if len(set(value)) != len(value):
         raise _fail(path, f"{key} = {value!r} repeats a value")
     return value
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_values(path: Path, study: dict) -> None:
@@ -173,7 +173,7 @@ def load_study(path: Path) -> Study:
     if not config.is_file():
         raise _fail(path, f"study.config = {str(config)!r} is not a file")
     steps = study["steps"]
-    if not isinstance(steps, int) or steps < 2:
+    if not _is_int(steps) or steps < 2:
         raise _fail(path, f"study.steps = {steps!r} must be an integer >= 2")
     try:
         base = load_toml(config)
@@ -248,10 +248,10 @@ def _check_stage0(parsed: Study, study: dict) -> None:
                     f"study.{given[0]} needs study.stage0_{'steps' if 'seq_len' in given[0] else 'seq_len'}")
     seq_len, steps = study["stage0_seq_len"], study["stage0_steps"]
     long = get_key(parsed.base, "training.seq_len")
-    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 1 <= seq_len < long:
+    if not _is_int(seq_len) or not 1 <= seq_len < long:
         raise _fail(parsed.path, f"study.stage0_seq_len = {seq_len!r} must be an integer below training.seq_len = "
                                  f"{long} of {parsed.config}")
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 2:
+    if not _is_int(steps) or steps < 2:
         raise _fail(parsed.path, f"study.stage0_steps = {steps!r} must be an integer >= 2")
     parsed.stage0_seq_len, parsed.stage0_steps = seq_len, steps
 
@@ -259,7 +259,7 @@ def _check_stage0(parsed: Study, study: dict) -> None:
 def _check_per_token_pass(study: Study) -> None:
     """`anatomy_windows` counts held-out windows; NIAH runs inside that pass, at lengths the model's RoPE covers."""
     windows = study.anatomy_windows
-    if not isinstance(windows, int) or isinstance(windows, bool) or windows < 0:
+    if not _is_int(windows) or windows < 0:
         raise _fail(study.path, f"study.anatomy_windows = {windows!r} must be an integer >= 0")
     if not study.niah_lengths:
         return
