@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from .flash_attn import require_flash_attn, resolve_flash_attn
+from .modes import SELECTIONS
 
 SCORERS = ("norm", "dilated")
-SELECTIONS = ("paper", "causal", "strict")
 BACKENDS = ("auto", "cudnn", "flash", "efficient", "math", "flash_attn")
 IMPLEMENTATIONS = ("auto", "fused", "reference")
 

@@ -23,7 +23,7 @@ from recipe.experiments.payoff_grid import (arm_first, load_study, long_first, p
                                            train_command)
 from recipe.toml_config import dump_toml, load_toml, set_key
 
-from .helpers import child_env, script_exit_code
+from .helpers import child_env, run_without_torch, script_exit_code
 from .warm_python import run_python
 
 REPO = Path(__file__).resolve().parents[1]
@@ -165,6 +165,37 @@ def test_a_grid_axis_off_the_configs_value_names_the_stage_1_folder(tmp_path):
 def test_a_study_mistake_names_the_file_the_key_and_the_value(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         load_study(write_study(tmp_path, STUDY + extra))
+
+
+TINY = "configs/time_to_quality/tiny_128k.toml"  # STUDY's config: model.flavor = "tiny", 8 layers
+MISSPELT = "grid 2 selection ['causl'] are not among the Lighthouse selections ['paper', 'causal', 'strict']"
+
+
+@pytest.mark.parametrize("grid, message", [
+    # was: accepted, and train.py refused each of these when its stage-1 run started, after the runs queued before it
+    ('[[grid]]\n[[grid]]\nselection = ["causal", "causl"]\n', MISSPELT),
+    ('[[grid]]\nselection = "strict"\n',
+     "grid 1 selection = 'strict' must be a non-empty list of names among ['paper', 'causal', 'strict']"),
+    ("[[grid]]\ndense_layers = [[], [2, 8, 9]]\n",
+     f"grid 1 dense_layers [2, 8, 9] has [8, 9] outside the 8 layers (0..7) of model.flavor = 'tiny' in {TINY}"),
+    ("[[grid]]\ndense_layers = [[5, 1, 5]]\n", "grid 1 dense_layers [5, 1, 5] repeats [5]"),
+    ("[[grid]]\ndense_layers = [[7, 6, 5, 4, 3, 2, 1, 0]]\n",
+     f"grid 1 dense_layers [7, 6, 5, 4, 3, 2, 1, 0] covers all 8 layers of model.flavor = 'tiny' in {TINY}: no layer "
+     "of stage 1 would run Lighthouse"),
+    ("[[grid]]\ntopk = [2048, -64]\n", "grid 1 topk = [2048, -64] must be a non-empty list of integers >= 1"),
+])
+def test_a_grid_value_that_train_py_would_refuse_is_named_at_load_with_the_values_it_may_take(tmp_path, grid, message):
+    path = write_study(tmp_path, STUDY + grid)
+    with pytest.raises(ValueError) as refused:
+        load_study(path)
+    assert str(refused.value) == f"{path}: {message}"
+
+
+def test_tasks_refuses_a_misspelt_selection_in_one_line_with_exit_2_without_torch(tmp_path):
+    path = write_study(tmp_path, STUDY + '[[grid]]\n[[grid]]\nselection = ["causal", "causl"]\n')
+    out = run_without_torch("scripts/payoff_map.py", ["tasks", str(path)])
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == [f"error: {path}: {MISSPELT}"]
 
 
 def test_the_command_line_refuses_a_bad_study_in_one_line_with_exit_2(tmp_path):

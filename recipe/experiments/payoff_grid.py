@@ -53,6 +53,7 @@ Its report gives the loss by position, past `stage0_seq_len` too, at matched com
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import itertools
 import math
 import re
@@ -61,12 +62,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from models.flavor_shapes import FLAVOR_SHAPES
 from recipe.toml_config import get_key, load_toml
 
 STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dense", "group_threshold", "baseline",
               "anatomy_windows", "niah_lengths", "reported", "frontier", "corpus_sources",
               "stage0_seq_len", "stage0_steps", "stage0_deterministic", "corpus_digest"}
 GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps", "seeds"}
+
+
+def _lighthouse_selections() -> tuple[str, ...]:
+    """`lighthouse.modes.SELECTIONS`, from its file run on its own: importing `lighthouse.modes` would run the
+    package's `__init__`, which imports torch, and `tasks` plans a study without torch."""
+    folder = importlib.util.find_spec("lighthouse").submodule_search_locations[0]
+    spec = importlib.util.spec_from_file_location("lighthouse_modes", Path(folder) / "modes.py")
+    modes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(modes)
+    return modes.SELECTIONS
+
+
+SELECTIONS = _lighthouse_selections()
 
 
 @dataclass(frozen=True)
@@ -222,6 +237,8 @@ def load_study(path: Path) -> Study:
         if any(not isinstance(d, list) or not all(_is_int(i) and i >= 0 for i in d) for d in axes["dense_layers"]):
             raise _fail(path, f"grid {number} dense_layers = {axes['dense_layers']!r} must be a list of lists of "
                               "layer indices >= 0")
+        _check_selection(path, number, axes["selection"])
+        _check_dense_layers(parsed, number, axes["dense_layers"])
         parsed.grid.append(axes)
     if not parsed.dense and (idle := [s for s in parsed.seeds if not any(s in axes["seeds"] for axes in parsed.grid)]):
         raise _fail(path, f"study.seeds {idle} are in no [[grid]] block's seeds and study.dense = false: nothing "
@@ -229,6 +246,37 @@ def load_study(path: Path) -> Study:
     _check_per_token_pass(parsed)
     _check_reported(parsed)
     return parsed
+
+
+def _check_selection(path: Path, number: int, selections: Any) -> None:
+    """A block's selections are names `lighthouse.LighthouseConfig` accepts (a typo was refused only when its stage-1
+    run started, after the runs queued before it had trained)."""
+    allowed = list(SELECTIONS)
+    if not isinstance(selections, list) or not selections or not all(isinstance(s, str) for s in selections):
+        raise _fail(path, f"grid {number} selection = {selections!r} must be a non-empty list of names among "
+                          f"{allowed}")
+    if unknown := [s for s in selections if s not in allowed]:
+        raise _fail(path, f"grid {number} selection {unknown} are not among the Lighthouse selections {allowed}")
+
+
+def _check_dense_layers(study: Study, number: int, choices: list[list[int]]) -> None:
+    """Each dense-layer list of a block names each layer once, inside the model of the config's flavor, and leaves
+    a layer to run Lighthouse in stage 1, as train.py checks at start-up (the depth of `model.flavor = "hf"`, read
+    from a Hugging Face config.json, is left to train.py)."""
+    flavor = get_key(study.base, "model.flavor")
+    n_layers = FLAVOR_SHAPES[flavor]["n_layers"] if flavor in FLAVOR_SHAPES else None
+    model = f"of model.flavor = {flavor!r} in {study.config}"
+    for layers in choices:
+        if repeated := sorted({i for i in layers if layers.count(i) > 1}):
+            raise _fail(study.path, f"grid {number} dense_layers {layers} repeats {repeated}")
+        if n_layers is None:
+            continue
+        if outside := [i for i in layers if i >= n_layers]:
+            raise _fail(study.path, f"grid {number} dense_layers {layers} has {outside} outside the {n_layers} "
+                                    f"layers (0..{n_layers - 1}) {model}")
+        if len(layers) == n_layers:
+            raise _fail(study.path, f"grid {number} dense_layers {layers} covers all {n_layers} layers {model}: "
+                                    "no layer of stage 1 would run Lighthouse")
 
 
 def _check_stage0(parsed: Study, study: dict) -> None:
