@@ -47,10 +47,12 @@ from eval.device import require_cuda
 from eval.metrics.cli import OneLineParser
 from eval.options import file_to_write, non_negative_int, output_file, positive_int, read_json
 from eval.records import write_json
+from recipe.toml_config import get_key
 from recipe.train.cli import ConfigError, exit_on_config_error
 
 # What `--resume` reads of each earlier record besides the settings it compares (`measured_runs`).
 RESUMED_KEYS = ("cp_degree", "compile", "runs")
+_ABSENT = object()  # what `get_key` gives for a key a record lacks (a present key may hold null)
 
 
 def dense_layer_set(text: str) -> tuple[int, ...] | None:
@@ -69,17 +71,18 @@ def dense_layer_set(text: str) -> tuple[int, ...] | None:
     return layers
 
 
-def read_records(path: Path, flag: str, reader: str, keys: tuple[str, ...], non_empty: bool = False) -> list[dict]:
+def read_records(path: Path, flag: str, keys: tuple[str, ...], non_empty: bool = False) -> list[dict]:
     """This script's records in `path`, named by `flag`: an array (`non_empty`: of at least one) of objects with
-    `keys` (what `reader` reads; 'runs' among them), whose runs are objects; anything else is a ConfigError
-    naming the file and, for a record, its number and key (not a traceback from whatever reads them)."""
+    `keys` (what is read of them; 'runs' among them; "environment.device" is a key of the object at "environment"),
+    whose runs are objects; anything else is a ConfigError naming the file and, for a record, its number and key
+    (not a traceback from whatever reads them)."""
     what = f"this script's records ({'a non-empty' if non_empty else 'an'} array of objects)"
     records = read_json(path, flag, what, lambda value: isinstance(value, list) and (len(value) > 0 or not non_empty)
                         and all(isinstance(record, dict) for record in value))
     for number, record in enumerate(records, 1):
-        if missing := [key for key in keys if key not in record]:
-            raise ConfigError(f"{flag} {path}: record {number} has no {missing[0]!r}; {reader} reads "
-                              f"{', '.join(keys)} of every record")
+        if missing := [key for key in keys if get_key(record, key, _ABSENT) is _ABSENT]:
+            raise ConfigError(f"{flag} {path}: record {number} has no {missing[0]!r}; every record needs "
+                              f"{', '.join(keys)}")
         runs = record["runs"]
         if not isinstance(runs, dict) or not all(isinstance(run, dict) for run in runs.values()):
             raise ConfigError(f"{flag} {path}: record {number}'s 'runs' is not an object of runs (each an object)")
@@ -123,7 +126,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
     args.train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
 
     if args.records:
-        records = read_records(args.records, "--records", "--records", REPORT_KEYS, non_empty=True)
+        records = read_records(args.records, "--records", REPORT_KEYS, non_empty=True)
         print(report(records))
         if args.plot:
             plot(records, args.plot)
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> list[dict] | dict:
                           tuple(args.dense_layers or [None]), args.layer_times, args.train_args, args.warmup)
     done = {}
     if args.resume and args.json.exists():
-        records = read_records(args.json, "--resume: --json", "--resume", RESUMED_KEYS)
+        records = read_records(args.json, "--resume: --json", RESUMED_KEYS)
         try:
             done = measured_runs(records, job)
         except ValueError as err:

@@ -18,7 +18,7 @@ import json
 import sysconfig
 from pathlib import Path
 
-from eval.options import output_folder
+from eval.options import int_at_least, output_folder
 from recipe.experiments.corpus import DOCUMENTS, make_corpus
 
 
@@ -28,7 +28,8 @@ def main() -> None:
     p.add_argument("--source", type=Path, action="append",
                    help="a folder of .py files (repeat for several; default: this Python's standard library)")
     p.add_argument("--out", type=output_folder, required=True)
-    p.add_argument("--heldout-every", type=int, default=20)
+    p.add_argument("--heldout-every", type=lambda text: int_at_least(text, 2), default=20,
+                   help="hold out 1 document in N (at least 2: 1 would hold out every document)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--documents", choices=DOCUMENTS, default="files",
                    help="one document per file, or per folder (its files concatenated in path order)")

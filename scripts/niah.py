@@ -21,7 +21,7 @@ from eval.metrics.niah import DEPTHS, check_grid, plot_heatmap, run_niah, text_e
 from eval.options import int_list, positive_int_list
 from eval.records import provenance, write_record
 from recipe.data.tokenizer import build_tokenizer
-from recipe.train.cli import as_config_error, exit_on_config_error
+from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -36,7 +36,10 @@ def main(argv: list[str] | None = None) -> dict:
     with as_config_error():
         encode = text_encoder(build_tokenizer(job_config))
         check_grid(encode, args.lengths, args.depths)
+    try:
         check_lengths(job_config, args.lengths)
+    except ValueError as err:
+        raise ConfigError(f"--lengths={','.join(map(str, args.lengths))}: {err}") from None
     _, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
     result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device,
                       progress=args.progress)

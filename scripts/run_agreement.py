@@ -27,8 +27,8 @@ def main(argv: list[str] | None = None) -> dict:
             parser.error(f"{folder} has no {METRICS_FILE}: name a run's dump folder")
     try:
         tags = compare_runs(args.first, args.second)
-    except ValueError as error:
-        parser.error(f"{args.first} and {args.second}: {error}")
+    except ValueError as error:  # it names the run at fault: one metrics file, or both folders
+        parser.error(str(error))
     if not tags:
         parser.error(f"{args.first} and {args.second} share no logged tag")
     for tag, a in tags.items():

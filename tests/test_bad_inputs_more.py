@@ -89,12 +89,27 @@ def test_sweep_create_refuses_a_folder_as_its_base_config_and_a_file_as_its_out(
     (json.dumps({LOSS: 2.5}), ": record 2 is at step None, not an integer step"),  # was: KeyError: 'step'
     (json.dumps({"step": 2, LOSS: "2.5"}), f": {LOSS}='2.5' at step 2 is not a number"),  # was: TypeError
 ], ids=["not-json", "not-an-object", "no-step", "not-a-number"])
-def test_run_agreement_names_the_file_of_a_malformed_metrics_record_and_its_line(tmp_path, line, fault):
-    first, second = tmp_path / "a", tmp_path / "b"
-    for folder, last in ((first, json.dumps({"step": 2, LOSS: 2.5})), (second, line)):
+@pytest.mark.parametrize("bad", [0, 1], ids=["first-run", "second-run"])
+def test_run_agreement_names_the_file_of_a_malformed_metrics_record_and_its_line_alone(tmp_path, line, fault, bad):
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for i, folder in enumerate(runs):
         folder.mkdir()
+        last = line if i == bad else json.dumps({"step": 2, LOSS: 2.5})
         (folder / "metrics.jsonl").write_text(json.dumps({"step": 1, LOSS: 3.0}) + "\n" + last + "\n")
-    assert refusal("run_agreement.py", str(first), str(second)).endswith(f"{second / 'metrics.jsonl'}{fault}")
+    line = refusal("run_agreement.py", *map(str, runs))  # was: both run folders first, whichever was at fault
+    assert line == f"run_agreement.py: error: {runs[bad] / 'metrics.jsonl'}{fault}"
+
+
+def test_run_agreement_names_both_runs_and_the_tag_they_logged_at_no_common_step(tmp_path):
+    first, second = tmp_path / "a", tmp_path / "b"
+    split = random.randint(2, 20)  # the second run logged the steps after the first one's last
+    for folder, steps in ((first, range(1, split)), (second, range(split, split + random.randint(1, 20)))):
+        folder.mkdir()
+        (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": s, LOSS: random.random()}) + "\n"
+                                                      for s in steps))
+    # was: "a and b: the two runs logged this tag at no common step", naming no tag
+    assert refusal("run_agreement.py", str(first), str(second)) == (
+        f"run_agreement.py: error: {first} and {second} logged {LOSS} at no common step")
 
 
 def windows_and_losses(rows: int = 2, tokens: int = 33) -> dict[str, np.ndarray]:
@@ -124,3 +139,52 @@ def test_loss_anatomy_report_names_a_dump_it_cannot_read(tmp_path, write, fault)
     write(prefix.with_suffix(".npz"))  # was: exit code 2 naming no file, KeyError, or IndexError from the report
     line = refusal("loss_anatomy.py", "report", "--dump", str(prefix), "--compare", "a,b", "--out", str(tmp_path / "r"))
     assert line.startswith(f"error: --dump '{prefix}': {prefix}{fault}")
+
+
+@pytest.mark.parametrize("below_2", [True, False], ids=["below-2", "not-an-integer"])
+def test_make_corpus_names_a_heldout_every_that_is_not_an_integer_at_least_2(tmp_path, below_2):
+    value = str(random.randint(-9, 1)) if below_2 else random.choice(["two", "2.5", ""])
+    out = tmp_path / "corpus"  # was: "heldout_every=0 must be >= 2", the library's argument, not the flag
+    line = refusal("make_corpus.py", "--source", str(tmp_path), "--out", str(out), f"--heldout-every={value}")
+    refused = f"{value} must be >= 2" if below_2 else f"{value!r} is not an integer"
+    assert line == f"make_corpus.py: error: argument --heldout-every: {refused}"
+    assert not out.exists()
+
+
+def heldout_data(folder: Path, windows: int, empty: int = 0) -> Path:
+    """A .jsonl file of `windows` documents of 511 characters, each exactly one window of 513 tokens of
+    configs/debug.toml (BOS + 511 bytes + EOS; seq_len 512), and `empty` empty documents among them."""
+    texts = ["".join(random.choices("abcdefgh ", k=511)) for _ in range(windows)] + [""] * empty
+    random.shuffle(texts)
+    path = folder / "heldout.jsonl"
+    path.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
+    return path
+
+
+@pytest.mark.parametrize("flag, unit", [("--windows", "windows of 513 tokens"),
+                                        ("--documents", "non-empty documents")])
+def test_heldout_loss_names_the_flag_that_asks_for_more_than_the_data_holds(tmp_path, flag, unit):
+    held = random.randint(1, 5)
+    data = heldout_data(tmp_path, held, empty=random.randint(0, 3))
+    asked = held + random.randint(1, 100)
+    line = refusal("heldout_loss.py", "--checkpoint", str(tmp_path), "--data", str(data), flag, str(asked), "--out",
+                   str(tmp_path / "out"), "--job.config_file", DEBUG)  # refused before the checkpoint is loaded
+    # was: "fewer than count=...", the library's argument, not the flag
+    assert line == f"error: --data='{data}' (1 files) holds {held} {unit}, fewer than {flag}={asked}"
+
+
+@pytest.mark.parametrize("rule", ["rope", "lighthouse"])
+def test_niah_names_the_lengths_flag_and_the_length_the_model_cannot_run(tmp_path, rule):
+    """configs/debug.toml: training.seq_len 512 (the RoPE table), Lighthouse levels 3, pool 2 (lengths are multiples
+    of 4); refused before the checkpoint is loaded."""
+    if rule == "rope":
+        n = random.randint(513, 4096)
+        lengths, refused = f"256,{n}", (f"lengths [{n}] exceed training.seq_len=512, the model's RoPE table; pass "
+                                        "--training.seq_len to extend it")
+    else:
+        n = 4 * random.randint(17, 127) + random.randint(1, 3)  # longer than the needle and question (68 tokens)
+        lengths, refused = f"{n},256", (f"length {n} does not fit the Lighthouse setting: seq_len={n} is not "
+                                        "divisible by pool**(levels-1)=4 (pool=2, levels=3)")
+    line = refusal("niah.py", "--checkpoint", str(tmp_path), "--lengths", lengths, "--out", str(tmp_path / "out"),
+                   "--job.config_file", DEBUG)
+    assert line == f"error: --lengths={lengths}: {refused}"  # was: no flag named

@@ -66,7 +66,7 @@ def test_an_existing_folder_named_as_the_file_to_write_is_refused_naming_the_fla
 
 @pytest.mark.parametrize("records, refusal", [
     ([1, 2], " holds a JSON array of number; expected this script's records (an array of objects)"),  # AttributeError
-    ([{}], ": record 1 has no 'cp_degree'; --resume reads cp_degree, compile, runs of every record"),  # KeyError
+    ([{}], ": record 1 has no 'cp_degree'; every record needs cp_degree, compile, runs"),  # KeyError
     ([{"cp_degree": 1, "compile": False, "runs": [1]}], ": record 1's 'runs' is not an object of runs (each an "
                                                         "object)"),  # AttributeError
 ], ids=["not-objects", "missing-key", "runs-not-objects"])
@@ -78,19 +78,36 @@ def test_cp_throughput_resume_names_a_json_file_that_is_not_its_records_before_c
 
 
 REPORTED = json.loads((REPO / "docs/records/cp_throughput_k1536.json").read_text())  # two records the report reads
+REPORT_KEYS = ("config, tokens_per_rank, activation_checkpointing, steps, environment.device, environment.commit, "
+               "cp_degree, seq_len, lighthouse_tok_s_per_rank, lighthouse_kept_of_cp1, lighthouse_peak_gib, "
+               "dense_tok_s_per_rank, dense_kept_of_cp1, dense_peak_gib, lighthouse_speedup, runs")
+
+
+def without(record: dict, key: str) -> dict:
+    """`record` without `key`, or without the key of its environment in "environment.KEY"."""
+    section, _, inner = key.partition(".")
+    if inner:
+        return {**record, section: {k: v for k, v in record[section].items() if k != inner}}
+    return {k: v for k, v in record.items() if k != key}
 
 
 @pytest.mark.parametrize("records, refusal", [
     ([{}], "record 1 has no 'config'"),  # was: KeyError in the report
-    ([REPORTED[0], {k: v for k, v in REPORTED[1].items() if k != "seq_len"}], "record 2 has no 'seq_len'"),
-    ([REPORTED[0], {k: v for k, v in REPORTED[1].items() if k != "runs"}], "record 2 has no 'runs'"),  # read by plot
-], ids=["empty-record", "no-seq-len", "no-runs"])
-def test_cp_throughput_records_names_a_record_without_a_key_the_report_or_plot_reads(tmp_path, records, refusal):
-    given = tmp_path / "cp.json"
+    ([REPORTED[0], without(REPORTED[1], "seq_len")], "record 2 has no 'seq_len'"),
+    ([REPORTED[0], without(REPORTED[1], "runs")], "record 2 has no 'runs'"),  # read by plot
+    # the first record's card and commit title the plot (was: KeyError); its environment heads the report (was:
+    # AttributeError, 'str' object has no attribute 'items')
+    ([without(REPORTED[0], "environment.device"), REPORTED[1]], "record 1 has no 'environment.device'"),
+    ([without(REPORTED[0], "environment.commit"), REPORTED[1]], "record 1 has no 'environment.commit'"),
+    ([{**REPORTED[0], "environment": "H100"}, REPORTED[1]], "record 1 has no 'environment.device'"),
+], ids=["empty-record", "no-seq-len", "no-runs", "no-device", "no-commit", "environment-not-an-object"])
+def test_cp_throughput_records_names_the_file_and_a_key_the_report_or_plot_reads_once(tmp_path, records, refusal):
+    given, plot = tmp_path / "cp.json", tmp_path / "cp.png"
     given.write_text(json.dumps(records))
-    line = refused(script(tmp_path, "cp_throughput.py", "--records", str(given)))
-    assert line.startswith(f"error: --records {given}: {refusal}; --records reads config, tokens_per_rank, ")
-    assert line.endswith(", runs of every record")
+    line = refused(script(tmp_path, "cp_throughput.py", "--records", str(given), "--plot", str(plot)))
+    # was: "...; --records reads config, ... of every record", the flag named twice
+    assert line == f"error: --records {given}: {refusal}; every record needs {REPORT_KEYS}"
+    assert not plot.exists()
 
 
 MAX_CONTEXT_SETTINGS = {"config": DEBUG, "activation_checkpointing": "full", "compile": False, "steps": 2,

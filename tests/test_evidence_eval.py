@@ -102,9 +102,9 @@ def test_niah_writes_the_grid_its_heatmap_and_the_setting_it_ran(trained, tmp_pa
 
 
 @pytest.mark.parametrize("extra, lengths, message", [
-    ([], "128,98", r"length 98 does not fit the Lighthouse setting: seq_len=98 is not divisible by "
-                   r"pool\*\*\(levels-1\)=4"),
-    (["--lighthouse.no-enable"], "128,512", r"lengths \[512\] exceed training.seq_len=256"),
+    ([], "128,98", r"--lengths=128,98: length 98 does not fit the Lighthouse setting: seq_len=98 is not divisible "
+                   r"by pool\*\*\(levels-1\)=4"),
+    (["--lighthouse.no-enable"], "128,512", r"--lengths=128,512: lengths \[512\] exceed training.seq_len=256"),
 ], ids=["lighthouse-invalid-length", "past-rope-table"])
 def test_niah_rejects_lengths_the_model_cannot_run(trained, tmp_path, extra, lengths, message, monkeypatch, capsys):
     """niah.py in this process (no interpreter start): any exception but its exit fails the test as well."""
@@ -170,7 +170,7 @@ def test_heldout_windows_are_the_training_windows_of_those_files(trained):
     for row in windows:
         inputs, labels = next(packed)
         assert torch.equal(row[:-1], inputs["input"]) and torch.equal(row[1:], labels)
-    with pytest.raises(ValueError, match=r"fewer than count=100000"):
+    with pytest.raises(ValueError, match=r"fewer than --windows=100000"):
         heldout_windows(pattern, 64, 100000)
 
 

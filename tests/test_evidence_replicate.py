@@ -105,7 +105,7 @@ def test_corpus_rejects_bad_settings(tmp_path, kwargs, message):
 @pytest.mark.parametrize("argv, message", [
     (["--source", "{tmp}/missing"], "--source ['{tmp}/missing']: not a folder"),
     (["--source", "{tmp}/empty"], "['{tmp}/empty']: 0 files give 0 training and 0 held-out documents"),
-    (["--source", "{tmp}/src", "--heldout-every", "1"], "heldout_every=1 must be >= 2"),
+    (["--source", "{tmp}/src", "--heldout-every", "1"], "argument --heldout-every: 1 must be >= 2"),
 ], ids=["missing-folder", "no-python-files", "every-file-held-out"])
 def test_the_corpus_command_refuses_bad_options_in_one_line_with_exit_2(argv, message, tmp_path, monkeypatch,
                                                                          capsys):

@@ -50,5 +50,5 @@ def test_the_document_loss_is_the_mean_over_bytes_of_every_windows_predicted_byt
 def test_documents_are_read_in_order_and_too_few_are_named(tmp_path):
     (tmp_path / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in ["one", "", "two", "three"]))
     assert heldout_documents(str(tmp_path / "*.jsonl"), 3) == ["one", "two", "three"]
-    with pytest.raises(ValueError, match="holds 3 non-empty documents, fewer than count=4"):
+    with pytest.raises(ValueError, match="holds 3 non-empty documents, fewer than --documents=4"):
         heldout_documents(str(tmp_path / "*.jsonl"), 4)

@@ -26,8 +26,10 @@ ATTENTIONS = ("lighthouse", "dense")
 LAYER_TIMES_ENTRY = REPO / "scripts" / "train_layer_times.py"
 # What a record's variants shared: a resumed measurement (`--resume`) must share them too.
 SHARED = ("config", "tokens_per_rank", "activation_checkpointing", "topk_override", "train_args", "layer_times")
-# What `report` and `plot` read of every record (the first one's settings and environment; each one's numbers).
-REPORT_KEYS = ("config", "tokens_per_rank", "activation_checkpointing", "steps", "environment", "cp_degree", "seq_len",
+# What `report` and `plot` read of every record (the first one's settings and environment, whose card and commit
+# title the plot; each one's numbers).
+REPORT_KEYS = ("config", "tokens_per_rank", "activation_checkpointing", "steps", "environment.device",
+               "environment.commit", "cp_degree", "seq_len",
                "lighthouse_tok_s_per_rank", "lighthouse_kept_of_cp1", "lighthouse_peak_gib", "dense_tok_s_per_rank",
                "dense_kept_of_cp1", "dense_peak_gib", "lighthouse_speedup", "runs")
 

@@ -42,10 +42,10 @@ class _OnePass:
 
 
 def heldout_windows(pattern: str, seq_len: int, count: int, option: str = "--data",
-                    tokenizer: BaseTokenizer | None = None) -> torch.Tensor:
+                    tokenizer: BaseTokenizer | None = None, count_option: str = "--windows") -> torch.Tensor:
     """The first `count` windows [count, seq_len + 1] of the files matching `pattern`, the value of the command
     line's `option` (named in a ValueError when it matches nothing usable or a document that cannot be read),
-    tokenized by `tokenizer` (bytes)."""
+    tokenized by `tokenizer` (bytes); `count` is the value of `count_option`, named when the files hold fewer."""
     if count < 1 or seq_len < 1:
         raise ValueError(f"count={count} and seq_len={seq_len} must be >= 1")
     source = _OnePass(pattern, option)
@@ -55,12 +55,12 @@ def heldout_windows(pattern: str, seq_len: int, count: int, option: str = "--dat
         if len(windows) == count:
             return torch.stack(windows)
     raise ValueError(f"{option}={pattern!r} ({len(source.files)} files) holds {len(windows)} windows of "
-                     f"{seq_len + 1} tokens, fewer than count={count}")
+                     f"{seq_len + 1} tokens, fewer than {count_option}={count}")
 
 
-def heldout_documents(pattern: str, count: int, option: str = "--data") -> list[str]:
-    """The first `count` non-empty documents of the files matching `pattern`; ValueError naming `option` when they
-    hold fewer, or naming a document that cannot be read."""
+def heldout_documents(pattern: str, count: int, option: str = "--data", count_option: str = "--documents") -> list[str]:
+    """The first `count` non-empty documents of the files matching `pattern`; ValueError naming `option` and
+    `count_option` (whose value `count` is) when they hold fewer, or naming a document that cannot be read."""
     if count < 1:
         raise ValueError(f"count={count} must be >= 1")
     source = _OnePass(pattern, option)
@@ -71,7 +71,7 @@ def heldout_documents(pattern: str, count: int, option: str = "--data") -> list[
             if len(documents) == count:
                 return documents
     raise ValueError(f"{option}={pattern!r} ({len(source.files)} files) holds {len(documents)} non-empty documents, "
-                     f"fewer than count={count}")
+                     f"fewer than {count_option}={count}")
 
 
 def rolling_windows(tokens: list[int], prefix: int, seq_len: int) -> list[tuple[list[int], int]]:

@@ -44,6 +44,13 @@ def agreement(first: dict[int, float], second: dict[int, float]) -> dict:
 
 
 def compare_runs(first: Path, second: Path, tags: tuple[str, ...] = TAGS) -> dict[str, dict]:
-    """tag -> `agreement` of the runs in the two folders, for each of `tags` that both logged."""
+    """tag -> `agreement` of the runs in the two folders, for each of `tags` that both logged. A ValueError names
+    the one metrics.jsonl at fault (`logged`), or both folders and the tag they logged at no common step."""
     a, b = logged(first, tags), logged(second, tags)
-    return {tag: agreement(a[tag], b[tag]) for tag in tags if a[tag] and b[tag]}
+    compared = {}
+    for tag in [tag for tag in tags if a[tag] and b[tag]]:
+        try:
+            compared[tag] = agreement(a[tag], b[tag])
+        except ValueError:  # agreement's one refusal: no step logged by both
+            raise ValueError(f"{first} and {second} logged {tag} at no common step") from None
+    return compared
