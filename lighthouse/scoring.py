@@ -80,7 +80,7 @@ def token_scores(
     attention: CausalAttention = _causal_sdpa,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Level-0 scores [B, G, N] with the configured scorer: the one place a scorer is chosen (add a new one
-    here and to `config.SCORERS`). `attention` is the dilated scorer's causal attention."""
+    here and to `config_rules.SCORERS`). `attention` is the dilated scorer's causal attention."""
     if config.scorer == "dilated":
         return dilated_scores(q, k, v, config.dilation, attention)
     return norm_scores(q, k)

@@ -1,10 +1,12 @@
 """SPEC section 3: which (config, seq_len) pairs are valid, and the static gathered length S."""
+import dataclasses
 import re
 
 import pytest
 import torch
 
 from lighthouse import LighthouseConfig, select
+from lighthouse.config_rules import DEFAULTS
 
 from .helpers import random_qkv
 
@@ -51,6 +53,12 @@ def test_every_length_rule_rejects_with_a_message_naming_the_values(kwargs, seq_
     config = LighthouseConfig(**kwargs)
     with pytest.raises(ValueError, match=re.escape(message)):
         config.validate(seq_len)
+
+
+def test_the_defaults_a_study_reads_without_torch_are_every_fields_default():
+    """`config_rules.DEFAULTS`, which the study loader falls back on where a job config omits a `[lighthouse]` key,
+    holds the default of each field of `LighthouseConfig`, and nothing else."""
+    assert {f.name: f.default for f in dataclasses.fields(LighthouseConfig)} == DEFAULTS
 
 
 def test_select_validates_before_touching_the_inputs():

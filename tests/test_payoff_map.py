@@ -191,6 +191,119 @@ def test_a_grid_value_that_train_py_would_refuse_is_named_at_load_with_the_value
     assert str(refused.value) == f"{path}: {message}"
 
 
+LAYER = {"levels": 3, "pool": 4, "topk": 256, "tile_budget": 16}  # at 8,192 tokens: 512 coarsest entries, 16 tiles
+
+
+def study_on_layer(tmp_path: Path, seq_len: int, lighthouse: dict, grid: str = "[[grid]]\n") -> tuple[Path, Path]:
+    """A study of `grid` over a job config of `seq_len` tokens whose `[lighthouse]` section is `lighthouse`, and that
+    config."""
+    config = tmp_path / "job.toml"
+    config.write_text(dump_toml({"training": {"seq_len": seq_len}, "lighthouse": lighthouse}))
+    return write_study(tmp_path, STUDY.replace(TINY, str(config)) + grid), config
+
+
+def refusal(path: Path, config: Path, topk: int, seq_len: int, reason: str) -> str:
+    """The loader's refusal of block 1's `topk` for `reason`."""
+    return (f"{path}: grid 1 topk {topk} cannot run with the [lighthouse] settings of {config} at training.seq_len = "
+            f"{seq_len}: {reason}")
+
+
+def odd_between(low: int, high: int) -> int:
+    """A random odd integer in [low, high)."""
+    return random.randrange(low | 1, high, 2)
+
+
+# rule: fresh values that break it alone, over LAYER at 8,192 tokens (512 coarsest entries) unless the rule's own
+# length: training.seq_len, the `[lighthouse]` keys that differ from LAYER, the block's topks (the last is refused)
+# and the rule's reason. Each was refused only when a stage-1 run started, after the runs queued before it.
+LAYER_RULES = {
+    "topk-off-the-budget": lambda: (8192, {}, [256, k := 16 * random.randint(1, 32) + random.randint(1, 15)],
+                                    f"topk={k} must be a positive multiple of tile_budget=16"),
+    "topk-below-the-budget": lambda: (8192, {}, [k := random.randint(1, 15)],
+                                      f"topk={k} must be a positive multiple of tile_budget=16"),
+    "tiles-do-not-split": lambda: (8192, {}, [256, 16 * (t := odd_between(3, 32))], "seq_len/pool**(levels-1)=512 "
+                                   f"coarsest entries do not split into topk/tile_budget={t} equal tiles (topk="
+                                   f"{16 * t}, tile_budget=16)"),
+    "tiles-too-small": lambda: (8192, {}, [16 * (t := 2 ** random.randint(6, 9))], f"each tile has {512 // t} "
+                                f"coarsest entries (seq_len=8192, pool**(levels-1)=16, tiles={t}) but needs at least "
+                                "tile_budget=16"),
+    "seq-len-off-the-span": lambda: (n := 16 * random.randint(256, 1024) + random.randint(1, 15), {}, [256],
+                                     f"seq_len={n} is not divisible by pool**(levels-1)=16 (pool=4, levels=3)"),
+    "levels-too-many-for-seq-len": lambda: (4096, {"levels": (L := random.randint(6, 20)), "pool": 8}, [256],
+                                            f"levels={L} is too many for seq_len=4096: pool**(levels-1) (pool=8) "
+                                            "must divide seq_len"),
+    "seq-len-below-1": lambda: (n := random.randint(-4096, 0), {}, [256], f"seq_len={n} must be >= 1"),
+    "seq-len-not-an-int": lambda: (n := str(8192 * random.randint(1, 8)), {}, [256],
+                                   f"seq_len={n!r} must be an int, not str"),
+    "seq-len-too-long": lambda: (n := 2**61 + 16 * random.randint(0, 2**20), {}, [256], f"seq_len={n} is too long: the "
+                                 "packed keys of its pyramid entries (seq_len * (levels+1) * levels, levels=3) must "
+                                 "fit in int64"),
+    "seq-len-off-the-dilation": lambda: (8192, {"scorer": "dilated", "dilation": (d := odd_between(3, 100))},
+                                         [256], f"seq_len=8192 is not divisible by dilation={d}"),
+    "dilation-past-half": lambda: (n := 4096 * random.randint(1, 4), {"scorer": "dilated", "dilation": n}, [256],
+                                   f"dilation={n} leaves one token in each strided sub-sequence of seq_len={n}, so the "
+                                   "dilated scorer scores each token against itself alone; it must be at most "
+                                   "seq_len / 2"),
+    "levels-below-1": lambda: (8192, {"levels": (L := random.randint(-9, 0))}, [256], f"levels={L} must be >= 1"),
+    "pool-not-a-power-of-two": lambda: (8192, {"pool": (p := random.choice([3, 5, 6, 12, 24]))}, [256],
+                                        f"pool={p} must be a power of two >= 2"),
+    "levels-too-many-for-any-seq-len": lambda: (8192, {"levels": (L := random.randint(22, 99)), "pool": 8}, [256],
+                                                f"levels={L} is too many for any sequence: pool**(levels-1) (pool=8) "
+                                                "must divide seq_len, whose positions count up to 2**63 in int64"),
+    "tile-budget-not-a-power-of-two": lambda: (8192, {"tile_budget": (m := random.choice([3, 12, 24, 48]))}, [4 * m],
+                                               f"tile_budget={m} must be a power of two >= 2"),
+    "levels-not-an-int": lambda: (8192, {"levels": "3"}, [256], "levels='3' must be an int, not str"),
+    "unknown-scorer": lambda: (8192, {"scorer": "l2"}, [256], "scorer='l2' is not one of ('norm', 'dilated')"),
+    "dilation-below-1": lambda: (8192, {"dilation": (d := random.randint(-9, 0))}, [256], f"dilation={d} must be >= 1"),
+    "backend-reference": lambda: (8192, {"backend": "reference"}, [256], "backend='reference' is now "
+                                  "implementation='reference' (backend names the inner attention kernel)"),
+    "unknown-backend": lambda: (8192, {"backend": "sdpa"}, [256], "backend='sdpa' is not one of ('auto', 'cudnn', "
+                                "'flash', 'efficient', 'math', 'flash_attn')"),
+    "unknown-implementation": lambda: (8192, {"implementation": "triton"}, [256], "implementation='triton' is not one "
+                                       "of ('auto', 'fused', 'reference')"),
+}
+
+
+@pytest.mark.parametrize("rule", LAYER_RULES)
+def test_a_stage_1_layer_that_train_py_would_refuse_is_named_at_load_with_the_rules_reason(tmp_path, rule):
+    seq_len, layer, topks, reason = LAYER_RULES[rule]()
+    path, config = study_on_layer(tmp_path, seq_len, {**LAYER, **layer}, f"[[grid]]\ntopk = {topks}\n")
+    with pytest.raises(ValueError) as refused:
+        load_study(path)
+    assert str(refused.value) == refusal(path, config, topks[-1], seq_len, reason)
+
+
+def test_lighthouse_keys_the_config_omits_take_lighthouse_configs_defaults(tmp_path):
+    """Levels 3, pool 2, topk 1536 and tile budget 128: 6,144 tokens fill the 12 tiles, 4,096 do not split into them."""
+    path, _ = study_on_layer(tmp_path, 6144, {})
+    assert [run.name for run in plan_runs(load_study(path)) if run.seed == 3] == [
+        "causal_s3", "dense_s3", "causal_s3_switch360"]
+    path, config = study_on_layer(tmp_path, 4096, {})
+    with pytest.raises(ValueError) as refused:
+        load_study(path)
+    assert str(refused.value) == refusal(path, config, 1536, 4096, "seq_len/pool**(levels-1)=1024 coarsest entries do "
+                                         "not split into topk/tile_budget=12 equal tiles (topk=1536, tile_budget=128)")
+
+
+def test_a_config_without_training_seq_len_has_its_settings_checked_and_its_length_left_to_train_py(tmp_path):
+    config = tmp_path / "job.toml"
+    config.write_text(dump_toml({"lighthouse": LAYER}))
+    path = write_study(tmp_path, STUDY.replace(TINY, str(config)) + "[[grid]]\n[[grid]]\ntopk = [1024, 24]\n")
+    with pytest.raises(ValueError) as refused:
+        load_study(path)  # 1024: too many tiles at 8,192 tokens, but torchtitan's default length is not known here
+    assert str(refused.value) == (f"{path}: grid 2 topk 24 cannot run with the [lighthouse] settings of {config}: "
+                                  "topk=24 must be a positive multiple of tile_budget=16")
+
+
+def test_tasks_refuses_a_topk_the_layer_cannot_run_in_one_line_with_exit_2_without_torch(tmp_path):
+    path = write_study(tmp_path, STUDY + "[[grid]]\n[[grid]]\ntopk = [2048, 96]\n")
+    out = run_without_torch("scripts/payoff_map.py", ["tasks", str(path)])
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines() == [
+        f"error: {path}: grid 2 topk 96 cannot run with the [lighthouse] settings of {TINY} at training.seq_len = "
+        "131072: topk=96 must be a positive multiple of tile_budget=64"]
+
+
 def test_tasks_refuses_a_misspelt_selection_in_one_line_with_exit_2_without_torch(tmp_path):
     path = write_study(tmp_path, STUDY + '[[grid]]\n[[grid]]\nselection = ["causal", "causl"]\n')
     out = run_without_torch("scripts/payoff_map.py", ["tasks", str(path)])

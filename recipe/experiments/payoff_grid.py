@@ -26,6 +26,10 @@ block is the product of its values, the study the union of the blocks:
     rewarm_steps = [0, 36]        # default: 0                   (an LR re-warm at the switch)
     seeds = [0, 1]                # default: the study's seeds   (a block on some seeds only)
 
+A block's values are checked at load by the rules train.py applies when their runs start: its selections are names
+Lighthouse knows, its dense_layers fit the model, and each topk, with the config's other `[lighthouse]` settings
+(`LighthouseConfig`'s defaults where it omits one), fits its `training.seq_len` (`lighthouse/config_rules.py`).
+
 Runs of one seed that differ only after the switch share one stage-1 run, trained to the last switch any of
 them needs (checkpoints at the config's interval must fall on every switch). Folder names follow
 `eval.studies.time_to_quality`: `dense_s<seed>`; stage 1 `<selection>_s<seed>` plus `_k<topk>` and
@@ -60,6 +64,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from models.flavor_shapes import FLAVOR_SHAPES
@@ -71,17 +76,23 @@ STUDY_KEYS = {"config", "run", "corpus", "steps", "warmup_steps", "seeds", "dens
 GRID_KEYS = {"selection", "topk", "dense_layers", "switch", "rewarm_steps", "seeds"}
 
 
-def _lighthouse_selections() -> tuple[str, ...]:
-    """`lighthouse.modes.SELECTIONS`, from its file run on its own: importing `lighthouse.modes` would run the
-    package's `__init__`, which imports torch, and `tasks` plans a study without torch."""
+def _lighthouse_config_rules() -> ModuleType:
+    """`lighthouse.config_rules` (the rules, defaults and names of `LighthouseConfig`'s settings), from its file run
+    on its own: importing `lighthouse.config_rules` would run the package's `__init__`, which imports torch, and
+    `tasks` plans a study without torch."""
     folder = importlib.util.find_spec("lighthouse").submodule_search_locations[0]
-    spec = importlib.util.spec_from_file_location("lighthouse_modes", Path(folder) / "modes.py")
-    modes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(modes)
-    return modes.SELECTIONS
+    spec = importlib.util.spec_from_file_location("lighthouse_config_rules", Path(folder) / "config_rules.py")
+    rules = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rules)
+    return rules
 
 
-SELECTIONS = _lighthouse_selections()
+RULES = _lighthouse_config_rules()
+
+
+def _lighthouse_setting(base: dict[str, Any], name: str) -> Any:
+    """The job config's `[lighthouse] <name>`, or `LighthouseConfig`'s default (train.py's too) where it has none."""
+    return get_key(base, f"lighthouse.{name}", RULES.DEFAULTS[name])
 
 
 @dataclass(frozen=True)
@@ -220,8 +231,8 @@ def load_study(path: Path) -> Study:
         if unknown := sorted(set(block) - GRID_KEYS):
             raise _fail(path, f"[[grid]] block {number} has unknown keys {unknown} (known: {sorted(GRID_KEYS)})")
         axes = {
-            "selection": block.get("selection", [get_key(base, "lighthouse.selection", "causal")]),
-            "topk": _int_list(path, f"grid {number} topk", block.get("topk", [get_key(base, "lighthouse.topk")]), 1),
+            "selection": block.get("selection", [_lighthouse_setting(base, "selection")]),
+            "topk": _int_list(path, f"grid {number} topk", block.get("topk", [_lighthouse_setting(base, "topk")]), 1),
             "dense_layers": block.get("dense_layers", [get_key(base, "lighthouse.dense_layers", [])]),
             "switch": _int_list(path, f"grid {number} switch", block.get("switch", [steps // 2]), 1),
             "rewarm_steps": _int_list(path, f"grid {number} rewarm_steps", block.get("rewarm_steps", [0]), 0),
@@ -239,6 +250,7 @@ def load_study(path: Path) -> Study:
                               "layer indices >= 0")
         _check_selection(path, number, axes["selection"])
         _check_dense_layers(parsed, number, axes["dense_layers"])
+        _check_layer_settings(parsed, number, axes["selection"], axes["topk"])
         parsed.grid.append(axes)
     if not parsed.dense and (idle := [s for s in parsed.seeds if not any(s in axes["seeds"] for axes in parsed.grid)]):
         raise _fail(path, f"study.seeds {idle} are in no [[grid]] block's seeds and study.dense = false: nothing "
@@ -251,7 +263,7 @@ def load_study(path: Path) -> Study:
 def _check_selection(path: Path, number: int, selections: Any) -> None:
     """A block's selections are names `lighthouse.LighthouseConfig` accepts (a typo was refused only when its stage-1
     run started, after the runs queued before it had trained)."""
-    allowed = list(SELECTIONS)
+    allowed = list(RULES.SELECTIONS)
     if not isinstance(selections, list) or not selections or not all(isinstance(s, str) for s in selections):
         raise _fail(path, f"grid {number} selection = {selections!r} must be a non-empty list of names among "
                           f"{allowed}")
@@ -277,6 +289,26 @@ def _check_dense_layers(study: Study, number: int, choices: list[list[int]]) -> 
         if len(layers) == n_layers:
             raise _fail(study.path, f"grid {number} dense_layers {layers} covers all {n_layers} layers {model}: "
                                     "no layer of stage 1 would run Lighthouse")
+
+
+def _check_layer_settings(study: Study, number: int, selections: list[str], topks: list[int]) -> None:
+    """Every stage-1 layer of a block (each of its selections and topks, with the config's other `[lighthouse]`
+    settings) meets the rules `LighthouseConfig` applies when the run starts, at the config's training.seq_len (a
+    topk off the tile budget, or whose tiles the coarsest level cannot fill, was refused only then, after the runs
+    queued before it had trained)."""
+    settings = {name: _lighthouse_setting(study.base, name) for name in RULES.DEFAULTS}
+    seq_len = get_key(study.base, "training.seq_len")  # none: torchtitan's default, which train.py checks
+    at = "" if seq_len is None else f" at training.seq_len = {seq_len}"
+    for selection, topk in itertools.product(selections, topks):
+        layer = {**settings, "selection": selection, "topk": topk}
+        try:
+            RULES.check_settings(**layer)
+            if seq_len is not None:
+                RULES.check_seq_len(seq_len, layer["levels"], layer["pool"], topk, layer["tile_budget"],
+                                    layer["scorer"], layer["dilation"])
+        except (TypeError, ValueError) as err:
+            raise _fail(study.path, f"grid {number} topk {topk} cannot run with the [lighthouse] settings of "
+                                    f"{study.config}{at}: {err}") from err
 
 
 def _check_stage0(parsed: Study, study: dict) -> None:
@@ -341,7 +373,7 @@ def _layers_suffix(layers: tuple[int, ...]) -> str:
 def stage1_of(study: Study, selection: str, topk: int, dense_layers: list[int], seed: int) -> Stage1:
     """The stage-1 run of these settings, named by what differs from the config."""
     name = f"{selection}_s{seed}"
-    if topk != get_key(study.base, "lighthouse.topk"):
+    if topk != _lighthouse_setting(study.base, "topk"):
         name += f"_k{topk}"
     if list(dense_layers) != list(get_key(study.base, "lighthouse.dense_layers", [])):
         name += _layers_suffix(tuple(dense_layers))
