@@ -1,13 +1,14 @@
-"""Parsers of command-line values shared by the scripts, and the reader of a JSON file an option names. Plain
-Python, so that the scripts that need only torch and Triton (the GPU benchmarks) can use them without importing
-torchtitan."""
+"""Parsers of command-line values shared by the scripts, the naming of an option whose values a later check refuses,
+and the reader of a JSON file an option names. Plain Python, so that the scripts that need only torch and Triton
+(the GPU benchmarks) can use them without importing torchtitan."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from argparse import ArgumentTypeError
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from recipe.errors import ConfigError, file_in_the_way
 
@@ -99,6 +100,17 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type of counts that may be 0 (steps not timed)."""
     return int_at_least(text, 0)
+
+
+@contextlib.contextmanager
+def naming_option(flag: str, values: Sequence[int]) -> Iterator[None]:
+    """Re-raise a ValueError of the checks inside, which refuse `values` (the integers the command line gave `flag`),
+    as a ConfigError that starts with the option: `--lengths=32,256: NIAH lengths [32] are shorter ...` (the checks
+    know the values, not the flag the user typed)."""
+    try:
+        yield
+    except ValueError as err:
+        raise ConfigError(f"{flag}={','.join(map(str, values))}: {err}") from err
 
 
 def read_json(path: Path, flag: str, what: str, fits: Callable[[Any], bool]) -> Any:

@@ -41,7 +41,7 @@ import argparse
 from pathlib import Path
 
 from eval.benchmarks.cp_throughput import (ATTENTIONS, REPORT_KEYS, CpThroughputJob, measure, measure_stage2,
-                                measured_runs, plot, report, stage2_report)
+                                measured_runs, plot, report, run_keys, stage2_report)
 from eval.benchmarks.throughput import DEFAULT_CONFIG, WARMUP_STEPS, switch_values, too_few_steps
 from eval.device import require_cuda
 from eval.metrics.cli import OneLineParser
@@ -71,21 +71,31 @@ def dense_layer_set(text: str) -> tuple[int, ...] | None:
     return layers
 
 
+def require_keys(record: dict, keys: tuple[str, ...], at: str, holder: str = "") -> None:
+    """ConfigError, `at` naming the record, unless it has each of `keys` (dotted) in the object at `holder` (the
+    record itself where "")."""
+    prefix = f"{holder}." if holder else ""
+    if missing := [key for key in keys if get_key(record, prefix + key, _ABSENT) is _ABSENT]:
+        raise ConfigError(f"{at} has no {prefix + missing[0]!r}; {holder or 'every record'} needs {', '.join(keys)}")
+
+
 def read_records(path: Path, flag: str, keys: tuple[str, ...], non_empty: bool = False) -> list[dict]:
     """This script's records in `path`, named by `flag`: an array (`non_empty`: of at least one) of objects with
     `keys` (what is read of them; 'runs' among them; "environment.device" is a key of the object at "environment"),
-    whose runs are objects; anything else is a ConfigError naming the file and, for a record, its number and key
-    (not a traceback from whatever reads them)."""
+    whose runs are objects with what `report` and `plot` read of them (`run_keys`; a resumed run is reported
+    too); anything else is a ConfigError naming the file and, for a record, its number and key (not a traceback
+    from whatever reads them)."""
     what = f"this script's records ({'a non-empty' if non_empty else 'an'} array of objects)"
     records = read_json(path, flag, what, lambda value: isinstance(value, list) and (len(value) > 0 or not non_empty)
                         and all(isinstance(record, dict) for record in value))
     for number, record in enumerate(records, 1):
-        if missing := [key for key in keys if get_key(record, key, _ABSENT) is _ABSENT]:
-            raise ConfigError(f"{flag} {path}: record {number} has no {missing[0]!r}; every record needs "
-                              f"{', '.join(keys)}")
+        at = f"{flag} {path}: record {number}"
+        require_keys(record, keys, at)
         runs = record["runs"]
         if not isinstance(runs, dict) or not all(isinstance(run, dict) for run in runs.values()):
-            raise ConfigError(f"{flag} {path}: record {number}'s 'runs' is not an object of runs (each an object)")
+            raise ConfigError(f"{at}'s 'runs' is not an object of runs (each an object)")
+        for below, needed in run_keys(runs).items():
+            require_keys(record, needed, at, f"runs.{below}")
     return records
 
 

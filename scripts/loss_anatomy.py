@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.metrics import loss_anatomy
-from eval.options import int_list, output_file, positive_int
+from eval.options import int_list, naming_option, output_file, positive_int
 from eval.records import write_record
 from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
 
@@ -44,7 +44,7 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
     from eval.checkpoint import build_model, check_lengths, load_weights, logits_function, parse_job_config
     from eval.device import pick_device
     from eval.metrics.heldout import heldout_windows, token_losses
-    from eval.metrics.niah import check_grid, run_niah, text_encoder
+    from eval.metrics.niah import check_prompt_lengths, run_niah, text_encoder
     from eval.records import provenance
     from recipe.data.tokenizer import build_tokenizer
 
@@ -56,9 +56,11 @@ def dump(args: argparse.Namespace, job_argv: list[str]) -> dict:
     job_config = parse_job_config(job_argv)
     with as_config_error():
         tokenizer = build_tokenizer(job_config)
-        encode = text_encoder(tokenizer)
-        check_grid(encode, args.niah_lengths, NIAH_DEPTHS)
+    encode = text_encoder(tokenizer)
+    with naming_option("--niah-lengths", args.niah_lengths):
+        check_prompt_lengths(encode, args.niah_lengths)
         check_lengths(job_config, args.niah_lengths)
+    with as_config_error():
         windows = heldout_windows(args.data, job_config.training.seq_len, args.windows, tokenizer=tokenizer)
     device = pick_device(args.device)
     model = build_model(job_config, device)

@@ -38,8 +38,9 @@ def main() -> None:
     if missing := [str(s) for s in sources if not s.is_dir()]:
         p.error(f"--source {missing}: not a folder")
     try:
-        manifest = make_corpus(sources, args.out, args.heldout_every, args.seed, args.documents)
-    except ValueError as err:  # the options do not make a corpus (the message names the values)
+        manifest = make_corpus(sources, args.out, args.heldout_every, args.seed, args.documents,
+                               sources_option="--source")
+    except ValueError as err:  # the sources do not make a corpus (the message names them by the flag)
         p.error(str(err))
     print(json.dumps(manifest, indent=2))
 

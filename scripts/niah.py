@@ -17,11 +17,11 @@ import sys
 from eval.checkpoint import check_lengths, parse_job_config
 from eval.checkpoint_record import lighthouse_setting
 from eval.metrics.cli import evaluation_parser, load_checkpoint
-from eval.metrics.niah import DEPTHS, check_grid, plot_heatmap, run_niah, text_encoder
-from eval.options import int_list, positive_int_list
+from eval.metrics.niah import DEPTHS, check_depths, check_prompt_lengths, plot_heatmap, run_niah, text_encoder
+from eval.options import int_list, naming_option, positive_int_list
 from eval.records import provenance, write_record
 from recipe.data.tokenizer import build_tokenizer
-from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
+from recipe.train.cli import as_config_error, exit_on_config_error
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -35,11 +35,11 @@ def main(argv: list[str] | None = None) -> dict:
     job_config = parse_job_config(job_argv)
     with as_config_error():
         encode = text_encoder(build_tokenizer(job_config))
-        check_grid(encode, args.lengths, args.depths)
-    try:
+    with naming_option("--lengths", args.lengths):
+        check_prompt_lengths(encode, args.lengths)
         check_lengths(job_config, args.lengths)
-    except ValueError as err:
-        raise ConfigError(f"--lengths={','.join(map(str, args.lengths))}: {err}") from None
+    with naming_option("--depths", args.depths):
+        check_depths(args.depths)
     _, logits, device = load_checkpoint(args.checkpoint, args.device, job_config)
     result = run_niah(logits, encode, args.lengths, args.depths, seed=args.seed, device=device,
                       progress=args.progress)

@@ -151,6 +151,19 @@ def test_make_corpus_names_a_heldout_every_that_is_not_an_integer_at_least_2(tmp
     assert not out.exists()
 
 
+def test_make_corpus_names_the_source_flag_of_folders_that_share_a_name(tmp_path):
+    name = random.choice(["src", "lib", "pkg"])
+    sources = [tmp_path / parent / name for parent in random.sample(["a", "b", "c"], 2)]
+    for source in sources:
+        source.mkdir(parents=True)
+        (source / "module.py").write_text("x = 1\n")
+    out = tmp_path / "corpus"  # was: "sources [...] share ...", the library's argument, not the flag
+    line = refusal("make_corpus.py", "--source", str(sources[0]), "--source", str(sources[1]), "--out", str(out))
+    assert line == (f"make_corpus.py: error: --source {[str(s) for s in sources]} share a folder name; documents "
+                    "are named by it")
+    assert not out.exists()
+
+
 def heldout_data(folder: Path, windows: int, empty: int = 0) -> Path:
     """A .jsonl file of `windows` documents of 511 characters, each exactly one window of 513 tokens of
     configs/debug.toml (BOS + 511 bytes + EOS; seq_len 512), and `empty` empty documents among them."""
@@ -188,3 +201,37 @@ def test_niah_names_the_lengths_flag_and_the_length_the_model_cannot_run(tmp_pat
     line = refusal("niah.py", "--checkpoint", str(tmp_path), "--lengths", lengths, "--out", str(tmp_path / "out"),
                    "--job.config_file", DEBUG)
     assert line == f"error: --lengths={lengths}: {refused}"  # was: no flag named
+
+
+SHORTEST_PROMPT = 68  # tokens of configs/debug.toml (bytes) in the longest needle sentence and the question
+
+
+@pytest.mark.parametrize("flag", ["--lengths", "--depths"])
+def test_niah_names_the_flag_of_a_grid_value_no_prompt_can_take(tmp_path, flag):
+    """Refused before the checkpoint is loaded (tmp_path holds none)."""
+    if flag == "--lengths":
+        short = random.randint(1, SHORTEST_PROMPT - 1)
+        value, refused = f"256,{short}", (f"NIAH lengths [{short}] are shorter than the needle and question "
+                                          f"({SHORTEST_PROMPT} tokens)")
+    else:
+        off = random.choice([random.randint(-99, -1), random.randint(101, 999)])
+        value, refused = f"0,{off},50", f"NIAH depths [{off}] must be percentages in [0, 100]"
+    line = refusal("niah.py", "--checkpoint", str(tmp_path), "--lengths", "256", f"{flag}={value}",
+                   "--out", str(tmp_path / "out"), "--job.config_file", DEBUG)
+    assert line == f"error: {flag}={value}: {refused}"  # was: no flag named
+
+
+@pytest.mark.parametrize("rule", ["short", "rope"])
+def test_loss_anatomy_names_the_niah_lengths_flag_and_the_length_no_prompt_or_model_can_take(tmp_path, rule):
+    """Refused before the held-out data is read (--data matches nothing) or a checkpoint is loaded."""
+    if rule == "short":
+        n = random.randint(1, SHORTEST_PROMPT - 1)
+        refused = f"NIAH lengths [{n}] are shorter than the needle and question ({SHORTEST_PROMPT} tokens)"
+    else:
+        n = random.randint(513, 4096)
+        refused = (f"lengths [{n}] exceed training.seq_len=512, the model's RoPE table; pass --training.seq_len to "
+                   "extend it")
+    lengths = f"128,{n}"
+    line = refusal("loss_anatomy.py", "dump", "--checkpoint", f"a={tmp_path}", "--data", str(tmp_path / "none*.jsonl"),
+                   f"--niah-lengths={lengths}", "--out", str(tmp_path / "out"), "--job.config_file", DEBUG)
+    assert line == f"error: --niah-lengths={lengths}: {refused}"  # was: no flag named

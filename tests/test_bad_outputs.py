@@ -6,6 +6,7 @@ each script runs in a process of its own.
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from pathlib import Path
 
@@ -69,7 +70,9 @@ def test_an_existing_folder_named_as_the_file_to_write_is_refused_naming_the_fla
     ([{}], ": record 1 has no 'cp_degree'; every record needs cp_degree, compile, runs"),  # KeyError
     ([{"cp_degree": 1, "compile": False, "runs": [1]}], ": record 1's 'runs' is not an object of runs (each an "
                                                         "object)"),  # AttributeError
-], ids=["not-objects", "missing-key", "runs-not-objects"])
+    ([{"cp_degree": 1, "compile": False, "runs": {"dense": {"measured_by": {}}}}],
+     ": record 1 has no 'runs.dense.measured_by.command'; runs.dense.measured_by needs command"),  # the plot reads it
+], ids=["not-objects", "missing-key", "runs-not-objects", "run-measured-by-no-command"])
 def test_cp_throughput_resume_names_a_json_file_that_is_not_its_records_before_cuda(tmp_path, records, refusal):
     earlier = tmp_path / "cp.json"
     earlier.write_text(json.dumps(records))
@@ -108,6 +111,55 @@ def test_cp_throughput_records_names_the_file_and_a_key_the_report_or_plot_reads
     # was: "...; --records reads config, ... of every record", the flag named twice
     assert line == f"error: --records {given}: {refusal}; every record needs {REPORT_KEYS}"
     assert not plot.exists()
+
+
+TIMED = json.loads((REPO / "docs/records/cp_throughput_1m_cp2.json").read_text())  # Lighthouse runs timed per block
+LAYER_TIMES_KEYS = ("dense_layers, step_s, dense_s, dense_share, dense_forward_s, dense_backward_s, lighthouse_s, "
+                    "lighthouse_share, lighthouse_forward_s, lighthouse_backward_s, rest_s, rest_share")
+
+
+def timed_records() -> list[dict]:
+    """A fresh copy of TIMED, each record with a dense run too: the Lighthouse run's copy (its layer_times unread)."""
+    records = json.loads(json.dumps(TIMED))
+    for record in records:
+        record["runs"]["dense"] = json.loads(json.dumps(record["runs"]["lighthouse"]))
+    return records
+
+
+@pytest.mark.parametrize("attention, holder, needs, null", [
+    ("lighthouse", "measured_by", "command", False),  # was: KeyError in the plot's title
+    ("dense", "measured_by", "command", False),
+    ("lighthouse", "layer_times", LAYER_TIMES_KEYS, False),  # was: KeyError in the block-time table
+    ("lighthouse", "layer_times", LAYER_TIMES_KEYS, True),  # was: TypeError, 'NoneType' object is not subscriptable
+], ids=["lighthouse-command", "dense-command", "layer-time", "layer-times-null"])
+def test_cp_throughput_records_names_the_file_and_a_key_the_report_or_plot_reads_of_a_run(tmp_path, attention, holder,
+                                                                                          needs, null):
+    records, number = timed_records(), random.randint(1, len(TIMED))
+    run = records[number - 1]["runs"][attention]
+    key = needs.split(", ")[0] if null else random.choice(needs.split(", "))
+    if null:
+        run[holder] = None
+    else:
+        del run[holder][key]
+    given, plot = tmp_path / "cp.json", tmp_path / "cp.png"
+    given.write_text(json.dumps(records))
+    line = refused(script(tmp_path, "cp_throughput.py", "--records", str(given), "--plot", str(plot)))
+    missing = f"runs.{attention}.{holder}.{key}"
+    assert line == (f"error: --records {given}: record {number} has no {missing!r}; runs.{attention}.{holder} needs "
+                    f"{needs}")
+    assert not plot.exists()
+
+
+def test_cp_throughput_records_are_reported_without_what_neither_the_report_nor_the_plot_reads(tmp_path):
+    """A run without measured_by, and a dense run's layer_times (only the Lighthouse run's are read), are no fault."""
+    records = timed_records()
+    del records[0]["runs"]["dense"]["layer_times"]["rest_s"]
+    del records[-1]["runs"]["lighthouse"]["measured_by"]
+    given, plot = tmp_path / "cp.json", tmp_path / "cp.png"
+    given.write_text(json.dumps(records))
+    run = script(tmp_path, "cp_throughput.py", "--records", str(given), "--plot", str(plot))
+    assert run.returncode == 0, run.stderr
+    assert "Where the Lighthouse step goes" in run.stdout and plot.exists()
 
 
 MAX_CONTEXT_SETTINGS = {"config": DEBUG, "activation_checkpointing": "full", "compile": False, "steps": 2,

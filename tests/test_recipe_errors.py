@@ -245,13 +245,13 @@ EVAL_JOB = ["--job.config_file", str(REPO / "configs" / "debug.toml"), "--device
      "--lengths=256,1024: lengths [1024] exceed training.seq_len=512, the model's RoPE table; pass --training.seq_len to extend it"),
     ("niah.py", ["--checkpoint", "step-1", "--lengths", "256"], "--checkpoint='step-1' is not a folder"),
     ("niah.py", ["--checkpoint", "step-1", "--lengths", "32,256"],
-     "NIAH lengths [32] are shorter than the needle and question (68 tokens)"),
+     "--lengths=32,256: NIAH lengths [32] are shorter than the needle and question (68 tokens)"),
     ("niah.py", ["--checkpoint", "step-1", "--lengths", "256", "--depths", "10,150"],
-     "NIAH depths [150] must be percentages in [0, 100]"),
+     "--depths=10,150: NIAH depths [150] must be percentages in [0, 100]"),
     ("loss_anatomy.py", ["dump", "--checkpoint", "a=.", "--data", "x/*.jsonl", "--niah-lengths", "64"],
-     "NIAH lengths [64] are shorter than the needle and question (68 tokens)"),
+     "--niah-lengths=64: NIAH lengths [64] are shorter than the needle and question (68 tokens)"),
     ("loss_anatomy.py", ["dump", "--checkpoint", "a=.", "--data", "x/*.jsonl", "--niah-lengths", "128,1024"],
-     "lengths [1024] exceed training.seq_len=512"),
+     "--niah-lengths=128,1024: lengths [1024] exceed training.seq_len=512"),
 ], ids=["heldout-data", "audit-data", "niah-length", "niah-checkpoint", "niah-short", "niah-depth",
         "anatomy-niah-short", "anatomy-niah-long"])
 def test_evaluation_scripts_name_the_option_at_fault_in_one_line(script, args, message, monkeypatch, capsys):

@@ -32,6 +32,12 @@ REPORT_KEYS = ("config", "tokens_per_rank", "activation_checkpointing", "steps",
                "environment.commit", "cp_degree", "seq_len",
                "lighthouse_tok_s_per_rank", "lighthouse_kept_of_cp1", "lighthouse_peak_gib", "dense_tok_s_per_rank",
                "dense_kept_of_cp1", "dense_peak_gib", "lighthouse_speedup", "runs")
+# What they read of a run's objects, where it holds them (`run_keys`): the command of the call that measured it
+# (any run), and where a Lighthouse step went (`layer_times_table`; the plot's bars are three of them).
+MEASURED_BY_KEYS = ("command",)
+LAYER_TIMES_KEYS = ("dense_layers", "step_s", "dense_s", "dense_share", "dense_forward_s", "dense_backward_s",
+                    "lighthouse_s", "lighthouse_share", "lighthouse_forward_s", "lighthouse_backward_s", "rest_s",
+                    "rest_share")
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,15 @@ def summarize(runs: dict[Variant, dict], degrees: list[int]) -> list[dict]:
             record["runs"] = {attention: runs[variant] for attention, variant in chosen.items() if variant in runs}
             records.append(record)
     return records
+
+
+def run_keys(runs: dict[str, dict]) -> dict[str, tuple[str, ...]]:
+    """What `report` and `plot` read of a record's `runs` (an object of runs) beyond REPORT_KEYS: the dotted path
+    below "runs" of each object they read -> the keys they read of it."""
+    read = {f"{name}.measured_by": MEASURED_BY_KEYS for name, run in runs.items() if "measured_by" in run}
+    if "layer_times" in runs.get("lighthouse", {}):
+        read["lighthouse.layer_times"] = LAYER_TIMES_KEYS
+    return read
 
 
 def shared_settings(job: CpThroughputJob) -> dict:

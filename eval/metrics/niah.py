@@ -51,14 +51,24 @@ def text_encoder(tokenizer: BaseTokenizer) -> Callable[[str], list[int]]:
 byte_encode = text_encoder(ByteTokenizer())  # the recipe's byte tokenizer
 
 
-def check_grid(encode: Callable[[str], list[int]], lengths: Sequence[int], depths: Sequence[int] = DEPTHS) -> None:
-    """Raise ValueError naming the lengths too short for the needle and question, or depths that are no percentage,
-    so that a bad grid is refused before a model is loaded."""
+def check_prompt_lengths(encode: Callable[[str], list[int]], lengths: Sequence[int]) -> None:
+    """Raise ValueError naming the lengths too short for the needle and question."""
     shortest = max(len(encode(NEEDLE.format(digit=d))) for d in range(10)) + len(encode(QUESTION))
     if short := [n for n in lengths if n < shortest]:
         raise ValueError(f"NIAH lengths {short} are shorter than the needle and question ({shortest} tokens)")
+
+
+def check_depths(depths: Sequence[int]) -> None:
+    """Raise ValueError naming the depths that are no percentage."""
     if off := [d for d in depths if not 0 <= d <= 100]:
         raise ValueError(f"NIAH depths {off} must be percentages in [0, 100]")
+
+
+def check_grid(encode: Callable[[str], list[int]], lengths: Sequence[int], depths: Sequence[int] = DEPTHS) -> None:
+    """Both checks, so that a bad grid is refused before a model is loaded (a script checks each on its own, to
+    name the option that gave it)."""
+    check_prompt_lengths(encode, lengths)
+    check_depths(depths)
 
 
 def build_prompt(

@@ -99,16 +99,18 @@ def corpus_digest(folder: Path) -> str:
 
 
 def make_corpus(sources: list[Path], out: Path, heldout_every: int = 20, seed: int = 0,
-                documents: str = "files") -> dict:
+                documents: str = "files", sources_option: str = "sources") -> dict:
     """Write the two splits and the manifest under `out`; returns the manifest. `documents`: "files" (one
-    document per file) or "packages" (one per folder, its files concatenated)."""
+    document per file) or "packages" (one per folder, its files concatenated). A ValueError about the sources
+    names them by `sources_option` (a command line's flag)."""
     if heldout_every < 2:
         raise ValueError(f"heldout_every={heldout_every} must be >= 2 (1 would hold out every file)")
     if documents not in DOCUMENTS:
         raise ValueError(f"documents={documents!r} is not one of {DOCUMENTS}")
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
-        raise ValueError(f"sources {[str(s) for s in sources]} share a folder name; documents are named by it")
+        raise ValueError(f"{sources_option} {[str(s) for s in sources]} share a folder name; documents are named "
+                         "by it")
     files, skipped = [], []
     for source in sources:
         found, unreadable = collect(source)
@@ -118,8 +120,8 @@ def make_corpus(sources: list[Path], out: Path, heldout_every: int = 20, seed: i
     heldout = [d for d in docs if is_heldout(d.name, heldout_every)]
     train = [d for d in docs if not is_heldout(d.name, heldout_every)]
     if not heldout or not train:
-        raise ValueError(f"{[str(s) for s in sources]}: {len(files)} files give {len(train)} training and "
-                         f"{len(heldout)} held-out documents ({documents}); both must be non-empty")
+        raise ValueError(f"{sources_option} {[str(s) for s in sources]}: {len(files)} files give {len(train)} "
+                         f"training and {len(heldout)} held-out documents ({documents}); both must be non-empty")
     random.Random(seed).shuffle(train)
     write_jsonl(out / "train" / "corpus.jsonl", train)
     write_jsonl(out / "heldout" / "corpus.jsonl", heldout)
