@@ -162,7 +162,11 @@ def check_corpus(study: Study) -> None:
     if missing and study.corpus_sources:
         if absent := [str(s) for s in study.corpus_sources if not s.is_dir()]:
             raise ConfigError(f"{study.path}: study.corpus_sources {absent} are not folders")
-        manifest = make_corpus(study.corpus_sources, study.corpus, heldout_every=4)
+        try:
+            manifest = make_corpus(study.corpus_sources, study.corpus, heldout_every=4,
+                                   sources_option=f"{study.path}: study.corpus_sources")
+        except ValueError as err:  # sources that share a folder name, or hold too few files to split
+            raise ConfigError(str(err)) from None
         print(f"built the corpus {study.corpus} from {manifest['sources']}: {manifest['train_documents']} training "
               f"and {manifest['heldout_documents']} held-out documents", flush=True)
     elif missing:

@@ -362,6 +362,28 @@ def test_run_refuses_a_corpus_whose_digest_is_not_the_studys_before_it_queues_an
     assert taken.returncode == 1 and "[queue] stopping, its time is up: SIGTERM to no running task" in taken.stdout
 
 
+@pytest.mark.parametrize("layout", ["same folder name", "no files"])
+def test_run_refuses_corpus_sources_it_cannot_split_in_one_line_naming_the_key(tmp_path, layout):
+    """A missing corpus is built from `study.corpus_sources`; sources that share a folder name (documents are named
+    by it) or hold no file to split are the study's mistake, named by its key, before anything is queued."""
+    names = ["src", "src"] if layout == "same folder name" else ["empty"]
+    sources = [tmp_path / f"source{i}" / name for i, name in enumerate(names)]
+    for source in sources:
+        source.mkdir(parents=True)
+    if layout == "same folder name":
+        for source in sources:
+            (source / f"m{random.randrange(10**6)}.py").write_text(f"x = {random.random()}\n")
+    study = example_study(tmp_path, corpus_sources=[str(s) for s in sources])
+    out = run_python(["scripts/payoff_map.py", "run", str(study)], env=child_env(), timeout=120)
+    assert out.returncode == 2 and not (tmp_path / "run" / "tasks.tsv").exists(), out.stderr[-2000:]
+    shown = [str(s) for s in sources]
+    expected = (f"error: {study}: study.corpus_sources {shown} share a folder name; documents are named by it"
+                if layout == "same folder name" else
+                f"error: {study}: study.corpus_sources {shown}: 0 files give 0 training and 0 held-out documents "
+                "(files); both must be non-empty")
+    assert out.stderr.strip().splitlines() == [expected]
+
+
 def basin_untrained(tmp_path: Path) -> str:
     """The basin study with its run folder under `tmp_path`, not created: a checkout where nothing was trained."""
     raw = load_toml(BASIN)
