@@ -152,6 +152,33 @@ def test_a_report_whose_frontier_step_times_spread_beyond_2_percent_says_so_firs
         assert f"spread {slower - 1:.0%} (0.7-{0.7 * slower:.3g} s)" in first
 
 
+@pytest.mark.parametrize("unsteady", [None, "card A", "card B"])
+def test_the_time_check_compares_frontier_runs_within_each_card_model_and_names_the_card_it_fails_on(unsteady):
+    """Seeds matched on their own card's frontier may run on cards of different speeds: the check is within each."""
+    rng = random.Random()
+    records = records_for({0: -0.02, 1: -0.03, 2: 0.01})
+    speed = {0: "card A", 1: "card A", 2: "card B"}
+    factor = {"card A": 1.0, "card B": rng.uniform(0.7, 0.9)}  # card B is faster by far more than 2%
+    for r in records:
+        r["device"] = speed[r["seed"]]
+        r["train_seconds"] *= factor[r["device"]]
+    slower = rng.uniform(1.03, 1.2)
+    if unsteady is not None:
+        seed = 0 if unsteady == "card A" else 2
+        next(r for r in records if r["name"] == f"dense_s{seed}_steps510")["train_seconds"] *= slower
+    placed = frontier.place(records, 60, lengths=4)
+    first = frontier.markdown(placed).splitlines()[0]
+    if unsteady is None:
+        assert placed["step_time_spread"] == pytest.approx(0, abs=1e-4)
+        assert first.startswith("At equal GPU-seconds")
+        return
+    assert placed["step_time_spread_card"] == unsteady
+    assert placed["step_time_spread"] == pytest.approx(slower - 1, abs=2e-3)
+    fastest, slowest = round(0.7 * factor[unsteady], 4), round(0.7 * factor[unsteady] * slower, 4)
+    assert first.startswith(f"**Time check failed**: the frontier runs' seconds per step on {unsteady} spread "
+                            f"{placed['step_time_spread']:.0%} ({fastest:.3g}-{slowest:.3g} s)")
+
+
 def test_a_seed_whose_frontier_lacks_a_length_is_left_out():
     records = [r for r in records_for({0: -0.02, 1: -0.03}) if r["name"] != "dense_s1_steps510"]
     placed = frontier.place(records, 60, lengths=4)
