@@ -19,7 +19,6 @@ task does: rerun, it starts with the stopped tasks (a training run resumes the s
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import select
 import shlex
@@ -31,7 +30,7 @@ import time
 from pathlib import Path
 
 from eval.options import gpu_list
-from recipe.experiments.task_queue import Task, bad_seconds, read_tasks, succeeded
+from recipe.experiments.task_queue import Task, bad_seconds, exit_record, read_tasks, succeeded, write_exit_record
 
 
 class Stop:
@@ -73,10 +72,8 @@ class Stop:
 def earlier_queues(logs: Path, task: Task) -> list[str]:
     """The queue commands of `task`'s exit record in `logs` (a run stopped or failed before: its process starts are
     in its folder), none where it has no record."""
-    try:
-        return list(json.loads((logs / f"{task.name}.json").read_text()).get("queues", []))
-    except (OSError, ValueError):
-        return []
+    record = exit_record(logs, task.name)
+    return [] if record is None else list(record.get("queues", []))
 
 
 def run_queue(tasks: list[Task], gpus: list[str], logs: Path, poll_s: float = 1.0, stop_after: float | None = None,
@@ -96,10 +93,9 @@ def run_queue(tasks: list[Task], gpus: list[str], logs: Path, poll_s: float = 1.
                     continue
                 del running[gpu]
                 codes[task.name] = process.returncode
-                (logs / f"{task.name}.json").write_text(json.dumps(
-                    {"name": task.name, "gpu": gpu, "returncode": process.returncode, "command": task.command,
-                     "start": start, "end": time.time(), "stopped": stopped_at is not None,
-                     "queues": queues}) + "\n")
+                write_exit_record(logs, {"name": task.name, "gpu": gpu, "returncode": process.returncode,
+                                         "command": task.command, "start": start, "end": time.time(),
+                                         "stopped": stopped_at is not None, "queues": queues})
                 print(f"[queue] {task.name} on GPU {gpu}: exit {process.returncode} after {time.time() - start:.0f} s",
                       flush=True)
             if stopped_at is None and (why := stop.why()):
@@ -159,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(message)
     try:
         tasks = read_tasks(args.tasks)
+        for task in tasks:  # the records the queue reads to skip what succeeded, checked before anything runs
+            exit_record(args.logs, task.name)
     except (OSError, ValueError) as err:
         p.error(str(err))
     invoked_as = args.invoked_as or shlex.join(["scripts/gpu_queue.py", *(sys.argv[1:] if argv is None else argv)])

@@ -39,7 +39,7 @@ from recipe.experiments.corpus import corpus_digest, make_corpus
 from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
                                            stage0_name, train_command)
 from recipe.experiments.study_pack import QUEUE_FOLDER, TASKS_FILE, missing_inputs, write_pack
-from recipe.experiments.task_queue import bad_seconds
+from recipe.experiments.task_queue import bad_seconds, exit_record
 
 # `tasks`, `run` and `submit` need only the study: the report's modules (torch, torchtitan, matplotlib: seconds to
 # import) are imported by `report`, and NIAH's by a study that names NIAH lengths.
@@ -227,10 +227,8 @@ def queue_commands(run: Path, record: dict) -> dict:
     folder = run_folder(record["name"], record["seed"])
     queues: list[str] = []
     for name in dict.fromkeys([stage1_name(folder), folder]):
-        try:
-            queues += json.loads((run / QUEUE_FOLDER / f"{name}.json").read_text()).get("queues", [])
-        except (OSError, ValueError):
-            continue
+        if (ran := exit_record(run / QUEUE_FOLDER, name)) is not None:
+            queues += ran.get("queues", [])
     queues = list(dict.fromkeys(queues))
     return {"command": queues[-1], **({"commands": queues} if len(queues) > 1 else {})} if queues else {}
 
@@ -366,7 +364,10 @@ def pack(study: Study, out: Path, max_mb: float | None, without_stage0: bool = F
         raise ConfigError(f"--without-stage0: {study.path} lacks study.stage0_deterministic = true, so a stage 0 "
                           "trained again would not be the same weights")
     behind = frozenset(stage0_name(seed) for seed in study.seeds) if without_stage0 else frozenset()
-    plan = write_pack(study.run, out, max_mb, behind)
+    try:
+        plan = write_pack(study.run, out, max_mb, behind)
+    except ValueError as err:  # an exit record the queue did not write, named with its file
+        raise ConfigError(str(err)) from None
     resumed = "".join(f", {name} resumes at {step.relative_to(study.run)}" for name, step in plan["resumed"].items())
     print(f"{out}: {len(plan['finished'])} finished tasks{resumed}, {len(plan['checkpoints'])} checkpoints "
           f"({', '.join(str(p.relative_to(study.run)) for p in plan['checkpoints']) or 'none'}); "

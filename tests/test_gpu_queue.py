@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 from gpu_queue import read_tasks, run_queue  # noqa: E402
 
+from recipe.experiments.task_queue import exit_record  # noqa: E402
+
 
 def tasks_file(tmp_path: Path, lines: list[str]) -> Path:
     path = tmp_path / "tasks.tsv"
@@ -150,3 +152,31 @@ def queue_command(tasks: Path, logs: Path, *options: str) -> list[str]:
 
 def queue_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@pytest.mark.parametrize("written", ['{"returncode": 0, "comm', "[0]", '{"returncode": "0", "command": "true"}',
+                                     '{"returncode": 0, "command": "true", "queues": "q"}', "\udcff"],
+                         ids=["cut-short", "not-object", "string-code", "queues-not-list", "not-utf8"])
+def test_an_exit_record_the_queue_did_not_write_is_named_before_anything_runs(tmp_path, written):
+    """The queue skips what its records say succeeded: a record edited or copied in by hand is one line naming the
+    file (exit 2), and no task starts."""
+    out, logs = tmp_path / "ran", tmp_path / "logs"
+    logs.mkdir()
+    (logs / "b.json").write_bytes(written.encode("utf-8", "surrogateescape"))
+    tasks = tasks_file(tmp_path, [f"a\t-\techo a >> {out}", f"b\t-\techo b >> {out}"])
+    run = subprocess.run(queue_command(tasks, logs), capture_output=True, text=True, timeout=60, env=queue_env())
+    assert run.returncode == 2 and not out.exists()
+    assert run.stderr.strip().splitlines()[-1].startswith(f"gpu_queue.py: error: {logs / 'b.json'}: not a queue "
+                                                          "exit record (")
+    assert run.stderr.strip().splitlines()[-1].endswith("; delete it to run b again")
+
+
+def test_each_exit_record_is_written_whole_and_read_back_as_written(tmp_path):
+    out = tmp_path / "ran"
+    tasks = read_tasks(tasks_file(tmp_path, [f"a\t-\techo a >> {out}", "b\ta\texit 7"]))
+    assert run_queue(tasks, ["3"], tmp_path / "logs", poll_s=0.01, invoked_as="the queue") == {"a": 0, "b": 7}
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["a.json", "a.log", "b.json", "b.log"]
+    record = exit_record(tmp_path / "logs", "b")
+    assert (record["name"], record["gpu"], record["returncode"], record["command"], record["queues"]) == (
+        "b", "3", 7, "exit 7", ["the queue"])
+    assert exit_record(tmp_path / "logs", "c") is None

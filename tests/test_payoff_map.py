@@ -770,7 +770,8 @@ def test_a_switch_arms_record_names_the_queues_of_its_stage_1_and_stage_2_and_a_
     logs.mkdir()
     first, second = "scripts/payoff_map.py run s.toml --only causal_s1", "scripts/payoff_map.py run s.toml"
     for name, queues in {"causal_s1": [first], "causal_s1_switch360": [first, second], "dense_s0": [second]}.items():
-        (logs / f"{name}.json").write_text(json.dumps({"name": name, "returncode": 0, "queues": queues}))
+        (logs / f"{name}.json").write_text(json.dumps({"name": name, "returncode": 0, "command": f"train {name}",
+                                                       "queues": queues}))
     arm = {"name": "causal_s1_switch360", "seed": 1, "switch_step": 360}
     assert queue_commands(tmp_path, arm) == {"command": second, "commands": [first, second]}
     assert queue_commands(tmp_path, {"name": "dense", "seed": 0, "switch_step": None}) == {"command": second}

@@ -117,7 +117,10 @@ def stopped_part_way(run: Path, name: str, whole: tuple[int, ...], partial: int)
         (folder / "__0_0.distcp").write_bytes(random.randbytes(500_000))
         if step in whole:
             (folder / "manifest.json").write_text("{}")
-    (run / "queue" / f"{name}.json").write_text(json.dumps({"name": name, "returncode": 143, "stopped": True}))
+    command = next(line.split("\t")[2] for line in (run / "tasks.tsv").read_text().splitlines()
+                   if line.startswith(f"{name}\t"))
+    (run / "queue" / f"{name}.json").write_text(json.dumps({"name": name, "returncode": 143, "command": command,
+                                                            "stopped": True}))
     (run / "queue" / f"{name}.log").write_text(f"{name} stopped\n")
 
 
@@ -211,6 +214,22 @@ def test_pack_where_no_queue_ran_or_with_a_limit_below_zero_is_one_line_and_exit
     fake_study(tmp_path, set())  # the study's run folder, now with a queue
     assert script_exit_code("payoff_map.py", ["pack", str(study), "--max-mb", "-1"], monkeypatch) == 2
     assert "--max-mb -1 must be above 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task", ["causal_s0", "dense_s0"], ids=["in-the-last-queue", "from-an-earlier-queue"])
+def test_pack_names_an_exit_record_the_queue_did_not_write_in_one_line_with_exit_2(tmp_path, monkeypatch, capsys,
+                                                                                  task):
+    study = example_study(tmp_path, EXTENSION_EXAMPLE)
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0", "dense_s0"})
+    if task == "dense_s0":  # the last queue names stage 0 alone
+        (run / "tasks.tsv").write_text((run / "tasks.tsv").read_text().splitlines()[0] + "\n")
+    record = run / "queue" / f"{task}.json"
+    record.write_text(record.read_text()[:random.randrange(1, 20)])
+    assert script_exit_code("payoff_map.py", ["pack", str(study), "--out", str(tmp_path / "p.tar.gz")],
+                            monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {record}: not a queue exit record (")
+    assert not (tmp_path / "p.tar.gz").exists()
 
 
 @pytest.mark.slow

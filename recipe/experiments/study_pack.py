@@ -10,12 +10,11 @@ that task trains again there, so nothing waits for weights that did not come. St
 """
 from __future__ import annotations
 
-import json
 import shlex
 import tarfile
 from pathlib import Path
 
-from recipe.experiments.task_queue import Task, read_tasks, succeeded
+from recipe.experiments.task_queue import Task, exit_record, read_tasks, succeeded
 
 QUEUE_FOLDER = "queue"  # the queue's logs and exit records, under the run folder
 TASKS_FILE = "tasks.tsv"
@@ -67,8 +66,8 @@ def earlier_tasks(run: Path, queued: set[str]) -> tuple[list[Task], dict[str, st
     for record in sorted((run / QUEUE_FOLDER).glob("*.json")):
         if record.stem in queued:
             continue
-        ran = json.loads(record.read_text())
-        if ran.get("returncode") == 0 and ran.get("command"):
+        ran = exit_record(run / QUEUE_FOLDER, record.stem)
+        if ran["returncode"] == 0 and ran["command"]:
             finished.append(Task(record.stem, (), ran["command"]))
         else:
             stopped[record.stem] = f"not in the queue of the last `run` ({TASKS_FILE}), stopped part-way"

@@ -35,14 +35,37 @@ def read_tasks(path: Path) -> list[Task]:
     return tasks
 
 
+def exit_record(logs: Path, name: str) -> dict | None:
+    """Task `name`'s exit record in the queue's `logs` folder (None where it has none): {name, gpu, returncode,
+    command, start, end, stopped, queues}. ValueError naming the file when it is not one the queue writes (a file
+    edited or copied in by hand), rather than a traceback from whatever reads it."""
+    path = logs / f"{name}.json"
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{path}: not a queue exit record ({err}); delete it to run {name} again") from None
+    if not (isinstance(record, dict) and isinstance(record.get("returncode"), int)
+            and isinstance(record.get("command"), str) and isinstance(record.get("queues", []), list)):
+        raise ValueError(f"{path}: not a queue exit record (an object with an integer returncode, a command and a "
+                         f"list of queues); delete it to run {name} again")
+    return record
+
+
+def write_exit_record(logs: Path, record: dict) -> None:
+    """Write `record` as its task's exit record whole or not at all (a queue killed mid-write leaves the old one)."""
+    path = logs / f"{record['name']}.json"
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record) + "\n")
+    partial.replace(path)
+
+
 def succeeded(logs: Path, task: Task) -> bool:
     """Whether `task` ran to exit code 0, by its record in the queue's `logs` folder. A record of another command
     under the same name (a study edited since, whose per-token pass now scores other models) is not this task's."""
-    record = logs / f"{task.name}.json"
-    if not record.is_file():
-        return False
-    ran = json.loads(record.read_text())
-    return ran["returncode"] == 0 and ran["command"] == task.command
+    ran = exit_record(logs, task.name)
+    return ran is not None and ran["returncode"] == 0 and ran["command"] == task.command
 
 
 def bad_seconds(flags: dict[str, float | None]) -> str | None:
