@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from recipe.errors import ConfigError
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
@@ -31,6 +33,19 @@ def load_toml(path: Path) -> dict[str, Any]:
     """The TOML file at `path` as a dict."""
     with open(path, "rb") as f:
         return load_toml_file(f)
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The job config file a user named, as a dict; ConfigError naming it for a file that cannot be read, is not
+    UTF-8 or is not TOML."""
+    try:
+        return load_toml(Path(path))
+    except OSError as err:
+        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path} is not valid TOML: {err}") from err
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}), as TOML must be") from err
 
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")

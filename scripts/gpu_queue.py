@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from eval.options import gpu_list
+from eval.options import gpu_list, output_folder
 from recipe.experiments.task_queue import Task, bad_seconds, exit_record, read_tasks, succeeded, write_exit_record
 
 
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tasks", type=Path, required=True, help="name<TAB>after<TAB>command, one task a line")
     p.add_argument("--gpus", type=gpu_list, required=True,
                    help="comma-separated GPU indices, one task at a time on each")
-    p.add_argument("--logs", type=Path, required=True, help="folder of each task's log and exit record")
+    p.add_argument("--logs", type=output_folder, required=True, help="folder of each task's log and exit record")
     p.add_argument("--stop-after", type=float, help="seconds after which the running tasks get SIGTERM and no task "
                                                     "starts")
     p.add_argument("--grace", type=float, default=60.0, help="seconds a task has after SIGTERM before it is killed")
@@ -157,7 +157,11 @@ def main(argv: list[str] | None = None) -> int:
         tasks = read_tasks(args.tasks)
         for task in tasks:  # the records the queue reads to skip what succeeded, checked before anything runs
             exit_record(args.logs, task.name)
-    except (OSError, ValueError) as err:
+    except OSError as err:
+        p.error(f"--tasks {args.tasks} cannot be read ({err.strerror})")
+    except UnicodeDecodeError as err:
+        p.error(f"--tasks {args.tasks} is not UTF-8 text (byte {err.start})")
+    except ValueError as err:  # a malformed line or exit record, named with its file
         p.error(str(err))
     invoked_as = args.invoked_as or shlex.join(["scripts/gpu_queue.py", *(sys.argv[1:] if argv is None else argv)])
     codes = run_queue(tasks, args.gpus.split(","), args.logs, stop_after=args.stop_after,

@@ -33,7 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eval.options import gpu_list
+from eval.options import gpu_list, output_file
 from recipe.errors import ConfigError, exit_on_config_error
 from recipe.experiments.corpus import corpus_digest, make_corpus
 from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
@@ -358,8 +358,10 @@ def pack(study: Study, out: Path, max_mb: float | None, without_stage0: bool = F
     and say what it holds and what it leaves to train again."""
     if not (study.run / TASKS_FILE).is_file():
         raise ConfigError(f"{study.run}: no {TASKS_FILE}, so no queue ran there to pack (`run` writes it)")
-    if max_mb is not None and max_mb <= 0:
+    if max_mb is not None and not max_mb > 0:  # NaN too: no size is over it
         raise ConfigError(f"--max-mb {max_mb:g} must be above 0")
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder: pack writes one .tar.gz file")
     if without_stage0 and not study.stage0_deterministic:
         raise ConfigError(f"--without-stage0: {study.path} lacks study.stage0_deterministic = true, so a stage 0 "
                           "trained again would not be the same weights")
@@ -418,8 +420,9 @@ def main(argv: list[str] | None = None) -> int:
                                     "card each run's records name)")
     p.add_argument("--commit", help="report: the commit of the tree that ran them, for runs without a run record "
                                     "that names it (default: the study's record)")
-    p.add_argument("--out", type=Path, help="report: output prefix (default <run>/report/payoff); pack: the tar.gz "
-                                           "(default <run>/pack.tar.gz)")
+    p.add_argument("--out", type=output_file,
+                   help="report: output prefix (default <run>/report/payoff); pack: the tar.gz (default "
+                        "<run>/pack.tar.gz)")
     p.add_argument("--without-stage0", action="store_true",
                    help="pack: leave stage 0's weights behind (a deterministic stage 0 trains again bit for bit where "
                         "a run left needs them): a pack that must stay small")

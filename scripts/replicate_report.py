@@ -13,6 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from eval.options import output_folder, positive_int
 from eval.studies.replicate import DOCS, tokens_per_step, write_report
 from recipe.errors import ConfigError, exit_on_config_error
 
@@ -21,8 +22,8 @@ def main(argv: list[str] | None = None) -> dict:
     """Write the report of --run (other arguments are job arguments of the arms) and print its tables."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--run", type=Path, required=True, help="the RUN folder of scripts/replicate.sh")
-    p.add_argument("--steps", type=int, required=True)
-    p.add_argument("--out", type=Path, help="folder for results.json, replicate_loss.png and report.md "
+    p.add_argument("--steps", type=positive_int, required=True)
+    p.add_argument("--out", type=output_folder, help="folder for results.json, replicate_loss.png and report.md "
                    "(default: the run folder)")
     p.add_argument("--publish", action="store_true",
                    help=f"also write results.json and replicate_loss.png into {DOCS} (tracked files)")

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from eval.options import output_folder, read_json
 from recipe.experiments.sweep import LIGHTHOUSE_AXES, MANIFEST, create_sweep
-from recipe.experiments.sweep_summary import FORMATS, print_summary
+from recipe.experiments.sweep_summary import FORMATS, is_sweep_record, print_summary
 from recipe.logs.run_logs import LOSS_TAG, TPS_TAG
 from recipe.toml_config import tomllib
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "summary":
             for manifest in (path / MANIFEST for path in args.paths if (path / MANIFEST).is_file()):
                 read_json(manifest, "the sweep record", "an object with points, as sweep.py create writes",
-                          lambda value: isinstance(value, dict) and isinstance(value.get("points"), list))
+                          is_sweep_record)
             return print_summary(args.paths, args.format, args.loss_tag, args.tps_tag)
         return create_sweep(args.base, {name: getattr(args, name) for name in LIGHTHOUSE_AXES}, args.set or [],
                             name=args.name, out=args.out, dump_root=args.dump_root, stage2_steps=args.stage2_steps,

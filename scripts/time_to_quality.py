@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from eval.options import output_file, positive_int
 from eval.records import write_record
 from eval.studies.time_to_quality import (ARMS_COMMAND, load_arms, markdown_table, plot_curves, plot_steps,
                                           report_records)
@@ -24,8 +25,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     """Write the report of the arms under --run and print its table."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", type=Path, required=True, help="the RUN folder of scripts/time_to_quality.sh")
-    p.add_argument("--out", type=Path, required=True, help="output path prefix (.json, .png)")
-    p.add_argument("--seq-len", type=int, default=65536, help="tokens per window of the runs")
+    p.add_argument("--out", type=output_file, required=True, help="output path prefix (.json, .png)")
+    p.add_argument("--seq-len", type=positive_int, default=65536, help="tokens per window of the runs")
     p.add_argument("--device", help="a label for the card the arms ran on (default: the card each arm's run records "
                                     "name)")
     p.add_argument("--commit", default="unknown", help="the commit of the tree the arms ran")

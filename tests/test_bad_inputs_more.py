@@ -235,3 +235,72 @@ def test_loss_anatomy_names_the_niah_lengths_flag_and_the_length_no_prompt_or_mo
     line = refusal("loss_anatomy.py", "dump", "--checkpoint", f"a={tmp_path}", "--data", str(tmp_path / "none*.jsonl"),
                    f"--niah-lengths={lengths}", "--out", str(tmp_path / "out"), "--job.config_file", DEBUG)
     assert line == f"error: --niah-lengths={lengths}: {refused}"  # was: no flag named
+
+
+@pytest.mark.parametrize("script, argv, flag", [
+    ("time_to_quality.py", ["--run", "{tmp}"], "--out"),
+    ("payoff_map.py", ["report", "{tmp}/study.toml"], "--out"),
+    ("replicate_report.py", ["--run", "{tmp}", "--steps", "10"], "--out"),
+    ("gpu_queue.py", ["--tasks", "{tmp}/tasks.tsv", "--gpus", "0"], "--logs"),
+], ids=["time-to-quality", "payoff-map-report", "replicate-report", "gpu-queue"])
+def test_an_output_under_a_file_is_refused_at_start_up(tmp_path, script, argv, flag):
+    (tmp_path / "file").write_text("x")  # was: FileExistsError or NotADirectoryError once the work was done
+    out = tmp_path / "file" / random.choice(["report", "out", "logs"])
+    line = refusal(script, *(arg.format(tmp=tmp_path) for arg in argv), flag, str(out))
+    assert line == f"{script}: error: argument {flag}: '{out}': {tmp_path / 'file'} is a file, not a folder"
+
+
+@pytest.mark.parametrize("script, argv, flag", [
+    ("time_to_quality.py", ["--run", "{tmp}", "--out", "{tmp}/report"], "--seq-len"),
+    ("replicate_report.py", ["--run", "{tmp}"], "--steps"),
+], ids=["time-to-quality-seq-len", "replicate-report-steps"])
+def test_a_length_or_step_count_below_1_is_refused(tmp_path, script, argv, flag):
+    value = random.randint(-99, 0)  # was: taken as given into the records
+    line = refusal(script, *(arg.format(tmp=tmp_path) for arg in argv), f"{flag}={value}")
+    assert line == f"{script}: error: argument {flag}: {value} must be >= 1"
+
+
+@pytest.mark.parametrize("content, fault", [
+    (b"[lighthouse\n", "is not valid TOML: "),  # was: tomllib's message alone, naming no file
+    (b"\xff" + os.urandom(8), "is not UTF-8 text (byte 0), as TOML must be"),  # was: the codec's message alone
+], ids=["not-toml", "not-utf8"])
+def test_sweep_create_names_a_base_config_that_is_not_toml(tmp_path, content, fault):
+    base = tmp_path / "base.toml"
+    base.write_bytes(content)
+    run = run_python(["scripts/sweep.py", "create", str(base), "--topk", "32", "--out", str(tmp_path / "s")],
+                     env=child_env(), timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stderr.splitlines()[-1].startswith(f"sweep.py create: {base} {fault}")
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("point", [random.randint(0, 9), {"run": "r"}, {"error": None, "run": "r"}],
+                         ids=["not-an-object", "no-error", "written-without-its-folders"])
+def test_sweep_summary_names_a_sweep_record_whose_points_it_cannot_read(tmp_path, point):
+    record = tmp_path / "sweep.json"  # was: TypeError or KeyError from the summary
+    record.write_text(json.dumps({"points": [point]}))
+    run = run_python(["scripts/sweep.py", "summary", str(tmp_path)], env=child_env(), timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+    assert run.stderr.splitlines()[-1] == (f"sweep.py summary: the sweep record {record} holds a JSON object; "
+                                           "expected an object with points, as sweep.py create writes")
+
+
+@pytest.mark.parametrize("depths", ["", ",", " , "])
+def test_niah_refuses_depths_that_name_no_depth(tmp_path, depths):
+    """Refused before the checkpoint is loaded (tmp_path holds none)."""
+    line = refusal("niah.py", "--checkpoint", str(tmp_path), "--lengths", "256", f"--depths={depths}",
+                   "--out", str(tmp_path / "out"), "--job.config_file", DEBUG)
+    # was: ZeroDivisionError from the mean of a grid of no cell, once the model had run
+    assert line == "error: --depths=: no NIAH depth: give comma-separated percentages in [0, 100], e.g. 0,50,100"
+
+
+@pytest.mark.parametrize("make, fault", [
+    (lambda tasks: None, "cannot be read (No such file or directory)"),
+    (lambda tasks: tasks.mkdir(), "cannot be read (Is a directory)"),
+    (lambda tasks: tasks.write_bytes(b"a\t-\techo \xff\n"), "is not UTF-8 text (byte 9)"),
+], ids=["missing", "folder", "not-utf8"])
+def test_gpu_queue_names_the_tasks_flag_of_a_file_it_cannot_read(tmp_path, make, fault):
+    tasks = tmp_path / "tasks.tsv"
+    make(tasks)  # was: the OSError's or codec's message, naming neither the flag nor (not UTF-8) the file
+    line = refusal("gpu_queue.py", "--tasks", str(tasks), "--gpus", "0", "--logs", str(tmp_path / "logs"))
+    assert line == f"gpu_queue.py: error: --tasks {tasks} {fault}"

@@ -12,7 +12,8 @@ from recipe.compat import cpu as cpu_compat
 from recipe.logs import run_logs, run_record
 from recipe.logs.layout import METRICS_FILE, read_metrics
 from recipe.logs.metrics import JsonlLogger
-from recipe.train.cli import parse_job_config, tomllib
+from recipe.toml_config import tomllib
+from recipe.train.cli import parse_job_config
 from recipe.logs.run_record import (COMMIT_ENV, CONFIG_FILE, LIBRARIES, NOT_INSTALLED, RUN_FILE, RUN_START, RUNS_FOLDER,
                                library_versions, run_start_record, source_commit, to_toml, write_run_record)
 

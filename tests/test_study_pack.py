@@ -207,13 +207,20 @@ def test_without_stage0_needs_a_deterministic_stage_0_and_is_for_pack_alone(tmp_
     assert "--without-stage0 is for pack, not tasks" in capsys.readouterr().err
 
 
-def test_pack_where_no_queue_ran_or_with_a_limit_below_zero_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+def test_pack_where_no_queue_ran_with_a_limit_below_zero_or_into_a_folder_is_one_line_and_exit_2(tmp_path, monkeypatch,
+                                                                                                 capsys):
     study = example_study(tmp_path, EXTENSION_EXAMPLE)
     assert script_exit_code("payoff_map.py", ["pack", str(study)], monkeypatch) == 2
     assert f"{tmp_path / 'run'}: no tasks.tsv, so no queue ran there to pack" in capsys.readouterr().err
     fake_study(tmp_path, set())  # the study's run folder, now with a queue
-    assert script_exit_code("payoff_map.py", ["pack", str(study), "--max-mb", "-1"], monkeypatch) == 2
-    assert "--max-mb -1 must be above 0" in capsys.readouterr().err
+    for limit in ("-1", "0", "nan"):  # was: NaN packed every checkpoint, no size being over it
+        assert script_exit_code("payoff_map.py", ["pack", str(study), "--max-mb", limit], monkeypatch) == 2
+        assert f"--max-mb {float(limit):g} must be above 0" in capsys.readouterr().err
+    folder = tmp_path / "packs"
+    folder.mkdir()
+    assert script_exit_code("payoff_map.py", ["pack", str(study), "--out", str(folder)], monkeypatch) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --out {folder} is a folder: pack writes one .tar.gz file"]
 
 
 @pytest.mark.parametrize("task", ["causal_s0", "dense_s0"], ids=["in-the-last-queue", "from-an-earlier-queue"])

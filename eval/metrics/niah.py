@@ -59,7 +59,10 @@ def check_prompt_lengths(encode: Callable[[str], list[int]], lengths: Sequence[i
 
 
 def check_depths(depths: Sequence[int]) -> None:
-    """Raise ValueError naming the depths that are no percentage."""
+    """Raise ValueError for no depth at all (a grid of no cell has no mean) or naming the depths that are no
+    percentage."""
+    if not depths:
+        raise ValueError("no NIAH depth: give comma-separated percentages in [0, 100], e.g. 0,50,100")
     if off := [d for d in depths if not 0 <= d <= 100]:
         raise ValueError(f"NIAH depths {off} must be percentages in [0, 100]")
 

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from recipe.logs.run_record import REPO
 from recipe.progress import progress_bar
-from recipe.toml_config import dump_toml, get_key, load_toml, parse_value, set_key, toml_value
+from recipe.toml_config import dump_toml, get_key, parse_value, read_config_file, set_key, toml_value
 
 MANIFEST = "sweep.json"
 # The Lighthouse knobs with their own flags, and the short names they take in run names.
@@ -267,7 +267,7 @@ def create_sweep(base_path: Path, lighthouse: dict[str, list[Any] | None], sets:
     local stage succeeded), 1 when no point is valid (nothing is written then, `sweep.json` included), or the
     exit code of the local stage that failed. Raises ValueError for a bad grid or an existing sweep without
     `force`, RuntimeError for a failed submission."""
-    base = load_toml(base_path)
+    base = read_config_file(base_path)
     name = name or base_path.stem
     axes = grid_axes(lighthouse, sets, base)
     out = out or Path("sweeps") / name

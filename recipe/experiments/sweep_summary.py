@@ -43,6 +43,18 @@ def summarize_run(name: str, dump_folders: list[Path], final_step: int | None, l
     return row
 
 
+def is_sweep_record(value: Any) -> bool:
+    """Whether `value` (a sweep.json) is what `summary_rows` reads: an object whose points are objects, each with
+    its error and, when written (no error), its run, swept values, dump folders, steps of each stage and S."""
+    points = value.get("points") if isinstance(value, dict) else None
+    return isinstance(points, list) and all(
+        isinstance(point, dict) and "error" in point and (point["error"] is not None or (
+            isinstance(point.get("run"), str) and isinstance(point.get("values"), dict)
+            and isinstance(point.get("dump_folders"), list) and isinstance(point.get("stage_steps"), list)
+            and len(point["stage_steps"]) > 0 and "gathered_len" in point))
+        for point in points)
+
+
 def summary_rows(path: Path, loss_tag: str, tps_tag: str) -> list[dict[str, Any]]:
     """Rows for a sweep folder (one per written point, with its swept values and S), or for one run's dump
     folder."""

@@ -26,7 +26,7 @@ from recipe.compat.torchtitan import HookedConfigManager, merge_configs
 from recipe.train.cpu_size import CONFIG_FILE_FLAGS, config_file_arg  # noqa: F401  (read before torch is imported)
 from recipe.errors import (  # noqa: F401  (the one-line exit lives with the errors; imported from here too)
     DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, RunStopped, debug_enabled, exit_on_config_error)
-from recipe.toml_config import get_key, load_toml_file, tomllib
+from recipe.toml_config import get_key, read_config_file
 from recipe.train.job_config import JobConfig as LighthouseJobConfig
 
 
@@ -102,15 +102,7 @@ def read_toml(args: list[str]) -> dict[str, Any] | None:
     path = config_file_arg(args)
     if path is None:
         return None
-    try:
-        with open(path, "rb") as f:
-            return load_toml_file(f)
-    except OSError as err:
-        raise ConfigError(f"cannot read config file {path}: {err.strerror}") from err
-    except tomllib.TOMLDecodeError as err:
-        raise ConfigError(f"{path} is not valid TOML: {err}") from err
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path} is not UTF-8 text (byte {err.start}), as TOML must be") from err
+    return read_config_file(path)
 
 
 JOB_CONFIG_MODULE = LighthouseJobConfig.__module__
