@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.metrics import loss_anatomy
-from eval.options import int_list, naming_option, output_file, positive_int
+from eval.options import naming_option, output_file, positive_int, positive_int_list
 from eval.records import write_record
 from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
 
@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
     d.add_argument("--checkpoint", type=named_path, action="append", required=True, help="NAME=step folder (repeat)")
     d.add_argument("--data", required=True, help="glob of held-out files")
     d.add_argument("--windows", type=positive_int, default=4, help="number of held-out windows to score")
-    d.add_argument("--niah-lengths", type=int_list, default=[], help="also NIAH at these lengths, e.g. 8192,131072")
+    d.add_argument("--niah-lengths", type=positive_int_list, default=[],
+                   help="also NIAH at these lengths, e.g. 8192,131072")
     d.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     d.add_argument("--out", type=output_file, required=True, help="output path prefix (.npz, .json)")
     r = commands.add_parser("report", help="differences between models of the dumps")

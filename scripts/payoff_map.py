@@ -33,7 +33,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from eval.options import gpu_list, output_file
+from eval.options import gpu_list, output_file, read_json
 from recipe.errors import ConfigError, exit_on_config_error
 from recipe.experiments.corpus import corpus_digest, make_corpus
 from recipe.experiments.payoff_grid import (Study, arm_first, load_study, long_first, plan_runs, scored_models,
@@ -246,7 +246,10 @@ def report(study: Study, out: Path, includes: list[Path], device: str | None, co
     from recipe.logs.run_record import source_commit
 
     recorded = study.run / "study.json"
-    commit = commit or (json.loads(recorded.read_text())["commit"] if recorded.is_file() else source_commit())
+    if not commit and recorded.is_file():  # the record `run` writes of the study it queued, with its tree's commit
+        commit = read_json(recorded, "the study record", "an object with the commit `run` ran (a string)",
+                           lambda value: isinstance(value, dict) and isinstance(value.get("commit"), str))["commit"]
+    commit = commit or source_commit()
     incomplete: list[str] = []
     arms = load_arms(study.run, incomplete) if study.run.is_dir() else []  # nothing trained here: `includes` only
     seq_len = study.base["training"]["seq_len"]

@@ -304,3 +304,17 @@ def test_gpu_queue_names_the_tasks_flag_of_a_file_it_cannot_read(tmp_path, make,
     make(tasks)  # was: the OSError's or codec's message, naming neither the flag nor (not UTF-8) the file
     line = refusal("gpu_queue.py", "--tasks", str(tasks), "--gpus", "0", "--logs", str(tmp_path / "logs"))
     assert line == f"gpu_queue.py: error: --tasks {tasks} {fault}"
+
+
+@pytest.mark.parametrize("lengths, fault", [
+    (",", "names no value: give comma-separated integers >= 1, e.g. 2048,4096"),
+    (" , ", "names no value: give comma-separated integers >= 1, e.g. 2048,4096"),
+    ("0", "[0] must be >= 1"),
+    ("-8192,8192", "[-8192] must be >= 1"),
+], ids=["comma", "blank", "zero", "negative"])
+def test_loss_anatomy_refuses_niah_lengths_that_name_no_length_at_least_1(tmp_path, lengths, fault):
+    # was: "," and " , " silently meant no NIAH at all
+    line = refusal("loss_anatomy.py", "dump", "--checkpoint", f"a={tmp_path}", "--data", str(tmp_path / "x*.jsonl"),
+                   f"--niah-lengths={lengths}", "--out", str(tmp_path / "out"), "--job.config_file", DEBUG)
+    separator = " " if fault.startswith("names") else ": "
+    assert line.endswith(f"error: argument --niah-lengths: {lengths!r}{separator}{fault}")

@@ -406,6 +406,20 @@ def test_a_report_of_the_checked_in_records_alone_needs_no_run_folder(tmp_path, 
         str(r["seed"]): round(r["final_heldout_loss"], 4) for r in records if r["name"].startswith("dense_")}
 
 
+@pytest.mark.parametrize("content", ["{", json.dumps({"study": "s.toml"}), json.dumps({"commit": 7}), "[]"],
+                         ids=["not-json", "no-commit", "commit-not-a-string", "not-an-object"])
+def test_a_report_names_a_study_record_it_cannot_take_the_commit_from_in_one_line_with_exit_2(
+        tmp_path, monkeypatch, capsys, content):
+    """`run` records the commit of the tree it queued in <run>/study.json; a report without --commit reads it."""
+    study = basin_untrained(tmp_path)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "study.json").write_text(content)
+    assert script_exit_code("payoff_map.py", ["report", study, "--out", str(tmp_path / "r" / "p")], monkeypatch) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: the study record {tmp_path / 'run' / 'study.json'} ")
+    assert err[0].endswith("expected an object with the commit `run` ran (a string)")
+
+
 @pytest.mark.parametrize("content, message", [
     (None, "cannot read it as JSON ([Errno 2] No such file"),
     ("{not json", "cannot read it as JSON (Expecting property name"),
