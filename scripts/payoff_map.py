@@ -369,10 +369,7 @@ def pack(study: Study, out: Path, max_mb: float | None, without_stage0: bool = F
         raise ConfigError(f"--without-stage0: {study.path} lacks study.stage0_deterministic = true, so a stage 0 "
                           "trained again would not be the same weights")
     behind = frozenset(stage0_name(seed) for seed in study.seeds) if without_stage0 else frozenset()
-    try:
-        plan = write_pack(study.run, out, max_mb, behind)
-    except ValueError as err:  # an exit record the queue did not write, named with its file
-        raise ConfigError(str(err)) from None
+    plan = write_pack(study.run, out, max_mb, behind)
     resumed = "".join(f", {name} resumes at {step.relative_to(study.run)}" for name, step in plan["resumed"].items())
     print(f"{out}: {len(plan['finished'])} finished tasks{resumed}, {len(plan['checkpoints'])} checkpoints "
           f"({', '.join(str(p.relative_to(study.run)) for p in plan['checkpoints']) or 'none'}); "

@@ -4,6 +4,8 @@ a checkpoint over the size limit stays behind with the task that wrote it and ev
 from that one."""
 import json
 import random
+import re
+import runpy
 import shlex
 import shutil
 import signal
@@ -16,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from recipe.errors import ConfigError
 from recipe.experiments.study_pack import missing_inputs, plan_pack, write_pack
 from tests.helpers import REPO, child_env, script_exit_code
 from tests.test_payoff_map import EXTENSION_EXAMPLE, example_study
@@ -237,6 +240,20 @@ def test_pack_names_an_exit_record_the_queue_did_not_write_in_one_line_with_exit
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {record}: not a queue exit record (")
     assert not (tmp_path / "p.tar.gz").exists()
+
+
+def test_every_reader_of_the_queue_records_names_one_the_queue_did_not_write_as_a_config_error(tmp_path):
+    """`run` (what it trains again), `pack` and `report` (the queue commands of a record) read the same records: a
+    damaged one is a ConfigError, which every command line prints as one line with exit 2."""
+    run = fake_study(tmp_path, {"stage0_s0", "causal_s0", "dense_s0"})
+    record = run / "queue" / "causal_s0.json"
+    record.write_text(record.read_text()[:random.randrange(1, 20)])
+    queue_commands = runpy.run_path(str(REPO / "scripts" / "payoff_map.py"))["queue_commands"]
+    readers = [lambda: missing_inputs(run), lambda: plan_pack(run),
+               lambda: queue_commands(run, {"name": "causal_s0_switch4", "seed": 0, "switch_step": 4})]
+    for read in readers:
+        with pytest.raises(ConfigError, match=rf"^{re.escape(str(record))}: not a queue exit record \("):
+            read()
 
 
 @pytest.mark.slow

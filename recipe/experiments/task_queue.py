@@ -1,11 +1,14 @@
 """The task file of `scripts/gpu_queue.py` and the records its tasks leave: read by the queue, which runs what has
-not succeeded, and by `scripts/payoff_map.py pack`, which takes what has to another machine. Standard library only."""
+not succeeded, and by `scripts/payoff_map.py pack`, which takes what has to another machine. Standard library only,
+with the recipe's one-line error (ConfigError) for a file that is not what the queue writes."""
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+
+from recipe.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -16,39 +19,39 @@ class Task:
 
 
 def read_tasks(path: Path) -> list[Task]:
-    """The tasks of a `name<TAB>after<TAB>command` file; ValueError naming the line for a malformed one."""
+    """The tasks of a `name<TAB>after<TAB>command` file; ConfigError naming the line for a malformed one."""
     tasks: list[Task] = []
     for number, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip() or line.startswith("#"):
             continue
         parts = line.split("\t")
         if len(parts) != 3 or not parts[0] or not parts[2].strip():
-            raise ValueError(f"{path}:{number}: expected name<TAB>after<TAB>command, got {line!r}")
+            raise ConfigError(f"{path}:{number}: expected name<TAB>after<TAB>command, got {line!r}")
         name, after, command = parts
         waits = () if after == "-" else tuple(after.split(","))
         known = {t.name for t in tasks}
         if name in known:
-            raise ValueError(f"{path}:{number}: task {name!r} is named twice")
+            raise ConfigError(f"{path}:{number}: task {name!r} is named twice")
         if unknown := [w for w in waits if w not in known]:
-            raise ValueError(f"{path}:{number}: task {name!r} waits for {unknown}, not named on an earlier line")
+            raise ConfigError(f"{path}:{number}: task {name!r} waits for {unknown}, not named on an earlier line")
         tasks.append(Task(name, waits, command))
     return tasks
 
 
 def exit_record(logs: Path, name: str) -> dict | None:
     """Task `name`'s exit record in the queue's `logs` folder (None where it has none): {name, gpu, returncode,
-    command, start, end, stopped, queues}. ValueError naming the file when it is not one the queue writes (a file
-    edited or copied in by hand), rather than a traceback from whatever reads it."""
+    command, start, end, stopped, queues}. ConfigError naming the file when it is not one the queue writes (a file
+    edited or copied in by hand): one line from any command that reads it, rather than a traceback."""
     path = logs / f"{name}.json"
     if not path.is_file():
         return None
     try:
         record = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise ValueError(f"{path}: not a queue exit record ({err}); delete it to run {name} again") from None
+        raise ConfigError(f"{path}: not a queue exit record ({err}); delete it to run {name} again") from None
     if not (isinstance(record, dict) and isinstance(record.get("returncode"), int)
             and isinstance(record.get("command"), str) and isinstance(record.get("queues", []), list)):
-        raise ValueError(f"{path}: not a queue exit record (an object with an integer returncode, a command and a "
+        raise ConfigError(f"{path}: not a queue exit record (an object with an integer returncode, a command and a "
                          f"list of queues); delete it to run {name} again")
     return record
 
