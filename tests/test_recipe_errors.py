@@ -242,7 +242,8 @@ EVAL_JOB = ["--job.config_file", str(REPO / "configs" / "debug.toml"), "--device
      "--data='missing/*.jsonl' matches no files"),
     ("causality_audit.py", ["--checkpoint", "step-1", "--data", "missing"], "--data='missing' matches no files"),
     ("niah.py", ["--checkpoint", "step-1", "--lengths", "256,1024"],
-     "--lengths=256,1024: lengths [1024] exceed training.seq_len=512, the model's RoPE table; pass --training.seq_len to extend it"),
+     "--lengths=256,1024: lengths [1024] exceed training.seq_len=512, the model's RoPE table; pass "
+     "--training.seq_len to extend it"),
     ("niah.py", ["--checkpoint", "step-1", "--lengths", "256"], "--checkpoint='step-1' is not a folder"),
     ("niah.py", ["--checkpoint", "step-1", "--lengths", "32,256"],
      "--lengths=32,256: NIAH lengths [32] are shorter than the needle and question (68 tokens)"),

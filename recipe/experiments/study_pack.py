@@ -75,14 +75,14 @@ def earlier_tasks(run: Path, queued: set[str]) -> tuple[list[Task], dict[str, st
 
 
 def plan_pack(run: Path, max_mb: float | None = None, behind: frozenset[str] = frozenset()) -> dict:
-    """{"finished": task names to pack (the last queue's, then those an earlier queue of the folder finished), "resumed": {task: its latest whole step} for the training tasks stopped
-    part-way, "checkpoints": step folders to pack (those the tasks left read, and the resumed steps), "files": every
-    path the pack holds (the finished and resumed tasks' `outputs` and the checkpoints), "left_out": {task: why}} for
-    the queue of `run` (its tasks.tsv and records). A stopped task whose step is over `max_mb` trains again whole. A
-    task left out takes every finished task that started from it along: they would otherwise sit beside a new
-    training of their parent, which on a GPU is not the same weights. The finished tasks named in `behind` go
-    without their checkpoints (`missing_inputs` trains them again where a task left reads one): only for tasks
-    that train again bit for bit."""
+    """{"finished": task names to pack (the last queue's, then those an earlier queue of the folder finished),
+    "resumed": {task: its latest whole step} for the training tasks stopped part-way, "checkpoints": step folders to
+    pack (those the tasks left read, and the resumed steps), "files": every path the pack holds (the finished and
+    resumed tasks' `outputs` and the checkpoints), "left_out": {task: why}} for the queue of `run` (its tasks.tsv and
+    records). A stopped task whose step is over `max_mb` trains again whole. A task left out takes every finished
+    task that started from it along: they would otherwise sit beside a new training of their parent, which on a GPU
+    is not the same weights. The finished tasks named in `behind` go without their checkpoints (`missing_inputs`
+    trains them again where a task left reads one): only for tasks that train again bit for bit."""
     tasks = read_tasks(run / TASKS_FILE)
     finished = {t.name for t in tasks if succeeded(run / QUEUE_FOLDER, t)}
     earlier, left_out = earlier_tasks(run, {t.name for t in tasks})
