@@ -12,16 +12,18 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for a rendezvous on this machine)."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, for a rendezvous of several processes on this machine
+    that must be named before they start (another job may take it in between: a one-process job needs none)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
 def single_process_env() -> dict[str, str]:
-    """The variables torchrun would set for a one-process job on this machine."""
-    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(free_port())}
+    """The variables torchrun would set for a one-process job on this machine. MASTER_PORT=0: the job's own
+    store binds whichever port is free when it starts, so one-process jobs started side by side never race for
+    a port that was free when it was picked."""
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}
 
 
 def one_process_env(environ: Mapping[str, str]) -> dict[str, str]:

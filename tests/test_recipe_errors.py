@@ -151,6 +151,35 @@ def test_a_one_process_job_gets_what_torchrun_would_set_and_other_ranks_are_left
         assert {**environ, **filled}["RANK"] == filled["LOCAL_RANK"] == "0"
 
 
+HOLD_A_PORT = """
+import os, sys, time
+import torch.distributed as dist
+dist.init_process_group("gloo")
+store = dist.distributed_c10d._get_default_store()
+while not hasattr(store, "port"):
+    store = store.underlying_store  # the group's prefixes over the TCPStore
+print(store.port, flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.05)
+dist.destroy_process_group()
+"""
+
+
+def test_one_process_jobs_started_side_by_side_each_get_a_port_of_their_own(tmp_path):
+    """single_process_env names no port in advance: each job's store binds whichever is free as it starts, so two
+    plain `python train.py` runs started together cannot both be handed one port that was free a moment ago."""
+    done = tmp_path / "done"
+    env = {**child_env(), **single_process_env()}
+    jobs = [subprocess.Popen([sys.executable, "-c", HOLD_A_PORT, str(done)], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        ports = [int(job.stdout.readline()) for job in jobs]  # both hold their store's port here
+    finally:
+        done.touch()
+    assert [job.wait(timeout=60) for job in jobs] == [0, 0], [job.stderr.read() for job in jobs]
+    assert 0 not in ports and ports[0] != ports[1]
+
+
 @pytest.mark.slow
 def test_torchrun_shows_a_config_mistake_once_and_names_it_in_its_summary(tmp_path):
     command, env = warm_torchrun(["--nproc_per_node=2", "--master_port", str(free_port())],
