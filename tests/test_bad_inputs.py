@@ -297,6 +297,29 @@ ROWS: list[tuple[str, list[str], Callable[[Path], None], str, str]] = [
     ("tokenizer-config-only", ["--model.hf_assets_path", "{tmp}/tokenizer"],
      tokenizer_files("tokenizer_config.json", "special_tokens_map.json"), "model.hf_assets_path=",
      "holds tokenizer_config.json, special_tokens_map.json but no tokenizer.json"),
+    ("initial-load-checkpointing-off", ["--checkpoint.no-enable", "--checkpoint.initial_load_path", "{tmp}/run"],
+     nothing, "checkpoint.initial_load_path=", "with checkpoint.enable = false: .* would start from fresh weights"),
+    ("load-step-checkpointing-off", ["--checkpoint.no-enable", "--checkpoint.load_step", "2"], nothing,
+     "checkpoint.load_step=2", "with checkpoint.enable = false: .* would start from step 0"),
+    ("selective-ac-word", ["--activation_checkpoint.mode", "selective", "--activation_checkpoint.selective_ac_option",
+                           "abc"], nothing, "activation_checkpoint.selective_ac_option='abc'",
+     r"must be 'op' \(per operator\) or a whole number n >= 0"),
+    ("selective-ac-negative", ["--activation_checkpoint.mode", "selective",
+                               "--activation_checkpoint.selective_ac_option", "-2"], nothing,
+     "activation_checkpoint.selective_ac_option='-2'", "must be 'op'"),
+    ("memory-budget-uncompiled", ["--activation_checkpoint.mode", "memory_budget"], nothing,
+     "activation_checkpoint.mode='memory_budget'", "needs the model compiled"),
+    ("memory-budget-range", ["--compile.enable", "--activation_checkpoint.mode", "memory_budget",
+                             "--activation_checkpoint.memory_budget", "1.5"], nothing,
+     "activation_checkpoint.memory_budget=1.5", r"must be in \[0, 1\]"),
+    ("dense-every-past-end", ["--lighthouse.dense_every", "100"], nothing, "[lighthouse] dense_every=100",
+     r"is above the run's last Lighthouse step 20 \(training.steps=20, switch_to_dense_at_step=0\): no step would be "
+     "dense"),
+    ("dense-every-past-switch", ["--lighthouse.switch_to_dense_at_step", "10", "--lighthouse.dense_every", "12"],
+     nothing, "[lighthouse] dense_every=12", "is above the run's last Lighthouse step 10"),
+    ("rope-theta-inf", ["--rope.theta", "inf"], nothing, "[rope] theta=inf", "must be a finite number > 0"),
+    ("rope-high-freq-inf", ["--rope.high_freq_factor", "inf"], nothing, "[rope] high_freq_factor=inf",
+     "must be a finite number > 0"),
     ("wandb-without-key", ["--metrics.enable_wandb"], nothing, "metrics.enable_wandb=true",
      r"W&B has no API key \(no WANDB_API_KEY, no netrc entry from `wandb login`\) and WANDB_MODE='' is not offline"),
 ]
@@ -398,6 +421,13 @@ def one_byte_corpus(tmp_path: Path) -> None:
     (tmp_path / "corpus" / "a.txt").write_text("x")
 
 
+def two_file_corpus(tmp_path: Path) -> None:
+    """Two files of fresh text, each longer than the debug config's windows."""
+    (tmp_path / "corpus").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "corpus" / name).write_text(os.urandom(4096).hex())
+
+
 @pytest.mark.parametrize("args, setup, warning", [
     (["--optimizer.lr", "1e-300"], nothing, "optimizer.lr=1e-300 is so small that no float32 weight moves"),
     (["--optimizer.lr", "0"], nothing, "optimizer.lr=0 freezes the weights: every step computes the loss and leaves"),
@@ -405,7 +435,14 @@ def one_byte_corpus(tmp_path: Path) -> None:
     (["--optimizer.eps", "1e308"], nothing, "optimizer.eps=1e+308 dwarfs every gradient's second moment"),
     ([*LOCAL_TRAINING, "{tmp}/corpus"], one_byte_corpus, "training.dataset_path: its 1 file(s) hold 1 bytes in all, "
      "fewer than the 512 tokens of one window (training.seq_len): every window repeats the same text"),
-], ids=["lr-tiny", "lr-0", "max-norm-tiny", "eps-huge", "one-byte-corpus"])
+    ([*LOCAL_VALIDATION, "{tmp}/corpus", "--validation.local_batch_size", "3"], one_byte_corpus,
+     "validation.dataset_path: its 1 file(s) hold 1 bytes in all, fewer than the 1,536 tokens of the held-out "
+     "windows (validation.steps=1 x local_batch_size=3 x seq_len=512 x 1 data-parallel rank(s)): the held-out loss "
+     "scores the same text again and again"),
+    ([*LOCAL_TRAINING, "{tmp}/corpus", *LOCAL_VALIDATION, "{tmp}/corpus/b.txt"], two_file_corpus,
+     "validation.dataset_path and training.dataset_path share 1 file(s) ("),
+], ids=["lr-tiny", "lr-0", "max-norm-tiny", "eps-huge", "one-byte-corpus", "heldout-shorter-than-its-windows",
+        "heldout-is-training-text"])
 def test_accepted_nonsense_runs_with_one_warning_line(tmp_path, monkeypatch, caplog, args, setup, warning):
     monkeypatch.setenv("WORLD_SIZE", "1")
     setup(tmp_path)

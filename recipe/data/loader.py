@@ -452,13 +452,13 @@ def check_path_is_read(section: str, dataset: str, path: str | None) -> None:
                          f"{section}.dataset_path")
 
 
-def warn_small_corpus(files: list[str], seq_len: int) -> None:
-    """One warning for `local` files that hold fewer bytes than a training window has tokens (a token is at
-    least a byte): every window then repeats the same text."""
+def warn_small_corpus(files: list[str], tokens: int, key: str, what: str) -> None:
+    """One warning for `local` files (`key`) that hold fewer bytes than the `tokens` read from them (a token is at
+    least a byte): `what` the tokens are, and what repeats the same text."""
     size = sum(os.path.getsize(f) for f in files)
-    if size < seq_len:
-        logger.warning(f"training.dataset_path: its {len(files)} file(s) hold {size:,} bytes in all, fewer than the "
-                       f"{seq_len:,} tokens of one window (training.seq_len): every window repeats the same text")
+    if size < tokens:
+        logger.warning(f"{key}: its {len(files)} file(s) hold {size:,} bytes in all, fewer than the {tokens:,} tokens "
+                       f"of {what}")
 
 
 def check_training_data(job_config) -> None:
@@ -472,7 +472,8 @@ def check_training_data(job_config) -> None:
     _check_workers(training)
     check_path_is_read("training", training.dataset, training.dataset_path)
     if training.dataset == "local":
-        warn_small_corpus(match_local_files(training.dataset_path), training.seq_len)
+        warn_small_corpus(match_local_files(training.dataset_path), training.seq_len, "training.dataset_path",
+                          "one window (training.seq_len): every window repeats the same text")
     elif training.dataset == "c4" and not (training.dataset_path and Path(training.dataset_path).is_dir()):
         check_hub_reachable(training.dataset_path or C4_HUB_PATH)
 

@@ -22,7 +22,7 @@ from torchtitan.tools.logging import logger
 
 from lighthouse.attention import CUDA_ONLY
 
-from recipe.data.loader import check_path_is_read, check_training_data, match_local_files
+from recipe.data.loader import check_path_is_read, check_training_data, match_local_files, warn_small_corpus
 from recipe.data.tokenizer import tokenizer_setting
 from recipe.errors import file_in_the_way
 from recipe.logs.run_record import CONFIG_FILE, RUNS_FOLDER, recorded_tokenizer
@@ -158,10 +158,52 @@ def check_loop(job_config) -> None:
     if job_config.checkpoint.enable and (keep < 0 or keep == 1):
         raise ValueError(f"checkpoint.keep_latest_k={keep} must be 0 (keep every checkpoint) or >= 2 (the newest "
                          "may be in the middle of its save when the older ones are purged)")
-    switch = job_config.lighthouse.switch_to_dense_at_step
+    switch, every = job_config.lighthouse.switch_to_dense_at_step, job_config.lighthouse.dense_every
     if job_config.lighthouse.enable and 0 < switch and switch >= training.steps:
         raise ValueError(f"[lighthouse] switch_to_dense_at_step={switch} is not below training.steps="
                          f"{training.steps}: the run would never switch to dense attention")
+    last = switch if switch > 0 else training.steps  # the last Lighthouse step, where dense_every applies
+    if job_config.lighthouse.enable and every > last:
+        raise ValueError(f"[lighthouse] dense_every={every} is above the run's last Lighthouse step {last} "
+                         f"(training.steps={training.steps}, switch_to_dense_at_step={switch}): no step would be "
+                         "dense; lower it, or leave it at 0 for none")
+
+
+def check_checkpoint_loads(job_config) -> None:
+    """A checkpoint to load is asked for only with `checkpoint.enable`: torchtitan loads through its checkpointer
+    alone, so with it off the run would start from fresh weights without a word."""
+    checkpoint = job_config.checkpoint
+    if checkpoint.enable:
+        return
+    if checkpoint.initial_load_path:
+        raise ValueError(f"checkpoint.initial_load_path={checkpoint.initial_load_path!r} with checkpoint.enable = "
+                         "false: torchtitan loads it only through the checkpointer, so the run would start from "
+                         "fresh weights; pass --checkpoint.enable, or unset initial_load_path")
+    if checkpoint.load_step != -1:
+        raise ValueError(f"checkpoint.load_step={checkpoint.load_step} with checkpoint.enable = false: no checkpoint "
+                         "is loaded, so the run would start from step 0; pass --checkpoint.enable, or leave "
+                         "load_step at -1")
+
+
+AC_MODES = ("none", "full", "selective", "memory_budget")  # what torchtitan's apply_ac and its callers know
+
+
+def check_activation_checkpoint(job_config) -> None:
+    """`[activation_checkpoint]` values torchtitan can apply (it would raise from inside model building)."""
+    ac, compile_ = job_config.activation_checkpoint, job_config.compile
+    if ac.mode not in AC_MODES:
+        raise ValueError(f"activation_checkpoint.mode={ac.mode!r} is not one of {AC_MODES}")
+    option = ac.selective_ac_option
+    if ac.mode == "selective" and not (option == "op" or (option.isascii() and option.isdigit())):
+        raise ValueError(f"activation_checkpoint.selective_ac_option={option!r} must be 'op' (per operator) or a "
+                         "whole number n >= 0 (every n-th block; 0 every block)")
+    if ac.mode == "memory_budget":
+        if not (compile_.enable and "model" in compile_.components):
+            raise ValueError("activation_checkpoint.mode='memory_budget' needs the model compiled (the compiler's "
+                             "partitioner applies the budget): set compile.enable with 'model' in compile.components, "
+                             "or use mode 'full' or 'selective'")
+        if not 0 <= ac.memory_budget <= 1:
+            raise ValueError(f"activation_checkpoint.memory_budget={ac.memory_budget} must be in [0, 1]")
 
 
 def _shard_degree(job_config, world_size: int) -> int:
@@ -430,15 +472,30 @@ def check_dense_layers_leave_lighthouse(job_config, n_layers: int) -> None:
                          "with enable=true: no layer runs Lighthouse; set enable = false for a dense run")
 
 
-def check_validation_data(job_config) -> None:
+def check_validation_data(job_config, world_size: int) -> None:
     """`validation.dataset = "local"` files exist and hold bytes (the held-out windows are read at each
-    evaluation); the synthetic held-out corpus is given no path."""
-    validation = job_config.validation
+    evaluation); the synthetic held-out corpus is given no path. One warning each for held-out files that cannot
+    fill the windows without repeating text, and for held-out files that are the training files: either way the
+    held-out loss measures less than it claims."""
+    validation, training = job_config.validation, job_config.training
     if not validation.enable:
         return
     check_path_is_read("validation", validation.dataset, validation.dataset_path)
-    if validation.dataset == "local":
-        match_local_files(validation.dataset_path, "validation.dataset_path")
+    if validation.dataset != "local":
+        return
+    files = match_local_files(validation.dataset_path, "validation.dataset_path")
+    ranks = data_parallel_degree(job_config, world_size)
+    warn_small_corpus(files, validation.steps * validation.local_batch_size * validation.seq_len * ranks,
+                      "validation.dataset_path", f"the held-out windows (validation.steps={validation.steps} x "
+                      f"local_batch_size={validation.local_batch_size} x seq_len={validation.seq_len} x {ranks} "
+                      "data-parallel rank(s)): the held-out loss scores the same text again and again")
+    if training.dataset == "local":
+        shared = sorted({os.path.realpath(f) for f in files}
+                        & {os.path.realpath(f) for f in match_local_files(training.dataset_path)})
+        if shared:
+            logger.warning(f"validation.dataset_path and training.dataset_path share {len(shared)} file(s) "
+                           f"({shared[0]}{', ...' if len(shared) > 1 else ''}): the held-out loss is measured on "
+                           "text the model trains on")
 
 
 def missing_config_hint(job_config) -> str:
@@ -459,6 +516,8 @@ def check_settings(job_config, n_layers: int) -> None:
     check_optimizer(job_config)
     check_rewarm(job_config)
     check_loop(job_config)
+    check_checkpoint_loads(job_config)
+    check_activation_checkpoint(job_config)
     check_seed(job_config)
     check_no_nan(job_config)
     check_compile(job_config)
@@ -474,7 +533,7 @@ def check_environment(job_config) -> None:
     check_parallelism(job_config, int(os.environ.get("WORLD_SIZE", "1")))
     check_device(job_config)
     check_training_data(job_config)
-    check_validation_data(job_config)
+    check_validation_data(job_config, int(os.environ.get("WORLD_SIZE", "1")))
     check_dump_folder(job_config)
     check_resume(job_config)
     check_data_parallel_degree(job_config, int(os.environ.get("WORLD_SIZE", "1")))

@@ -6,6 +6,7 @@ its own; the deprecated `[experimental] custom_args_module` does not).
 """
 # No `from __future__ import annotations`: torchtitan merges these dataclasses into its own and tyro must
 # resolve the field types outside this module.
+import math
 import os
 import textwrap
 from dataclasses import dataclass, field, fields, make_dataclass
@@ -288,9 +289,9 @@ def check_initial_load(job_config, model_shapes: Callable[[], dict[str, tuple[in
 
 def check_rope(rope: Rope) -> None:
     """`[rope]` values torchtitan's RoPE can use (it divides by the factors and their difference)."""
-    for key in ("theta", "scaling_factor", "low_freq_factor", "original_max_position_embeddings"):
-        if not getattr(rope, key) > 0:
-            raise ValueError(f"[rope] {key}={getattr(rope, key)} must be > 0")
+    for key in ("theta", "scaling_factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        if not 0 < getattr(rope, key) < math.inf:
+            raise ValueError(f"[rope] {key}={getattr(rope, key)} must be a finite number > 0")
     if not rope.high_freq_factor > rope.low_freq_factor:
         raise ValueError(f"[rope] high_freq_factor={rope.high_freq_factor} must be above "
                          f"low_freq_factor={rope.low_freq_factor}")
