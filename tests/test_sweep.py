@@ -190,7 +190,10 @@ def test_conflicting_stage_settings_are_reported_and_nothing_is_written(tmp_path
     base = _base(tmp_path, random.Random(4), **sections)
     code, out, manifest = _create(tmp_path, base, topk=[32, 64], stage2_steps=5)
     printed = capsys.readouterr()
-    assert code == 1 and printed.out.count(expected) == 2 and "nothing written" in printed.err
+    assert code == 2 and printed.out.count(expected) == 2
+    (line,) = printed.err.splitlines()
+    assert line.startswith("sweep s: no valid point, nothing written: ") and expected in line
+    assert line.endswith("(and 1 more point(s), listed above)")
     assert not out.exists()  # no sweep.json either: the corrected command runs without --force
 
 
@@ -200,7 +203,7 @@ def test_a_schedule_that_does_not_fit_names_the_stage2_steps_that_would(tmp_path
     steps = tomllib.loads(base.read_text())["training"]["steps"]
     extra = rng.randrange(5, 50)
     base.write_text(base.read_text() + f"\n[lr_scheduler]\ntotal_steps = {steps + extra}\n")
-    assert _create(tmp_path, base, topk=[32], stage2_steps=extra + 1)[0] == 1
+    assert _create(tmp_path, base, topk=[32], stage2_steps=extra + 1)[0] == 2
     assert f"the base schedule fits --stage2-steps {extra}" in capsys.readouterr().out
     code, out, manifest = _create(tmp_path, base, topk=[32], stage2_steps=extra)
     assert code == 0 and manifest["points"][0]["stage_steps"] == [steps, steps + extra]
@@ -231,7 +234,7 @@ def test_an_existing_sweep_is_not_overwritten(tmp_path):
 def test_torchtitan_parses_every_written_file_and_rejects_unknown_keys(tmp_path, capsys):
     base = _base(tmp_path, random.Random(7))
     code, out, manifest = _create(tmp_path, base, check=True, topk=[32], sets=[["training.warmup_stepz", "3"]])
-    assert code == 1 and not out.exists()
+    assert code == 2 and not out.exists()
     invalid = capsys.readouterr().out.splitlines()[-1]
     assert "torchtitan's parser rejected it" in invalid and "warmup_stepz" in invalid
     code, out, manifest = _create(tmp_path, base, check=True, topk=[32, 64], stage2_steps=4)
@@ -374,7 +377,7 @@ def test_summary_of_nothing_is_an_error(tmp_path, capsys):
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'typo'} does not exist")):
         print_summary([tmp_path / "typo"])
     base = _base(tmp_path, random.Random(12))
-    assert _create(tmp_path, base, topk=[8])[0] == 1  # every point invalid: no sweep to summarize
+    assert _create(tmp_path, base, topk=[8])[0] == 2  # every point invalid: no sweep to summarize
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'sweep'} does not exist")):
         print_summary([tmp_path / "sweep"])
     _create(tmp_path, base, topk=[32])  # written, not started

@@ -264,7 +264,7 @@ def create_sweep(base_path: Path, lighthouse: dict[str, list[Any] | None], sets:
     name defaulting to the base file's stem), print a line per point, then print the submit commands, or
     run them (`submit`), or train the points here (`local`, each stage started by `launcher`, default this
     Python). Every point is checked before any file is written. Returns 0 when a point was written (and every
-    local stage succeeded), 1 when no point is valid (nothing is written then, `sweep.json` included), or the
+    local stage succeeded), 2 when no point is valid (nothing is written then, `sweep.json` included), or the
     exit code of the local stage that failed. Raises ValueError for a bad grid or an existing sweep without
     `force`, RuntimeError for a failed submission."""
     base = read_config_file(base_path)
@@ -302,9 +302,11 @@ def create_sweep(base_path: Path, lighthouse: dict[str, list[Any] | None], sets:
             print(f"  ok       {point.label}  S={point.gathered_len} of N={point.seq_len}")
         else:
             print(f"  invalid  {point.label}  {point.error}")
-    if not valid:
-        print(f"sweep {name}: no valid point, nothing written", file=sys.stderr)
-        return 1
+    if not valid:  # a config mistake: one line names the first point's reason
+        more = f" (and {len(points) - 1} more point(s), listed above)" if len(points) > 1 else ""
+        print(f"sweep {name}: no valid point, nothing written: {points[0].label}: {points[0].error}{more}",
+              file=sys.stderr)
+        return 2
     # Every point is checked before anything is written: a sweep with no valid point leaves no files behind.
     out.mkdir(parents=True, exist_ok=True)
     for _, files in built:
