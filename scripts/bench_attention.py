@@ -3,7 +3,7 @@
 What it measures and writes: eval/benchmarks/attention_bench.py.
 
 Usage: python scripts/bench_attention.py [--ns 8192,65536] [--selection paper,causal,strict] [--stages 524288]
-       [--graphs 8192,32768] [--checks 8192] [--extras] [--out docs]  (default out: outputs/bench_attention)
+       [--graphs 8192,32768] [--checks 8192] [--extras] [--out docs/records]  (default: outputs/bench_attention)
        [--once 524288]  (one fwd+bwd, e.g. under ncu)  [--colocate-autograd]  (lighthouse.host_threads)
 """
 from __future__ import annotations

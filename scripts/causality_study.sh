@@ -4,9 +4,9 @@
 #   scripts/causality_study.sh all            # corpus, train (paper, causal), audit, combine
 #   RUN=/tmp/audit STEPS=600 scripts/causality_study.sh train
 #   CPU smoke run (minutes): RUN=/tmp/audit STEPS=4 SAMPLES=4 WINDOWS=2 LOOKAHEADS=1,4 \
-#     CORPUS_SOURCES="lighthouse recipe lighthouse_kernels scripts" EXTRA="--model.flavor debug
-#     --training.seq_len 1024 --lighthouse.pool 2 --lighthouse.topk 32 --lighthouse.tile_budget 16
-#     --lighthouse.dense_layers 0 3 --training.local_batch_size 1 --training.global_batch_size 1"
+#     CORPUS_SOURCES="lighthouse recipe lighthouse_kernels scripts" EXTRA="--model.flavor debug \
+#     --training.seq_len 1024 --lighthouse.pool 2 --lighthouse.topk 32 --lighthouse.tile_budget 16 \
+#     --lighthouse.dense_layers 0 3 --training.local_batch_size 1 --training.global_batch_size 1" \
 #     scripts/causality_study.sh all
 #
 # Model and data: configs/replicate/small.toml (the `small` flavor, seq 16,384, L=3 p=4 k=256 m=64, layers 0

@@ -6,8 +6,8 @@ the Lighthouse step goes.
         # 2 GPUs
     python scripts/cp_throughput.py --config configs/debug.toml --tokens-per-rank 512 --steps 3 \\
         --topk 64 --ac none --allow-cpu                                            # CPU smoke run, gloo
-    python scripts/cp_throughput.py --records docs/records/cp_throughput.json --plot docs/records/cp_throughput.png
-        # replot
+    python scripts/cp_throughput.py --records docs/records/cp_throughput_k2048.json \
+        --plot outputs/cp_throughput_k2048.png                                    # replot a record, no GPU
     python scripts/cp_throughput.py --cp 1,4 --topk 2048 --attentions lighthouse -- --lighthouse.dense_layers
         # every layer Lighthouse: arguments after -- go to train.py
     python scripts/cp_throughput.py --config configs/long_context/stage1_L3_p4_k2048_norm_1m_cp2.toml \\

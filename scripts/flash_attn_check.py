@@ -6,7 +6,8 @@ latency at 32K / 128K / 512K, and attention alone from 4K to 128K: where `backen
 What it measures and writes: eval/benchmarks/flash_attn_check.py. Exits 1 if flash_attn did not import or missed a
 parity tolerance.
 
-Usage: python scripts/flash_attn_check.py --out docs  [--replot]  (--replot: only draw the PNG from the record)
+Usage: python scripts/flash_attn_check.py --out outputs/flash_attn  [--replot]  (--replot: only draw the PNG from the
+       folder's record; docs/records/ holds the published one)
 """
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
 """The pay-off map: train a grid of Lighthouse -> dense arms (k x switch x dense layers x LR re-warm) and
 dense over seeds from one study TOML, then report distributions over seeds (docs/recipe.md, "The pay-off map").
 
-    python scripts/payoff_map.py tasks  configs/payoff/tiny_128k_basin.toml        # print the queue
-    python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3   # one machine
-    python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --gpus 0,1,2,3 --order long-first
-    python scripts/payoff_map.py run    configs/payoff/tiny_128k_basin.toml --only dense_s0,anatomy_s0_0
-        # a lease's part
-    python scripts/payoff_map.py submit configs/payoff/tiny_128k_basin.toml -- --partition=gpu --gres=gpu:1
-    python scripts/payoff_map.py report configs/payoff/tiny_128k_basin.toml \\
-        [--include docs/records/time_to_quality.json]
-    python scripts/payoff_map.py pack   configs/payoff/tiny_128k_basin.toml --out basin.tar.gz   # continue elsewhere
+    python scripts/payoff_map.py tasks  configs/payoff/tiny_128k_extension.toml        # print the queue
+    python scripts/payoff_map.py run    configs/payoff/tiny_128k_extension.toml --gpus 0,1,2,3   # one machine
+    python scripts/payoff_map.py run    configs/payoff/tiny_128k_extension.toml --gpus 0,1,2,3 --order long-first
+    python scripts/payoff_map.py run    configs/payoff/tiny_128k_extension.toml --order arm-first \\
+        --only stage0_s4,causal_s4,causal_s4_switch360   # a lease's part
+    python scripts/payoff_map.py submit configs/payoff/tiny_128k_extension.toml -- --partition=gpu --gres=gpu:1
+    python scripts/payoff_map.py report configs/payoff/tiny_128k_extension.toml \\
+        [--include docs/records/payoff_extension.json]
+    python scripts/payoff_map.py pack   configs/payoff/tiny_128k_extension.toml --out extension.tar.gz   # elsewhere
 
 The study file's format is `recipe.experiments.payoff_grid`'s docstring. `run` queues every run on the GPUs of this
 machine (`scripts/gpu_queue.py`: one run per GPU, each after the runs it resumes; rerun to continue a stopped
@@ -446,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--stop-after is for run, not {args.command}")
     if message := bad_seconds({"--stop-after": args.stop_after, "--grace": args.grace}):
         raise ConfigError(message)
+    if args.command in ("tasks", "run", "submit") and not ordered_queue(study, args.python, args.order):
+        print(f"{args.study}: no task left to queue: every run of the study is listed under [study] reported (its "
+              "records are kept, not retrained); take names out of reported to train them again", file=sys.stderr)
+        return 0
     if args.command == "tasks":
         print("\n".join(queue_lines(study, args.python, args.order, args.only)))
         return 0

@@ -2,7 +2,8 @@
 rank that logs metrics writes them to `<dump_folder>/layer_times.json`. `scripts/cp_throughput.py
 --layer-times` runs it in place of train.py; it takes train.py's arguments.
 
-    python scripts/train_layer_times.py --job.config_file configs/debug.toml --training.steps 3
+    python scripts/train_layer_times.py --job.config_file configs/debug.toml --training.steps 3 \
+        --checkpoint.no-enable --job.dump_folder outputs/layer_times
 """
 import os
 

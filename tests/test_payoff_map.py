@@ -790,3 +790,16 @@ def test_a_switch_arms_record_names_the_queues_of_its_stage_1_and_stage_2_and_a_
     assert queue_commands(tmp_path, arm) == {"command": second, "commands": [first, second]}
     assert queue_commands(tmp_path, {"name": "dense", "seed": 0, "switch_step": None}) == {"command": second}
     assert queue_commands(tmp_path, {"name": "dense_s2", "seed": 2, "switch_step": None}) == {}
+
+
+@pytest.mark.parametrize("command", ["tasks", "run"])
+def test_a_study_whose_runs_are_all_reported_says_that_nothing_is_left_to_queue(monkeypatch, capsys, command):
+    """The basin study's runs are all under `reported` (their records are the results): `tasks` and `run` say so in
+    one line rather than print nothing or start an empty queue."""
+    monkeypatch.chdir(REPO)
+    assert script_exit_code("payoff_map.py", [command, "configs/payoff/tiny_128k_basin.toml"], monkeypatch) == 0
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    assert printed.err == ("configs/payoff/tiny_128k_basin.toml: no task left to queue: every run of the study is "
+                           "listed under [study] reported (its records are kept, not retrained); take names out of "
+                           "reported to train them again\n")
