@@ -291,7 +291,14 @@ def report(study: Study, out: Path, includes: list[Path], device: str | None, co
     if not records:
         raise ConfigError(f"no finished run under {study.run} (and none included)")
     summary = payoff.distributions(records, study.group_threshold, study.baseline)
-    summary.update({"study": str(study.path), "incomplete": incomplete, "baseline": study.baseline,
+    scored = {run.name for run in plan_runs(study) if run.kind in ("dense", "frontier", "stage2")} | set(study.reported)
+    unrecorded = sorted(scored - {run_folder(r["name"], r["seed"]) for r in records})
+    if unrecorded:  # a report of part of the study is read as one: say what it leaves out
+        print(f"note: {len(unrecorded)} run(s) of {study.path} have no record here (none finished under {study.run}, "
+              f"none in --include): {', '.join(unrecorded[:4])}{', ...' if len(unrecorded) > 4 else ''}; the report "
+              "covers the others (summary.unrecorded lists them)", file=sys.stderr)
+    summary.update({"study": str(study.path), "incomplete": incomplete, "unrecorded": unrecorded,
+                    "baseline": study.baseline,
                     "stage0_confounded": confounded, "card_mixed": [run_folder(r["name"], r["seed"]) for r in mixed]})
     dense = summary["arms"].get("dense", {}).get("seeds", {})
     curves = payoff.dense_step_curves(records, study.base["validation"]["freq"])

@@ -803,3 +803,22 @@ def test_a_study_whose_runs_are_all_reported_says_that_nothing_is_left_to_queue(
     assert printed.err == ("configs/payoff/tiny_128k_basin.toml: no task left to queue: every run of the study is "
                            "listed under [study] reported (its records are kept, not retrained); take names out of "
                            "reported to train them again\n")
+
+
+def test_a_report_of_part_of_a_study_names_the_runs_it_leaves_out(tmp_path, monkeypatch, capsys):
+    """The frontier study reported from the basin's records alone (its own runs neither trained here nor included)
+    still writes its report, and says which of its scored runs have no record, on stderr and in the summary; with
+    the frontier's own records included nothing is left out."""
+    monkeypatch.chdir(REPO)
+    study = "configs/payoff/tiny_128k_frontier.toml"
+    for include, left_out in (("payoff_basin.json", 24), ("payoff_frontier.json", 0)):
+        out = tmp_path / include.removesuffix(".json")
+        argv = ["report", study, "--include", f"docs/records/{include}", "--out", str(out)]
+        assert script_exit_code("payoff_map.py", argv, monkeypatch) == 0
+        unrecorded = json.loads(out.with_suffix(".json").read_text())["summary"]["unrecorded"]
+        assert len(unrecorded) == left_out and all(name.startswith("dense_s") for name in unrecorded)
+        note = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note: ")]
+        assert note == ([f"note: 24 run(s) of {study} have no record here (none finished under "
+                         f"outputs/payoff/tiny_128k_frontier, none in --include): dense_s0_steps400, dense_s0_steps510, "
+                         "dense_s0_steps600, dense_s1_steps400, ...; the report covers the others (summary.unrecorded "
+                         "lists them)"] if left_out else [])
