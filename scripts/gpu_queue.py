@@ -163,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--tasks {args.tasks} is not UTF-8 text (byte {err.start})")
     except ValueError as err:  # a malformed line or exit record, named with its file
         p.error(str(err))
+    if not tasks:
+        p.error(f"--tasks {args.tasks} holds no task (a line a task: name<TAB>after<TAB>command)")
     invoked_as = args.invoked_as or shlex.join(["scripts/gpu_queue.py", *(sys.argv[1:] if argv is None else argv)])
     codes = run_queue(tasks, args.gpus.split(","), args.logs, stop_after=args.stop_after,
                       grace_s=args.grace, invoked_as=invoked_as)

@@ -145,6 +145,16 @@ def test_a_negative_or_infinite_time_is_refused_with_exit_2(tmp_path, flag):
         assert not (tmp_path / "logs").exists()
 
 
+@pytest.mark.parametrize("lines", [[], ["# a comment", ""]], ids=["empty", "comments-only"])
+def test_a_task_file_without_a_task_is_refused_with_exit_2(tmp_path, lines):
+    tasks = tasks_file(tmp_path, lines)
+    run = subprocess.run(queue_command(tasks, tmp_path / "logs"), capture_output=True, text=True, timeout=60,
+                         env=queue_env())
+    assert run.returncode == 2
+    assert run.stderr.splitlines()[-1].endswith(f"error: --tasks {tasks} holds no task (a line a task: "
+                                                "name<TAB>after<TAB>command)")
+
+
 def queue_command(tasks: Path, logs: Path, *options: str) -> list[str]:
     return [sys.executable, str(REPO / "scripts" / "gpu_queue.py"), "--tasks", str(tasks), "--gpus", "0",
             "--logs", str(logs), *options]
