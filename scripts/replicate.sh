@@ -50,8 +50,11 @@ fi
 SWITCH_A=$(( STEPS * 5 / 8 ))
 SWITCH_B=$(( STEPS * 3 / 4 ))
 CORPUS=$RUN/corpus
+# training.steps: the schedule's length, which the evaluations' start-up checks compare total_steps with (train
+# sets each stage's own).
 JOB=(--job.config_file "$CONFIG" --debug.seed "$SEED" --training.dataset_path "$CORPUS/train/*.jsonl"
-     --lr_scheduler.warmup_steps "$(( STEPS / 20 ))" --lr_scheduler.total_steps "$STEPS" ${EXTRA[@]+"${EXTRA[@]}"})
+     --training.steps "$STEPS" --lr_scheduler.warmup_steps "$(( STEPS / 20 ))" --lr_scheduler.total_steps "$STEPS"
+     ${EXTRA[@]+"${EXTRA[@]}"})
 
 now() { date +%s.%N; }
 
