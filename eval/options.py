@@ -51,14 +51,20 @@ def _no_file_in_the_way(text: str, folder: str) -> Path:
 
 
 def output_folder(text: str) -> Path:
-    """argparse type of a folder a script writes: no file where it or a folder above it is to be, checked at
-    start-up (the first write would fail with NotADirectoryError, after the work)."""
+    """argparse type of a folder a script writes: a path (an empty one wrote into the current folder unasked), and
+    no file where it or a folder above it is to be, checked at start-up (the first write would fail with
+    NotADirectoryError, after the work)."""
+    if not text:
+        raise ArgumentTypeError("'' names no folder: give its path (. for the current folder)")
     return _no_file_in_the_way(text, text)
 
 
 def output_file(text: str) -> Path:
-    """argparse type of a file (or path prefix: `<out>.json`) a script writes: no file where its folder or one
-    above it is to be, checked at start-up (an evaluation writes only after all its work)."""
+    """argparse type of a file (or path prefix: `<out>.json`) a script writes: a path that ends in a name ('', '.'
+    and '/' end in none: IsADirectoryError or "has an empty name" after the work), and no file where its folder or
+    one above it is to be, checked at start-up (an evaluation writes only after all its work)."""
+    if not Path(text).name:
+        raise ArgumentTypeError(f"{text!r} names no file: give a path that ends in a file name")
     return _no_file_in_the_way(text, os.path.dirname(os.path.abspath(text)))
 
 
@@ -81,12 +87,17 @@ def selection_list(text: str) -> list[str]:
     return modes
 
 
-def int_at_least(text: str, low: int) -> int:
-    """`text` as an integer >= `low`, else argparse's usage error (exit code 2) naming the value."""
+def _integer(text: str) -> int:
+    """`text` as an integer, else argparse's usage error (exit code 2) naming the value."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
         raise ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def int_at_least(text: str, low: int) -> int:
+    """`text` as an integer >= `low`, else argparse's usage error (exit code 2) naming the value."""
+    value = _integer(text)
     if value < low:
         raise ArgumentTypeError(f"{value} must be >= {low}")
     return value
@@ -100,6 +111,19 @@ def positive_int(text: str) -> int:
 def non_negative_int(text: str) -> int:
     """argparse type of counts that may be 0 (steps not timed)."""
     return int_at_least(text, 0)
+
+
+# The seeds torch.manual_seed and torch.Generator.manual_seed take (a negative one counts as 2**64 + seed).
+TORCH_SEEDS = range(-2**63, 2**64)
+
+
+def torch_seed(text: str) -> int:
+    """argparse type of a seed of torch's generators: an integer in TORCH_SEEDS (another ended in torch's
+    "Overflow when unpacking long long", after the model had loaded)."""
+    value = _integer(text)
+    if value not in TORCH_SEEDS:
+        raise ArgumentTypeError(f"{value} is not a seed torch takes: give an integer in [-2**63, 2**64 - 1]")
+    return value
 
 
 @contextlib.contextmanager

@@ -6,7 +6,9 @@
 
 For each lookahead b, sampled blocks [c, c + b) of held-out windows are scored with the true continuation and
 with every input from c + b on replaced by another window's tokens; the difference is the leak. Writes
-`<out>.json` ({"selection", "steps", "results": [...], provenance}) and `<out>.png`.
+`<out>.json` ({"selection", "steps", "results": [...], provenance}) and `<out>.png`. The job arguments choose the
+model and the attention; without `--job.config_file` they override the job of the checkpoint's run record
+(eval/checkpoint_run.py).
 
     python scripts/causality_audit.py --combine a.json b.json --out docs/records/causality
 
@@ -20,12 +22,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from eval.checkpoint import parse_job_config
 from eval.metrics.causality import (causality_audit, checkpoint_steps, combine_records, plot_audit, record_label,
                                     sample_range)
-from eval.metrics.cli import evaluation_parser, load_checkpoint
+from eval.metrics.cli import evaluation_job_config, evaluation_parser, load_checkpoint
 from eval.metrics.heldout import heldout_windows
-from eval.options import int_at_least, output_file, positive_int, positive_int_list, read_json
+from eval.options import int_at_least, output_file, positive_int, positive_int_list, read_json, torch_seed
 from eval.records import provenance, write_record
 from recipe.data.tokenizer import build_tokenizer
 from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
@@ -42,10 +43,10 @@ def audit(argv: list[str]) -> dict:
     p.add_argument("--samples", type=positive_int, default=192,
                    help="sampled block starts c (each audited at every lookahead)")
     p.add_argument("--lookaheads", type=positive_int_list, default=[1, 4, 16, 64, 256])
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampled positions")
+    p.add_argument("--seed", type=torch_seed, default=0, help="seed of the sampled positions")
     p.add_argument("--batch-size", type=positive_int, default=4)
     args, job_argv = p.parse_known_args(argv)
-    job_config = parse_job_config(job_argv)
+    job_config = evaluation_job_config(args.checkpoint, job_argv)
     try:
         sample_range(job_config.training.seq_len, max(args.lookaheads))
     except ValueError as err:

@@ -19,7 +19,7 @@ import dataclasses
 import torch
 
 from eval.metrics.dependence import reach
-from eval.options import non_negative_int, positive_int, selection_list
+from eval.options import non_negative_int, positive_int, selection_list, torch_seed
 from lighthouse import select
 from lighthouse.config import SELECTIONS, LighthouseConfig
 
@@ -69,7 +69,7 @@ def main() -> None:
     parser.add_argument("--selection", type=selection_list, default=["causal", "strict"],
                         help=f"comma-separated modes among {','.join(SELECTIONS)}")
     parser.add_argument("--positions", type=positive_int, default=32, help="later positions j probed per geometry")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the inputs, positions and perturbations")
+    parser.add_argument("--seed", type=torch_seed, default=0, help="seed of the inputs, positions and perturbations")
     parser.add_argument("--overlap", type=overlap_length, default=0,
                         help="N: compare strict's expanded entries with causal's (N a multiple of 64, >= 8192)")
     args = parser.parse_args()

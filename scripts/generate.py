@@ -17,15 +17,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from pathlib import Path
 
 import torch
 
 from eval.checkpoint import autocast_dtype
-from eval.checkpoint_run import job_config_of
-from eval.metrics.cli import load_checkpoint
+from eval.metrics.cli import checkpoint_job_config, load_checkpoint
 from eval.metrics.decode import KVCacheDecoder, NextLogits
-from eval.options import positive_int
+from eval.options import positive_int, torch_seed
 from recipe.data.tokenizer import build_tokenizer
 from recipe.progress import progress_bar
 from recipe.train.cli import ConfigError, as_config_error, exit_on_config_error
@@ -83,12 +81,12 @@ def main(argv: list[str] | None = None) -> list[int]:
     p.add_argument("--max-new", type=positive_int, default=200, help="tokens to sample (default 200)")
     p.add_argument("--temperature", type=sampling_temperature, default=0.8, help="0 is greedy (default 0.8)")
     p.add_argument("--top-k", type=positive_int, default=40, help="sample among this many tokens (default 40)")
-    p.add_argument("--seed", type=int, help="the sampling seed (default: a fresh one)")
+    p.add_argument("--seed", type=torch_seed, help="the sampling seed (default: a fresh one)")
     p.add_argument("--device", default="auto", help="auto (cuda when available), cuda or cpu")
     p.add_argument("--no-progress", dest="progress", action="store_false", default=None,
                    help="no progress on stderr (default: a bar on a terminal, else a line every few seconds)")
     args, job_argv = p.parse_known_args(argv)
-    job_config, _ = job_config_of(Path(args.checkpoint), job_argv)
+    job_config, _ = checkpoint_job_config(args.checkpoint, job_argv)
     with as_config_error():
         tokenizer = build_tokenizer(job_config)
     if args.top_k > tokenizer.get_vocab_size():

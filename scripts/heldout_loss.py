@@ -25,8 +25,8 @@ import math
 import sys
 from pathlib import Path
 
-from eval.checkpoint_run import check_trained_tokenizer, job_config_of
-from eval.metrics.cli import evaluation_parser, load_checkpoint
+from eval.checkpoint_run import check_trained_tokenizer
+from eval.metrics.cli import checkpoint_job_config, evaluation_parser, load_checkpoint
 from eval.metrics.heldout import document_loss, heldout_documents, heldout_windows, setting_losses
 from eval.options import positive_int
 from eval.records import provenance, write_record
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> dict:
     args, job_argv = p.parse_known_args(argv)
     if args.documents is not None and args.by_position:
         p.error("--by-position buckets the positions of windows; it does not go with --documents")
-    job_config, record_folder = job_config_of(Path(args.checkpoint), job_argv)
+    job_config, record_folder = checkpoint_job_config(args.checkpoint, job_argv)
     if args.documents is not None:  # scored dense, as lm-eval scores the export; the record says so
         job_config.lighthouse.enable = False
     seq_len = job_config.training.seq_len

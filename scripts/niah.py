@@ -5,7 +5,8 @@
         --job.config_file configs/replicate/small.toml --lighthouse.no-enable
 
 The job arguments after the script's own options choose the model (`model.name`, `model.flavor`) and the
-attention (`--lighthouse.enable`/`--lighthouse.no-enable`, `--lighthouse.levels`, `.pool`, `.topk`, ...).
+attention (`--lighthouse.enable`/`--lighthouse.no-enable`, `--lighthouse.levels`, `.pool`, `.topk`, ...); without
+`--job.config_file` they override the job of the checkpoint's run record (eval/checkpoint_run.py).
 Protocol (`eval.metrics.niah`): one passkey digit in random alphanumeric filler at each depth, one forward pass,
 argmax over the ten digit tokens at the last position, each cell the mean over the ten digits.
 Writes `<out>.json` (grid, mean and provenance) and `<out>.png` (heatmap).
@@ -14,9 +15,9 @@ from __future__ import annotations
 
 import sys
 
-from eval.checkpoint import check_lengths, parse_job_config
+from eval.checkpoint import check_lengths
 from eval.checkpoint_record import lighthouse_setting
-from eval.metrics.cli import evaluation_parser, load_checkpoint
+from eval.metrics.cli import evaluation_job_config, evaluation_parser, load_checkpoint
 from eval.metrics.niah import DEPTHS, check_depths, check_prompt_lengths, plot_heatmap, run_niah, text_encoder
 from eval.options import int_list, naming_option, positive_int_list
 from eval.records import provenance, write_record
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--seed", type=int, default=0, help="seed of the filler text")
     p.add_argument("--title", help="heatmap title (default: checkpoint and attention setting)")
     args, job_argv = p.parse_known_args(argv)
-    job_config = parse_job_config(job_argv)
+    job_config = evaluation_job_config(args.checkpoint, job_argv)
     with as_config_error():
         encode = text_encoder(build_tokenizer(job_config))
     with naming_option("--lengths", args.lengths):
