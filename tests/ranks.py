@@ -8,7 +8,10 @@ defaults, so no test's settings reach the next one.
 from __future__ import annotations
 
 import multiprocessing as std_mp
+import os
 import queue
+import shutil
+import tempfile
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
@@ -19,14 +22,13 @@ import torch.multiprocessing as mp
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from lighthouse.context_parallel import enable_context_parallel
-from recipe.launch import free_port
 
 TASK_TIMEOUT_S = 120
 
 
-def _worker(rank: int, world: int, port: int, tasks: std_mp.Queue, results: std_mp.Queue) -> None:
+def _worker(rank: int, world: int, rendezvous: str, tasks: std_mp.Queue, results: std_mp.Queue) -> None:
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
+        "gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world, timeout=timedelta(seconds=60)
     )
     meshes = {world: init_device_mesh("cpu", (world,))}
     alone = [dist.new_group([r]) for r in range(world)]  # every rank takes part in creating every group
@@ -50,9 +52,12 @@ class RankPool:
         ctx = mp.get_context("spawn")
         self.tasks = [ctx.Queue() for _ in range(world)]
         self.results = ctx.Queue()
-        port = free_port()
+        # A file of its own to meet in, not a TCP port: a port picked free can be taken by another job before the
+        # group binds it.
+        self.folder = tempfile.mkdtemp(prefix="rank-pool-")
+        rendezvous = os.path.join(self.folder, "rendezvous")
         self.procs = [
-            ctx.Process(target=_worker, args=(r, world, port, self.tasks[r], self.results), daemon=True)
+            ctx.Process(target=_worker, args=(r, world, rendezvous, self.tasks[r], self.results), daemon=True)
             for r in range(world)
         ]
         for p in self.procs:
@@ -88,3 +93,4 @@ class RankPool:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
