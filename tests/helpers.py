@@ -60,13 +60,12 @@ def train_in_one_process(argvs: list[list[str]], timeout: float = 300) -> subpro
     return run_python(["-c", code], env={**child_env(), **single_process_env()}, timeout=timeout)
 
 def torchrun(nproc: int, args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    """`torchrun --nproc_per_node=NPROC ARGS` on a free port to its end, from the checkout (torchrun and its ranks
-    forked from the warm interpreter)."""
-    from recipe.launch import free_port
-
+    """`torchrun --standalone --nproc_per_node=NPROC ARGS` to its end, from the checkout (torchrun and its ranks
+    forked from the warm interpreter; its rendezvous binds whichever port is free, so no other job can take it
+    first)."""
     from tests.warm_python import warm_torchrun
 
-    command, env = warm_torchrun([f"--nproc_per_node={nproc}", "--master_port", str(free_port())], args, child_env())
+    command, env = warm_torchrun(["--standalone", f"--nproc_per_node={nproc}"], args, child_env())
     return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
 
 # The Triton kernels run on CUDA, or on the CPU in Triton's interpreter (conftest.py sets TRITON_INTERPRET=1).

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from recipe.compat import cpu as cpu_compat
-from recipe.launch import free_port, one_process_env, single_process_env
+from recipe.launch import one_process_env, single_process_env
 from recipe.train import cpu_size
 from recipe.train.cli import DEBUG_ENV, OTHER_RANKS_WAIT_S, ConfigError, exit_on_config_error, parse_job_config
 
@@ -182,7 +182,7 @@ def test_one_process_jobs_started_side_by_side_each_get_a_port_of_their_own(tmp_
 
 @pytest.mark.slow
 def test_torchrun_shows_a_config_mistake_once_and_names_it_in_its_summary(tmp_path):
-    command, env = warm_torchrun(["--nproc_per_node=2", "--master_port", str(free_port())],
+    command, env = warm_torchrun(["--standalone", "--nproc_per_node=2"],
                                  [str(REPO / "train.py"), "--job.config_file", str(REPO / "configs" / "debug.toml"),
                                   "--lighthouse.topk", "40", "--job.dump_folder", str(tmp_path)],
                                  {**child_env(), "OMP_NUM_THREADS": "1"})

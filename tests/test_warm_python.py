@@ -131,14 +131,12 @@ def _state(pid: str) -> str:
 def test_torchrun_starts_each_rank_from_the_warm_server_with_its_rank_and_python_u(tmp_path):
     """The command as torchrun's script: every rank is a warm job (torch already imported) with the variables
     torchrun sets for it, and unbuffered streams as `python -u` gives."""
-    from recipe.launch import free_port
-
     script = tmp_path / "rank.py"
     # One write per rank: both ranks share the pipe, and print() writes its arguments one by one, which unbuffered
     # streams interleave across processes; a single write under PIPE_BUF bytes lands whole.
     script.write_text("import os, sys\nsys.stdout.write(f\"{os.environ['RANK']} {os.environ['WORLD_SIZE']} "
                       "{'torch' in sys.modules} {sys.stdout.write_through}\\n\")\n")
-    command, env = warm_torchrun(["--nproc_per_node=2", "--master_port", str(free_port())], [str(script)],
+    command, env = warm_torchrun(["--standalone", "--nproc_per_node=2"], [str(script)],
                                  child_env())
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
