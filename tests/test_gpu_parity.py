@@ -6,6 +6,7 @@ import torch
 
 pytest.importorskip("triton")
 
+from eval.benchmarks import gpu_parity
 from eval.benchmarks.gpu_parity import run_case
 
 from .helpers import DEVICE
@@ -24,3 +25,14 @@ def test_every_check_of_a_small_case_passes_on_cpu(case, capsys):
     assert run_case(*case, device=DEVICE.type)
     line = capsys.readouterr().out
     assert "select=exact" in line and "bit-identical(o, kernel grads)=True" in line and line.rstrip().endswith("OK")
+    assert "not checked" not in line  # these small cases select alike: the public layer's error counts
+
+
+def test_a_case_whose_public_layer_is_off_fails(monkeypatch, capsys):
+    """The end-to-end check counts: the public fused layer with its output scaled by 1.5 fails the case, though
+    the kernels' own checks pass."""
+    public = gpu_parity.lighthouse_attention
+    monkeypatch.setattr(gpu_parity, "lighthouse_attention", lambda *args: public(*args) * 1.5)
+    assert not run_case(*CASES[0], device=DEVICE.type)
+    line = capsys.readouterr().out
+    assert "select=exact" in line and line.rstrip().endswith("FAIL")

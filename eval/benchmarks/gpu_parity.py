@@ -106,6 +106,7 @@ def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs:
     same = all(torch.equal(getattr(fast_sel, f), getattr(ref_sel, f)) for f in ("level", "index", "expanded"))
     ok &= same
     line = f"select={'exact' if same else 'MISMATCH'}"
+    rows_differ = 0  # rows whose own-score selection differs from the reference's by score rounding
     if config.scorer == "norm":
         own = fused.plan(q, k, v, config)
         ref_sq, ref_sk = (torch.cat(pyramid_scores(s, config.pool, config.levels, config.selection), dim=-1)
@@ -121,11 +122,14 @@ def run_case(b: int, n: int, h: int, g: int, d: int, dtype: torch.dtype, kwargs:
     fused_config = dataclasses.replace(config, implementation="fused")
     fast, again = (fwd_bwd(lambda *x: lighthouse_attention(*x, fused_config), q, k, v, grad_o) for _ in range(2))
     e2e = ratios(ref, fast)
+    if rows_differ == 0:  # else the public layer attends to other entries in those rows: its error is not a parity
+        ok &= max(e2e) <= tol
     determ = torch.equal(fast[0], again[0]) and backward_kernels_repeat(q, k, v, ref_scored, config)
     layer_grads_repeat = all(torch.equal(a, c) for a, c in zip(fast[1:], again[1:]))
     ok &= determ
     fmt = lambda r: "/".join(f"{x:.1e}" for x in r)  # noqa: E731
-    line += (f" layer(o/dq/dk/dv)={fmt(layer)} e2e={fmt(e2e)} bit-identical(o, kernel grads)={determ}"
+    e2e_text = fmt(e2e) if rows_differ == 0 else f"{fmt(e2e)} (not checked: {rows_differ} rows select otherwise)"
+    line += (f" layer(o/dq/dk/dv)={fmt(layer)} e2e={e2e_text} bit-identical(o, kernel grads)={determ}"
              f" (layer grads: {layer_grads_repeat}) tol={tol:.0e}"
              f" [{time.perf_counter() - start:.1f}s] {'OK' if ok else 'FAIL'}")
     print(f"{name}: {line}", flush=True)
