@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from lighthouse import LighthouseConfig, lighthouse_attention
+from lighthouse import LighthouseConfig, fused_node, lighthouse_attention
 from lighthouse.testing import assert_close
 
 from .helpers import DEVICE, KERNEL_DTYPES, random_qkv
@@ -35,7 +35,19 @@ CASE_IDS = ["B1-N128-H4-G2-L3-p2", "B2-N128-H2-G2-L2-p4", "B1-N128-H2-G1-dilated
 
 
 def _run(implementation, q, k, v, config, grad_o):
-    out = lighthouse_attention(q, k, v, dataclasses.replace(config, implementation=implementation))
+    """Output and input gradients of the public layer with `implementation`; a Lighthouse config (levels > 1) must
+    reach the fused kernels exactly when it names "fused", so that no comparison is of the reference with itself."""
+    calls = []
+
+    def counted(function):
+        return lambda *args, **kwargs: (calls.append(function.__name__), function(*args, **kwargs))[1]
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name in ("fused_forward", "plan"):  # the fused node's two ways in: one autograd node, or plan + attend
+            patch.setattr(fused_node, name, counted(getattr(fused_node, name)))
+        out = lighthouse_attention(q, k, v, dataclasses.replace(config, implementation=implementation))
+    if config.levels > 1:
+        assert bool(calls) == (implementation == "fused"), (implementation, calls)
     return (out, *torch.autograd.grad(out, (q, k, v), grad_o))
 
 
