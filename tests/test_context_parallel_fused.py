@@ -9,7 +9,9 @@ reference's (summed in another order) rank tokens alike and both paths select th
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -60,11 +62,28 @@ def _on(config, implementation: str):
     return dataclasses.replace(config, implementation=implementation)
 
 
+@contextlib.contextmanager
+def _fused_plans() -> Iterator[list[int]]:
+    """The calls of the fused pipeline's `plan` inside (one per chunk planned on the fused kernels): a check of
+    "fused" against "reference" that never reached the kernels would compare the reference with itself."""
+    calls, original = [], fused.plan
+    fused.plan = lambda *args, **kwargs: (calls.append(1), original(*args, **kwargs))[1]
+    try:
+        yield calls
+    finally:
+        fused.plan = original
+
+
 def _check_selection(mesh, config, seq_len, inputs, seed):
     # two query heads on one kv head: selection reads a kv group's scores, whatever its size (the layer cases
     # below take MHA, GQA and MQA); the kernels' cost in Triton's interpreter grows with the kv heads
     q, k, v = _local_inputs(mesh, inputs, seq_len, 2, 1, seed)
-    fast, ref = (shard_selections(q, k, v, _on(config, name), mesh) for name in ("fused", "reference"))
+    with _fused_plans() as calls:
+        fast = shard_selections(q, k, v, _on(config, "fused"), mesh)
+    assert calls, "the fused selection never planned on the fused kernels"
+    with _fused_plans() as calls:
+        ref = shard_selections(q, k, v, _on(config, "reference"), mesh)
+    assert not calls, "the reference selection planned on the fused kernels"
     for half, (got, want) in enumerate(zip(fast, ref)):
         for field in ("level", "index", "expanded"):
             assert torch.equal(getattr(got, field), getattr(want, field)), f"{field} of chunk half {half} (seed {seed})"
@@ -76,7 +95,9 @@ def _check_layer(mesh, config, seq_len, heads, kv_heads, seed):
     results = {}
     for name in ("fused", "reference"):
         leaves = [x.clone().requires_grad_(True) for x in inputs]
-        out = context_parallel_lighthouse_attention(*leaves, _on(config, name), mesh)
+        with _fused_plans() as calls:
+            out = context_parallel_lighthouse_attention(*leaves, _on(config, name), mesh)
+        assert bool(calls) == (name == "fused"), f"{name}: {len(calls)} fused plans"
         out.backward(grad_out)
         results[name] = (out.detach(), *(x.grad for x in leaves))
     assert results["fused"][0].dtype == DTYPE
@@ -86,10 +107,15 @@ def _check_layer(mesh, config, seq_len, heads, kv_heads, seed):
 
 def _check_dispatch(mesh, seed):
     q, k, v = _local_inputs(mesh, "distinct-norms", 256, 4, 2, seed)
-    # on CPU the rule says reference; where it says fused, the fused path runs
+    # on CPU the rule says reference, and the layer runs it; where the rule says fused, the layer runs the kernels
     assert pipeline_for(q, NORM) is reference and pipeline_for(q, _on(NORM, "fused")) is fused
-    assert torch.equal(context_parallel_lighthouse_attention(q, k, v, NORM, mesh),
-                       context_parallel_lighthouse_attention(q, k, v, _on(NORM, "reference"), mesh))
+    with _fused_plans() as calls:
+        auto = context_parallel_lighthouse_attention(q, k, v, NORM, mesh)
+    assert not calls
+    assert torch.equal(auto, context_parallel_lighthouse_attention(q, k, v, _on(NORM, "reference"), mesh))
+    with _fused_plans() as calls:
+        context_parallel_lighthouse_attention(q, k, v, _on(NORM, "fused"), mesh)
+    assert calls
 
 
 @pytest.mark.parametrize(
