@@ -2,7 +2,9 @@
 (test_context_parallel_fused.py) CP tests."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -77,3 +79,17 @@ def rising_norm_inputs(
     q = vectors_with_norms(norms, 8)
     k = vectors_with_norms(norms[..., :kv_heads], 8)
     return q, k, torch.randn_like(k)
+
+
+@contextlib.contextmanager
+def fused_plans() -> Iterator[list[int]]:
+    """The calls of the fused pipeline's `plan` inside (one per chunk planned on the fused kernels): a check of
+    "fused" against "reference" that never reached the kernels would compare the reference with itself."""
+    from lighthouse import fused  # the Triton kernels: the reference CP tests import this module without them
+
+    calls, original = [], fused.plan
+    fused.plan = lambda *args, **kwargs: (calls.append(1), original(*args, **kwargs))[1]
+    try:
+        yield calls
+    finally:
+        fused.plan = original

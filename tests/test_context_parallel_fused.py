@@ -9,9 +9,7 @@ reference's (summed in another order) rank tokens alike and both paths select th
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -28,7 +26,7 @@ from lighthouse.pipeline import pipeline_for
 from lighthouse.testing import assert_close
 
 from .cp_cases import (
-    DILATED, DILATED_CAUSAL, DILATED_STRICT, NORM, NORM_CAUSAL, NORM_STRICT, PARITY, rising_norm_inputs,
+    DILATED, DILATED_CAUSAL, DILATED_STRICT, NORM, NORM_CAUSAL, NORM_STRICT, PARITY, fused_plans, rising_norm_inputs,
     shard_positions, strict_cases_slow,
 )
 from .helpers import fresh_seed, vectors_with_norms
@@ -62,26 +60,14 @@ def _on(config, implementation: str):
     return dataclasses.replace(config, implementation=implementation)
 
 
-@contextlib.contextmanager
-def _fused_plans() -> Iterator[list[int]]:
-    """The calls of the fused pipeline's `plan` inside (one per chunk planned on the fused kernels): a check of
-    "fused" against "reference" that never reached the kernels would compare the reference with itself."""
-    calls, original = [], fused.plan
-    fused.plan = lambda *args, **kwargs: (calls.append(1), original(*args, **kwargs))[1]
-    try:
-        yield calls
-    finally:
-        fused.plan = original
-
-
 def _check_selection(mesh, config, seq_len, inputs, seed):
     # two query heads on one kv head: selection reads a kv group's scores, whatever its size (the layer cases
     # below take MHA, GQA and MQA); the kernels' cost in Triton's interpreter grows with the kv heads
     q, k, v = _local_inputs(mesh, inputs, seq_len, 2, 1, seed)
-    with _fused_plans() as calls:
+    with fused_plans() as calls:
         fast = shard_selections(q, k, v, _on(config, "fused"), mesh)
     assert calls, "the fused selection never planned on the fused kernels"
-    with _fused_plans() as calls:
+    with fused_plans() as calls:
         ref = shard_selections(q, k, v, _on(config, "reference"), mesh)
     assert not calls, "the reference selection planned on the fused kernels"
     for half, (got, want) in enumerate(zip(fast, ref)):
@@ -95,7 +81,7 @@ def _check_layer(mesh, config, seq_len, heads, kv_heads, seed):
     results = {}
     for name in ("fused", "reference"):
         leaves = [x.clone().requires_grad_(True) for x in inputs]
-        with _fused_plans() as calls:
+        with fused_plans() as calls:
             out = context_parallel_lighthouse_attention(*leaves, _on(config, name), mesh)
         assert bool(calls) == (name == "fused"), f"{name}: {len(calls)} fused plans"
         out.backward(grad_out)
@@ -109,11 +95,11 @@ def _check_dispatch(mesh, seed):
     q, k, v = _local_inputs(mesh, "distinct-norms", 256, 4, 2, seed)
     # on CPU the rule says reference, and the layer runs it; where the rule says fused, the layer runs the kernels
     assert pipeline_for(q, NORM) is reference and pipeline_for(q, _on(NORM, "fused")) is fused
-    with _fused_plans() as calls:
+    with fused_plans() as calls:
         auto = context_parallel_lighthouse_attention(q, k, v, NORM, mesh)
     assert not calls
     assert torch.equal(auto, context_parallel_lighthouse_attention(q, k, v, _on(NORM, "reference"), mesh))
-    with _fused_plans() as calls:
+    with fused_plans() as calls:
         context_parallel_lighthouse_attention(q, k, v, _on(NORM, "fused"), mesh)
     assert calls
 
