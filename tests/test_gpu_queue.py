@@ -32,6 +32,7 @@ def test_each_task_runs_once_on_its_own_gpu_after_what_it_waits_for(tmp_path):
     assert codes == {"a": 0, "b": 0, "c": 0, "d": 0}
     ran = [line.split() for line in out.read_text().splitlines()]
     assert sorted(name for name, _ in ran[:2]) == ["a", "b"] and [name for name, _ in ran[2:]] == ["c", "d"]
+    assert {gpu for _, gpu in ran[:2]} == {"0", "1"}  # a and b start together, each on a GPU of its own
     assert {gpu for _, gpu in ran} <= {"0", "1"}
     record = json.loads((tmp_path / "logs" / "c.json").read_text())
     assert record["returncode"] == 0 and record["end"] >= record["start"]

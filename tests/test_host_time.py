@@ -20,7 +20,7 @@ SEGMENTS = [
 ]
 
 
-def test_every_segment_is_timed_and_the_parts_fit_in_the_total():
+def test_every_segment_is_timed_and_tabulated():
     # the kernels with direct attention ops here: cuDNN on CUDA, the flash kernel on CPU
     cuda = DEVICE.type == "cuda"
     config = LighthouseConfig(levels=3, pool=2, topk=8, tile_budget=4, backend="cudnn" if cuda else "flash",
@@ -29,6 +29,5 @@ def test_every_segment_is_timed_and_the_parts_fit_in_the_total():
     q, k, v = random_qkv(1, 64, 2, 2, 16, dtype=dtype, device=DEVICE, requires_grad=True)
     rows = dict(host_segments(q, k, v, torch.randn_like(q), config, calls=2, sync_every=2))
     assert list(rows) == SEGMENTS
-    assert all(us > 0 for us in rows.values())
-    assert max(rows[name] for name in SEGMENTS[:4]) < rows["total"]
+    assert all(us > 0 for us in rows.values())  # each a time taken, never compared: timings live in benchmarks
     assert "| node's backward |" in segment_table(64, 8, list(rows.items()))
