@@ -85,10 +85,14 @@ def test_the_caller_and_autograd_threads_share_one_cpu_inside_the_block_and_get_
 
 def test_the_default_cpu_follows_torchrun_local_rank(monkeypatch, fake_autograd_thread):
     cpus = sorted(os.sched_getaffinity(0))
-    monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    with colocated_autograd() as cpu:
-        assert cpu == cpus[3 * len(cpus) // 4]
+    picks = []
+    for rank in (0, 1):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        with colocated_autograd() as cpu:
+            picks.append(cpu)
+    assert picks == [cpus[len(cpus) // 4], cpus[3 * len(cpus) // 4]]  # the middle of each rank's half
+    assert len(cpus) < 2 or picks[0] != picks[1]  # also on 2 CPUs, where rank 1's pick is the default's
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="autograd starts device threads for CUDA only")
