@@ -39,6 +39,13 @@ while (($#)); do
         configs+=("$(cd "$(dirname "$1")" && pwd)/$(basename "$1")")
         ;;
     *)
+        [[ -n $1 ]] || die "an empty argument: give sbatch options, then config files (.toml), then -- and overrides"
+        option=${1%%=*}
+        [[ ! ($option == --* && $option == *.*) ]] ||
+            die "$option is a train.py override, not an sbatch option: put overrides after --"
+        [[ $option != --dependency ]] ||
+            die "$1: submit.sh sets each stage's --dependency itself (afterok on the stage before)"
+        [[ ! -f $1.toml ]] || die "$1 is not a config file name (configs end in .toml): did you mean $1.toml?"
         sbatch_opts+=("$1")
         ;;
     esac

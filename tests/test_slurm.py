@@ -226,6 +226,29 @@ def test_submit_rejects_a_missing_stage(cluster):
     assert not list(log.glob("sbatch.*"))
 
 
+@pytest.mark.parametrize("argument, line", [
+    ("--training.steps", "submit.sh: --training.steps is a train.py override, not an sbatch option: put overrides "
+                         "after --"),
+    ("--lighthouse.topk=64", "submit.sh: --lighthouse.topk is a train.py override, not an sbatch option: put "
+                             "overrides after --"),
+    ("--dependency=afterok:7", "submit.sh: --dependency=afterok:7: submit.sh sets each stage's --dependency itself "
+                               "(afterok on the stage before)"),
+    ("configs/a", "submit.sh: configs/a is not a config file name (configs end in .toml): did you mean "
+                  "configs/a.toml?"),
+    ("", "submit.sh: an empty argument: give sbatch options, then config files (.toml), then -- and overrides"),
+], ids=["override-before-dashes", "override-with-value", "own-dependency", "config-without-suffix", "empty"])
+def test_submit_refuses_an_argument_that_would_reach_sbatch_as_something_else(cluster, argument, line):
+    """An override before `--`, a config named without .toml or an empty word would be passed to sbatch as one of
+    its options (on a real cluster: a rejected or, worse, a misread submission); a --dependency would break the
+    chain. Each is refused in one line before anything is submitted."""
+    repo, log, env = cluster
+    (repo / "configs" / "a.toml").write_text("")
+    result = subprocess.run([str(repo / "slurm/submit.sh"), argument, "configs/a.toml"], cwd=repo,
+                            env={**env, "FAKE_FIRST_JOB": "1"}, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and result.stderr.splitlines() == [line]
+    assert not list(log.glob("sbatch.*"))
+
+
 def without_slurm(env: dict[str, str]) -> dict[str, str]:
     """`env` with the fake SLURM tools' folder taken off PATH (this machine has none of its own)."""
     return {**env, "PATH": ":".join(d for d in env["PATH"].split(":") if not (Path(d) / "sbatch").exists())}
