@@ -24,6 +24,7 @@ RUN=${RUN:-outputs/causality}
 STEPS=${STEPS:-600}
 SAMPLES=${SAMPLES:-192}
 WINDOWS=${WINDOWS:-16}
+whole_numbers STEPS SAMPLES WINDOWS
 LOOKAHEADS=${LOOKAHEADS:-1,4,16,64,256}
 PYTHON=${PYTHON:-python3}
 CONFIG=${CONFIG:-configs/replicate/small.toml}

@@ -25,6 +25,10 @@ die() {
 (($# >= 1)) || die "usage: scripts/flash_attn_measure.sh OUT [check] [train] [bench]"
 OUT=$1
 shift
+case $OUT in
+"" | check | train | bench) die "OUT='$OUT' names no output folder: give it first, then the parts" ;;
+esac
+[[ ! -e $OUT || -d $OUT ]] || die "OUT=$OUT is a file, not a folder"
 PARTS=("$@")
 ((${#PARTS[@]})) || PARTS=(check train bench)
 PYTHON=${PYTHON:-python3}

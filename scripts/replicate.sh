@@ -43,7 +43,8 @@ if [[ -n ${REPORT_OUT:-} ]]; then
   echo "REPORT_OUT=$REPORT_OUT is not read: the report goes to RUN=$RUN; 'report --publish' also writes docs/records/" >&2
   exit 2
 fi
-if (( STEPS <= 0 || STEPS % 80 != 0 )); then
+whole_numbers STEPS HELDOUT_WINDOWS
+if (( STEPS % 80 != 0 )); then
   echo "STEPS=$STEPS must be a positive multiple of 80 (so both switch points fall on stage-1 log steps)" >&2
   exit 2
 fi

@@ -26,6 +26,7 @@ source scripts/corpus.sh
 
 RUN=${RUN:-outputs/time_to_quality}
 STEPS=${STEPS:-500}
+whole_numbers STEPS
 SWITCHES=${SWITCHES:-"$(( STEPS / 2 )) $(( STEPS * 4 / 5 ))"}
 PYTHON=${PYTHON:-python3}
 CONFIG=${CONFIG:-configs/time_to_quality/tiny_64k.toml}
@@ -75,14 +76,19 @@ stage2() {
     --checkpoint.initial_load_path "$stage1/checkpoint/step-$3" --checkpoint.no-initial-load-model-only
 }
 
-case "${1:-}" in
-  corpus) part_corpus ;;
-  dense) train "$RUN/dense_s${2:?seed}" "$STEPS" "$2" --lighthouse.no-enable ;;
-  paper | causal)
-    stage1 "$1" "${2:?seed}"
+usage() {
+  echo "usage: $0 corpus | dense SEED | paper|causal SEED | stage1 SELECTION SEED | stage2 SELECTION SEED SWITCH" >&2
+  exit 2
+}
+
+# Each part takes its own arguments, no fewer and no more (an extra one was ignored without a word).
+case "${1:-} $#" in
+  "corpus 1") part_corpus ;;
+  "dense 2") train "$RUN/dense_s$2" "$STEPS" "$2" --lighthouse.no-enable ;;
+  "paper 2" | "causal 2")
+    stage1 "$1" "$2"
     for switch in "${SWITCH_STEPS[@]}"; do stage2 "$1" "$2" "$switch"; done ;;
-  stage1) stage1 "${2:?selection}" "${3:?seed}" ;;
-  stage2) stage2 "${2:?selection}" "${3:?seed}" "${4:?switch step}" ;;
-  *) echo "usage: $0 corpus | dense SEED | paper|causal SEED | stage1 SELECTION SEED | stage2 SELECTION SEED SWITCH" >&2
-     exit 2 ;;
+  "stage1 3") stage1 "$2" "$3" ;;
+  "stage2 4") stage2 "$2" "$3" "$4" ;;
+  *) usage ;;
 esac

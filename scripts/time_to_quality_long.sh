@@ -15,8 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# shellcheck source=/dev/null
+source scripts/corpus.sh
+
 export RUN=${RUN:-outputs/time_to_quality_long}
 export CONFIG=configs/time_to_quality/tiny_128k.toml STEPS=${STEPS:-720}
+whole_numbers STEPS
 export WARMUP=$((STEPS / 10))
 SEEDS=${SEEDS:-"0 1"}
 GPUS=${GPUS:-0,1,2,3}

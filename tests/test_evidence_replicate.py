@@ -216,12 +216,13 @@ def test_report_of_a_run_has_the_issues_keys_and_sums_each_arms_stages(tmp_path)
     assert set(results["stage1_heldout_loss"]["100"]) == {"lighthouse", "dense", "niah_mean_lighthouse"}
 
 
-@pytest.mark.parametrize("steps", ["100", "0", "-80"])
-def test_replicate_refuses_step_counts_that_are_not_multiples_of_80(steps, tmp_path):
+@pytest.mark.parametrize("steps, message", [("100", "a positive multiple of 80"), ("0", "a whole number >= 1"),
+                                           ("-80", "a whole number >= 1")])
+def test_replicate_refuses_step_counts_that_are_not_multiples_of_80(steps, message, tmp_path):
     out = subprocess.run(["bash", "scripts/replicate.sh", "dense"], cwd=REPO, capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", "STEPS": steps, "RUN": str(tmp_path)})
     assert out.returncode == 2
-    assert f"STEPS={steps} must be a positive multiple of 80" in out.stderr
+    assert out.stderr.splitlines()[-1].startswith(f"STEPS={steps} must be {message}")
 
 
 @pytest.mark.slow
