@@ -157,6 +157,27 @@ def test_bad_setup_fails_before_launch(cluster, missing):
     assert not (log / "srun.args").exists()
 
 
+@pytest.mark.parametrize("variable, value, line", [
+    ("GPUS_PER_NODE", "abc", "train.sbatch: GPUS_PER_NODE=abc must be a whole number"),
+    ("RDZV_PORT", "29x00", "train.sbatch: RDZV_PORT=29x00 must be a whole number"),
+    ("LH_MAX_REQUEUES", "5x", "train.sbatch: LH_MAX_REQUEUES=5x must be a whole number"),
+    ("LH_VENV", "{tmp}/no-venv", "train.sbatch: LH_VENV={tmp}/no-venv has no bin/activate: set it to a venv"),
+    ("LH_REPO_DIR", "{tmp}/no-repo", "train.sbatch: LH_REPO_DIR={tmp}/no-repo is not a folder: set it to the "
+                                     "repository root"),
+    ("SLURM_JOB_ID", "", "train.sbatch: not inside a SLURM job (SLURM_JOB_ID is unset): submit it with sbatch"),
+], ids=["gpus-per-node", "rdzv-port", "max-requeues", "venv", "repo-dir", "outside-slurm"])
+def test_a_bad_environment_knob_fails_before_launch_naming_it(cluster, tmp_path, variable, value, line):
+    """The knobs the launch and the requeue read are checked at the start: LH_MAX_REQUEUES=5x used to surface only
+    at the time-limit signal (the job then ended without its requeue), GPUS_PER_NODE=abc in torchrun's traceback."""
+    repo, log, env = cluster
+    (repo / "configs" / "run.toml").write_text("")
+    job_env = _job_env(env, repo, 1, ["gpu-100"], 5, **{variable: value.format(tmp=tmp_path)})
+    result = subprocess.run(["bash", str(repo / "slurm/train.sbatch"), "configs/run.toml"], cwd=repo,
+                            env=job_env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and result.stderr.splitlines() == [line.format(tmp=tmp_path)]
+    assert not (log / "srun.args").exists()
+
+
 def _wait_for(path: Path, job: subprocess.Popen, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while not (path.exists() and path.read_text().strip()):
