@@ -79,7 +79,10 @@ tasks() {
 
 case "${1:-}" in
   corpus)
-    CORPUS_SOURCES=${CORPUS_SOURCES:-$(default_sources)} RUN=$RUN "$TTQ" corpus ;;
+    # Assigned apart: a failed command substitution inside another command's assignments does not stop the script
+    # (a missing package built the standard library's corpus alone, another corpus than the study's).
+    sources=${CORPUS_SOURCES:-$(default_sources)} || exit 2
+    CORPUS_SOURCES=$sources RUN=$RUN "$TTQ" corpus ;;
   tasks) tasks ;;
   run)
     mkdir -p "$RUN"

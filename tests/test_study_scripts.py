@@ -4,6 +4,7 @@ octal), a part given too few or too many arguments, and an output folder that is
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -56,3 +57,15 @@ def test_flash_attn_measure_refuses_an_output_folder_that_is_a_part_or_a_file(tm
     (tmp_path / "file").write_text("x")
     out = script(tmp_path, ["scripts/flash_attn_measure.sh", out_folder.format(tmp=tmp_path), "check"])
     assert out.returncode == 2 and out.stderr.splitlines() == [line.format(tmp=tmp_path)]
+
+
+def test_the_long_study_corpus_stops_when_a_package_it_reads_is_missing(tmp_path):
+    """Without site-packages (python -S) numpy is missing: the corpus is refused in one line, where it used to be
+    built from the standard library alone, another corpus than the study's."""
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    out = script(tmp_path, ["scripts/time_to_quality_long.sh", "corpus"], PYTHON=str(python))
+    assert out.returncode == 2
+    assert out.stderr.splitlines() == ["time_to_quality_long.sh: package 'numpy' is not installed (set CORPUS_SOURCES)"]
+    assert not (tmp_path / "run").exists()
