@@ -51,6 +51,26 @@ while (($#)); do
     esac
 done
 [[ $python_version =~ ^3\.[0-9]+$ ]] || die "--python $python_version: give major.minor, e.g. 3.12"
+[[ -n $platform ]] || die "--platform '': give a wheel platform tag, e.g. manylinux_2_28_x86_64"
+# pip only warns of an extra the project lacks and builds a wheelhouse without it: name it here instead.
+problem=$("$py" - "$repo/pyproject.toml" "$extras" <<'PY'
+import sys
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: tomli, if installed; without either, pip's own warning remains
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        sys.exit()
+with open(sys.argv[1], "rb") as f:
+    known = tomllib.load(f)["project"].get("optional-dependencies", {})
+unknown = [e for e in sys.argv[2].split(",") if e.strip() and e.strip() not in known]
+if unknown:
+    print(f"the project has no extra {', '.join(map(repr, unknown))} (it has: {', '.join(known)})", end="")
+PY
+)
+[[ -z $problem ]] || die "--extras $extras: $problem"
 "$py" -c 'import sys; from pip import __version__ as v; sys.exit(tuple(map(int, v.split(".")[:2])) < (22, 2))' ||
     die "pip >= 22.2 is needed for --report: $py -m pip install -U pip"
 host_version=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')

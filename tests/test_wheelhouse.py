@@ -34,6 +34,20 @@ def test_help_prints_the_header_comment_and_no_code():
                                         "match exactly.")
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["--extras", "train,trian"], "build_wheelhouse.sh: --extras train,trian: the project has no extra 'trian' (it "
+                                  "has: train, kernels, flash, hf, dev)"),
+    (["--platform", ""], "build_wheelhouse.sh: --platform '': give a wheel platform tag, e.g. manylinux_2_28_x86_64"),
+], ids=["misspelled-extra", "empty-platform"])
+def test_an_extra_the_project_lacks_or_an_empty_platform_is_refused_before_any_build(tmp_path, argv, line):
+    """pip only warned of an unknown extra and built a wheelhouse without it (an offline install then lacked its
+    packages); an empty platform ended in pip's resolution error after the project's wheel was built."""
+    out = subprocess.run(["bash", str(REPO / "scripts" / "build_wheelhouse.sh"), *argv, "--out", str(tmp_path / "w")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.splitlines() == [line]
+    assert not (tmp_path / "w").exists()
+
+
 def _pypi_reachable() -> bool:
     try:
         socket.create_connection(("pypi.org", 443), timeout=3).close()
