@@ -29,6 +29,15 @@ def script_exit_code(script: str, argv: list[str], monkeypatch) -> int | str | N
     return exit_info.value.code
 
 
+def refused_line(script: str, argv: list[str], monkeypatch, capsys) -> str:
+    """The last line on stderr of `scripts/<script> ARGV` run in this process, which must exit with code 2 without a
+    traceback (argparse's usage lines may come first)."""
+    assert script_exit_code(script, argv, monkeypatch) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    return err.strip().splitlines()[-1]
+
+
 def child_env() -> dict[str, str]:
     """This process's environment for a child that runs train.py or a script: offline, the checkout importable."""
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import REPO, script_exit_code
+from .helpers import REPO, refused_line, script_exit_code
 
 EXAMPLE_STUDY = REPO / "configs" / "payoff" / "example_cpu.toml"  # steps = 8, frontier = [4]
 
@@ -22,15 +22,6 @@ def study_with(tmp_path: Path, study: str = "", grid: str = "") -> Path:
     path = tmp_path / "study.toml"
     path.write_text(head.replace("[study]", f"[study]\n{study}") + f"\n[[grid]]\n{grid}" + blocks)
     return path
-
-
-def refused_line(script: str, argv: list[str], monkeypatch, capsys) -> str:
-    """The last line on stderr of `scripts/<script> ARGV` run in this process, which must exit with code 2 without a
-    traceback (argparse's usage lines may come first)."""
-    assert script_exit_code(script, argv, monkeypatch) == 2
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    return err.strip().splitlines()[-1]
 
 
 @pytest.mark.parametrize("study, grid, message", [

@@ -1,8 +1,9 @@
 """Bad inputs to the evaluation and benchmark scripts end as those of tests/test_bad_inputs.py do: exit code 2 and
 a last line on stderr naming the flag and the value, no traceback, before any model loads or process group starts.
 
-Most rows run the script in this process to its exit (`script_exit_code`); the rows about everything a script
-prints start it as a process of its own (`run_python`), so that the log lines of the libraries show too.
+Most rows run the script in this process to its exit (`refused_line`, `script_exit_code`); the rows about
+everything a script prints start it as a process of its own (`run_python`), so that the log lines of the libraries
+show too.
 """
 from __future__ import annotations
 
@@ -16,19 +17,12 @@ import torch
 
 from eval.options import torch_seed
 
-from .helpers import REPO, child_env, script_exit_code
+from .helpers import REPO, child_env, refused_line, script_exit_code
 from .warm_python import run_python
 
 DEBUG = str(REPO / "configs" / "debug.toml")
 CHECKPOINT_HINT = "(a step folder such as outputs/run/checkpoint/step-400)"
 EVALUATION = ["--checkpoint", "{tmp}", "--data", "{tmp}", "--job.config_file", DEBUG]
-
-
-def last_error_line(capsys) -> str:
-    """The last line the script wrote on stderr, which must hold no traceback."""
-    err = capsys.readouterr().err
-    assert "Traceback" not in err, err
-    return err.splitlines()[-1]
 
 
 @pytest.mark.parametrize("script, args, flag", [
@@ -39,9 +33,8 @@ def last_error_line(capsys) -> str:
 ], ids=["golden-losses", "run-agreement", "heldout-loss", "cp-parity-profile"])
 def test_an_empty_path_to_write_is_refused_naming_the_flag(tmp_path, monkeypatch, capsys, script, args, flag):
     argv = [arg.format(tmp=tmp_path) for arg in args] + [f"{flag}="]
-    assert script_exit_code(script, argv, monkeypatch) == 2
-    assert last_error_line(capsys) == (f"{script}: error: argument {flag}: '' names no file: give a path that ends "
-                                       "in a file name")
+    assert refused_line(script, argv, monkeypatch, capsys) == (f"{script}: error: argument {flag}: '' names no "
+                                                               "file: give a path that ends in a file name")
 
 
 @pytest.mark.parametrize("script, args", [
@@ -52,9 +45,8 @@ def test_an_empty_path_to_write_is_refused_naming_the_flag(tmp_path, monkeypatch
 def test_an_output_prefix_that_ends_in_no_name_is_refused_naming_the_flag(tmp_path, monkeypatch, capsys, script,
                                                                           args, prefix):
     argv = [arg.format(tmp=tmp_path) for arg in args] + ["--out", prefix]  # was: "has an empty name" after the work
-    assert script_exit_code(script, argv, monkeypatch) == 2
-    assert last_error_line(capsys) == (f"{script}: error: argument --out: {prefix!r} names no file: give a path "
-                                       "that ends in a file name")
+    assert refused_line(script, argv, monkeypatch, capsys) == (f"{script}: error: argument --out: {prefix!r} names "
+                                                               "no file: give a path that ends in a file name")
 
 
 def test_an_empty_output_folder_is_refused_instead_of_writing_into_the_current_folder(tmp_path, monkeypatch, capsys):
@@ -62,9 +54,8 @@ def test_an_empty_output_folder_is_refused_instead_of_writing_into_the_current_f
     corpus.write_text('{"text": "a document the tokenizer can learn from"}\n')
     monkeypatch.chdir(tmp_path)  # was: tokenizer.json and tokenizer_config.json written here, exit code 0
     argv = ["--data", str(corpus), "--vocab-size", str(random.randint(260, 400)), "--out="]
-    assert script_exit_code("make_tokenizer.py", argv, monkeypatch) == 2
-    assert last_error_line(capsys) == ("make_tokenizer.py: error: argument --out: '' names no folder: give its path "
-                                       "(. for the current folder)")
+    assert refused_line("make_tokenizer.py", argv, monkeypatch, capsys) == (
+        "make_tokenizer.py: error: argument --out: '' names no folder: give its path (. for the current folder)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
 
 
@@ -93,9 +84,10 @@ def test_a_seed_past_what_torch_takes_is_refused_naming_the_flag_before_anything
                                                                                      script, args):
     seed = random.choice([2**64 + random.randrange(2**70), -2**63 - 1 - random.randrange(2**70)])
     argv = [arg.format(tmp=tmp_path) for arg in args] + [f"--seed={seed}"]
-    assert script_exit_code(script, argv, monkeypatch) == 2  # was: "Overflow when unpacking long long"
-    assert last_error_line(capsys) == (f"{script}: error: argument --seed: {seed} is not a seed torch takes: give "
-                                       "an integer in [-2**63, 2**64 - 1]")
+    # was: "Overflow when unpacking long long"
+    assert refused_line(script, argv, monkeypatch, capsys) == (f"{script}: error: argument --seed: {seed} is not a "
+                                                               "seed torch takes: give an integer in "
+                                                               "[-2**63, 2**64 - 1]")
 
 
 @pytest.mark.parametrize("args, refusal", [
@@ -112,8 +104,8 @@ def test_a_seed_past_what_torch_takes_is_refused_naming_the_flag_before_anything
 ], ids=["batch", "heads", "head-dim", "kv-heads", "seq-len", "iters", "warmup", "kv-heads-not-dividing",
         "heads-not-a-multiple"])
 def test_cp_parity_refuses_a_geometry_or_timing_it_cannot_run_in_its_arguments(monkeypatch, capsys, args, refusal):
-    assert script_exit_code("cp_parity.py", ["--device", "cpu", *args], monkeypatch) == 2
-    assert last_error_line(capsys) == f"cp_parity.py: error: {refusal}"
+    argv = ["--device", "cpu", *args]
+    assert refused_line("cp_parity.py", argv, monkeypatch, capsys) == f"cp_parity.py: error: {refusal}"
     assert not torch.distributed.is_initialized()
 
 
